@@ -1,0 +1,129 @@
+package dev.tpcomm
+
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.minutes
+import kotlin.time.toJavaDuration
+import kotlin.time.toKotlinDuration
+
+/**
+ * Settings for creating a [Communicator]. Immutable; copy with changes through `copy(...)` in Kotlin
+ * or [toBuilder] in Java.
+ *
+ * @property worldSize number of ranks (>= 1).
+ * @property rank this process's rank, in `0 until worldSize` (ignored by in-process worlds, which
+ * create every rank).
+ * @property localRank rank among the processes of this host; GPU backends use it to pick the device.
+ * @property timeout deadline of every call; past it the communicator aborts with
+ * [CommunicationTimeoutException] on every rank.
+ * @property checkConsistency native backends exchange each collective's signature (op, dtype,
+ * shape, root) first and fail with [CollectiveMismatchException] on a mismatch; the local
+ * backend always checks.
+ * @property flightRecorderSize how many recent operations each communicator remembers for diagnostics.
+ * @property rendezvous how GPU backends exchange their bootstrap id: `"mpi"`, `"file:///shared/path"`,
+ * or null for automatic (MPI when launched by mpirun).
+ * @property options backend-specific settings, by name (each backend documents its keys).
+ */
+public data class CommConfig @JvmOverloads constructor(
+    public val worldSize: Int = 1,
+    public val rank: Int = 0,
+    public val timeout: Duration = 10.minutes,
+    public val checkConsistency: Boolean = false,
+    public val flightRecorderSize: Int = 256,
+    public val localRank: Int = rank,
+    public val rendezvous: String? = null,
+    public val options: Map<String, String> = emptyMap(),
+) {
+    init {
+        require(worldSize >= 1) { "worldSize must be >= 1, got $worldSize" }
+        require(rank in 0 until worldSize) { "rank must be in 0 until $worldSize, got $rank" }
+        require(localRank >= 0) { "localRank must be >= 0, got $localRank" }
+        require(timeout.isPositive()) { "timeout must be positive, got $timeout" }
+        require(flightRecorderSize >= 0) { "flightRecorderSize must be >= 0, got $flightRecorderSize" }
+    }
+
+    /** [timeout] as a `java.time.Duration`. */
+    public val javaTimeout: java.time.Duration get() = timeout.toJavaDuration()
+
+    /** A copy with [timeout] taken from a `java.time.Duration`. */
+    public fun withTimeout(timeout: java.time.Duration): CommConfig = copy(timeout = timeout.toKotlinDuration())
+
+    /** A builder initialised with this configuration's values. */
+    public fun toBuilder(): Builder = Builder(this)
+
+    /** Java-friendly builder: `CommConfig.builder().worldSize(4).timeout(Duration.ofSeconds(30)).build()`. */
+    public class Builder internal constructor(private var config: CommConfig) {
+        /** Sets [CommConfig.worldSize]. */
+        public fun worldSize(value: Int): Builder = apply { config = config.copy(worldSize = value, rank = config.rank.coerceAtMost(value - 1).coerceAtLeast(0)) }
+
+        /** Sets [CommConfig.rank]. */
+        public fun rank(value: Int): Builder = apply { config = config.copy(rank = value, localRank = value) }
+
+        /** Sets [CommConfig.localRank]. */
+        public fun localRank(value: Int): Builder = apply { config = config.copy(localRank = value) }
+
+        /** Sets [CommConfig.timeout]. */
+        public fun timeout(value: java.time.Duration): Builder = apply { config = config.copy(timeout = value.toKotlinDuration()) }
+
+        /** Sets [CommConfig.checkConsistency]. */
+        public fun checkConsistency(value: Boolean): Builder = apply { config = config.copy(checkConsistency = value) }
+
+        /** Sets [CommConfig.flightRecorderSize]. */
+        public fun flightRecorderSize(value: Int): Builder = apply { config = config.copy(flightRecorderSize = value) }
+
+        /** Sets [CommConfig.rendezvous]. */
+        public fun rendezvous(value: String?): Builder = apply { config = config.copy(rendezvous = value) }
+
+        /** Adds one backend-specific option. */
+        public fun option(key: String, value: String): Builder = apply { config = config.copy(options = config.options + (key to value)) }
+
+        /** The configuration. */
+        public fun build(): CommConfig = config
+    }
+
+    public companion object {
+        /** A builder starting from the defaults. */
+        @JvmStatic
+        public fun builder(): Builder = Builder(CommConfig())
+
+        /**
+         * Rank and world size from the launcher's environment, first match wins:
+         * `RANK`/`WORLD_SIZE`/`LOCAL_RANK` (torchrun), `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`
+         * (Open MPI), `PMI_RANK`/`PMI_SIZE` (MPICH's hydra, Intel MPI), `PMIX_RANK` with
+         * `OMPI_COMM_WORLD_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID` (srun). Also
+         * `TPCOMM_TIMEOUT_SECONDS` and `TPCOMM_CHECK_CONSISTENCY`. Without any, a world of one.
+         *
+         * @throws IllegalArgumentException when a variable is not a number or the rank is out of range.
+         */
+        @JvmStatic
+        @JvmOverloads
+        public fun fromEnvironment(env: Map<String, String> = System.getenv()): CommConfig {
+            fun int(name: String): Int? = env[name]?.let {
+                it.trim().toIntOrNull() ?: throw IllegalArgumentException("environment variable $name=\"$it\" is not an integer")
+            }
+            val pairs = listOf(
+                Triple("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                Triple("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                Triple("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+                Triple("PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                Triple("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+            )
+            var config = CommConfig()
+            for ((rankVar, sizeVar, localVar) in pairs) {
+                val rank = int(rankVar) ?: continue
+                val size = int(sizeVar) ?: continue
+                require(size >= 1 && rank in 0 until size) {
+                    "$rankVar=$rank and $sizeVar=$size are inconsistent: the rank must be in 0 until the size"
+                }
+                config = CommConfig(worldSize = size, rank = rank, localRank = int(localVar) ?: rank)
+                break
+            }
+            int("TPCOMM_TIMEOUT_SECONDS")?.let {
+                require(it > 0) { "TPCOMM_TIMEOUT_SECONDS must be positive, got $it" }
+                config = config.copy(timeout = kotlin.time.Duration.parse("${it}s"))
+            }
+            env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = it == "1" || it.equals("true", true)) }
+            env["TPCOMM_RENDEZVOUS"]?.let { config = config.copy(rendezvous = it) }
+            return config
+        }
+    }
+}

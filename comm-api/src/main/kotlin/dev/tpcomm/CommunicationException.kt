@@ -1,0 +1,73 @@
+package dev.tpcomm
+
+/**
+ * A collective or point-to-point operation failed, or the communicator was aborted.
+ *
+ * Carries where it happened so a log line from any rank is enough to find the failing call:
+ * [rank], [backend], [operation] and [sequenceNumber] (the per-communicator count of operations
+ * issued, starting at 1; -1 when no operation was involved), plus [flightRecorderDump], the JSON
+ * of the communicator's recent operations when one was taken.
+ */
+public open class CommunicationException(
+    message: String,
+    public val rank: Int,
+    public val backend: String,
+    public val operation: String,
+    public val sequenceNumber: Long,
+    cause: Throwable? = null,
+    public val flightRecorderDump: String? = null,
+) : RuntimeException("[$backend rank $rank, $operation #$sequenceNumber] $message", cause) {
+    /** The message without the location prefix. */
+    public val reason: String = message
+}
+
+/** An operation passed its deadline ([CommConfig.timeout] or an enclosing `withTimeout`); the communicator is aborted. */
+public open class CommunicationTimeoutException(
+    message: String,
+    rank: Int,
+    backend: String,
+    operation: String,
+    sequenceNumber: Long,
+    cause: Throwable? = null,
+    flightRecorderDump: String? = null,
+) : CommunicationException(message, rank, backend, operation, sequenceNumber, cause, flightRecorderDump)
+
+/**
+ * Ranks called different collectives at the same position of their program order, or the same
+ * collective with different arguments. [ranks] lists the ranks that disagreed with the first rank
+ * and [fields] the fields that differ (`operation`, `dtype`, `shape`, `op`, `root`, ...).
+ */
+public open class CollectiveMismatchException(
+    message: String,
+    rank: Int,
+    backend: String,
+    operation: String,
+    sequenceNumber: Long,
+    public val ranks: List<Int>,
+    public val fields: List<String>,
+    flightRecorderDump: String? = null,
+) : CommunicationException(message, rank, backend, operation, sequenceNumber, null, flightRecorderDump)
+
+/**
+ * The communicator was aborted (by a failure on some rank, a cancellation, a timeout, or [AutoCloseable.close]);
+ * this and every later call fail. [cause] holds the original failure when known.
+ */
+public open class CommunicatorAbortedException(
+    message: String,
+    rank: Int,
+    backend: String,
+    operation: String,
+    sequenceNumber: Long,
+    cause: Throwable? = null,
+    flightRecorderDump: String? = null,
+) : CommunicationException(message, rank, backend, operation, sequenceNumber, cause, flightRecorderDump)
+
+/**
+ * A backend cannot be created here: its native library or device is missing. The message says
+ * what was tried and how to install what is missing.
+ */
+public open class BackendUnavailableException(
+    backend: String,
+    message: String,
+    cause: Throwable? = null,
+) : CommunicationException(message, -1, backend, "create", -1, cause)

@@ -1,0 +1,470 @@
+package dev.tpcomm
+
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+import java.lang.ref.Cleaner
+import java.util.concurrent.atomic.AtomicBoolean
+
+/**
+ * A dense, contiguous, row-major tensor: the unit every collective moves.
+ *
+ * **Memory.** A host tensor's elements live off the JVM heap in [segment], which native code reads
+ * and writes without a copy. Factories ([zeros], [of], [copy], [concat]) allocate 64-byte-aligned
+ * memory. Without an arena argument the tensor owns its memory: [close] frees it at once, and
+ * otherwise the garbage collector frees it after the tensor becomes unreachable. Keep the tensor
+ * (not only its segment) reachable while you use the segment. Given an arena, the memory belongs
+ * to that arena and [close] only marks the tensor closed. [wrap] and [wrapDevice] never own
+ * memory. Views made by [chunk] along dimension 0 share their parent's memory and keep it alive.
+ *
+ * **Devices.** A device tensor ([Device.isGpu]) is a typed view of a device pointer ([address]);
+ * it has no host segment and the element accessors throw [IllegalStateException].
+ *
+ * **Thread-safety.** A tensor is a view of memory with no locking: concurrent writes to the same
+ * elements race as they would in C. Metadata ([dtype], [shape], [device]) is immutable.
+ * Element access ([getDouble], [setDouble], ...) is meant for tests and small data; bulk work
+ * goes through [segment].
+ */
+public class Tensor private constructor(
+    /** Element type. */
+    public val dtype: DType,
+    shape: IntArray,
+    /** Where the elements live. */
+    public val device: Device,
+    private val hostSegment: MemorySegment?,
+    private val deviceAddress: Long,
+    private val ownedArena: Arena?,
+    private val parent: Tensor?,
+) : AutoCloseable {
+    private val dims: IntArray = shape.copyOf()
+    private val closed = AtomicBoolean(false)
+    private val cleanable: Cleaner.Cleanable? = ownedArena?.let { CLEANER.register(this, ArenaCloser(it)) }
+
+    /** Sizes of the dimensions, outermost first; empty for a scalar. */
+    public val shape: List<Int> = dims.toList()
+
+    /** Number of dimensions. */
+    public val rank: Int get() = dims.size
+
+    /** Number of elements (1 for a scalar). */
+    public val numel: Long = dims.fold(1L) { acc, d -> acc * d }
+
+    /** Size of the elements in bytes. */
+    public val byteSize: Long = numel * dtype.byteSize
+
+    /** True once [close] was called. */
+    public val isClosed: Boolean get() = closed.get()
+
+    /**
+     * The host memory holding the elements, exactly [byteSize] bytes.
+     *
+     * @throws IllegalStateException for a device tensor, or after [close].
+     */
+    public val segment: MemorySegment
+        get() {
+            val s = hostSegment ?: throw IllegalStateException(
+                "tensor on $device has no host segment; use its address with a GPU backend, or copy it to the host first"
+            )
+            check(!closed.get()) { "tensor was closed; it can no longer be read or written" }
+            return s
+        }
+
+    /** Address of the first element: the device pointer for device tensors, the native address for host tensors. */
+    public val address: Long
+        get() = hostSegment?.address() ?: deviceAddress
+
+    /** Size of dimension [dim]; negative [dim] counts from the end. */
+    public fun size(dim: Int): Int = dims[normalizeDim(dim)]
+
+    /** Number of elements in one step along [dim] (the row-major stride, in elements). */
+    public fun stride(dim: Int): Long {
+        val d = normalizeDim(dim)
+        var s = 1L
+        for (i in d + 1 until dims.size) s *= dims[i]
+        return s
+    }
+
+    /**
+     * Splits this tensor into [parts] equal tensors along [dim].
+     *
+     * Along dimension 0 (or any split where every outer dimension has size 1) the parts are views
+     * sharing this tensor's memory; along other dimensions they are copies.
+     *
+     * @throws IllegalArgumentException if [dim] is out of range or the size along [dim] is not
+     * divisible by [parts].
+     */
+    public fun chunk(parts: Int, dim: Int = 0): List<Tensor> {
+        require(parts >= 1) { "chunk: parts must be >= 1, got $parts" }
+        val d = normalizeDim(dim)
+        require(dims[d] % parts == 0) {
+            "chunk: size ${dims[d]} of dimension $d is not divisible by $parts; pass a tensor whose dimension $d is a multiple of $parts"
+        }
+        val len = dims[d] / parts
+        val outer = outerCount(d)
+        val partShape = dims.copyOf().also { it[d] = len }
+        return if (outer == 1L) {
+            val partBytes = byteSize / parts
+            List(parts) { i -> viewAt(i * partBytes, partShape) }
+        } else {
+            requireHost("chunk along a dimension other than 0")
+            val rowBytes = stride(d) * len * dtype.byteSize
+            List(parts) { i ->
+                val out = zeros(dtype, *partShape)
+                val src = segment
+                val dst = out.segment
+                for (o in 0 until outer) {
+                    MemorySegment.copy(src, (o * parts + i) * rowBytes, dst, o * rowBytes, rowBytes)
+                }
+                out
+            }
+        }
+    }
+
+    /** A view of the same memory with another shape holding the same number of elements. */
+    public fun view(vararg newShape: Int): Tensor {
+        val n = newShape.fold(1L) { acc, v -> acc * v }
+        require(newShape.all { it >= 0 } && n == numel) {
+            "view: shape ${newShape.toList()} holds $n elements but the tensor has $numel (shape $shape)"
+        }
+        return viewAt(0, newShape)
+    }
+
+    /** A tensor of the same dtype and shape owning a copy of the elements (host tensors only). */
+    public fun copy(): Tensor {
+        requireHost("copy")
+        val out = zeros(dtype, *dims)
+        MemorySegment.copy(segment, 0, out.segment, 0, byteSize)
+        return out
+    }
+
+    /** Copies [source]'s elements into this tensor; both must have the same dtype and number of elements. */
+    public fun copyFrom(source: Tensor): Tensor {
+        requireHost("copyFrom"); source.requireHost("copyFrom")
+        require(source.dtype == dtype && source.numel == numel) {
+            "copyFrom: source is ${source.dtype}${source.shape}, this tensor is $dtype$shape; they must match in dtype and element count"
+        }
+        MemorySegment.copy(source.segment, 0, segment, 0, byteSize)
+        return this
+    }
+
+    /** Sets every element to [value] (converted to [dtype]). */
+    public fun fill(value: Double): Tensor {
+        requireHost("fill")
+        for (i in 0 until numel) setDouble(i, value)
+        return this
+    }
+
+    /** Element [index] (flat, row-major) converted to Double; 64-bit integers beyond 2^53 lose precision (use [getLong]). */
+    public fun getDouble(index: Long): Double {
+        val s = segment
+        checkIndex(index)
+        val off = index * dtype.byteSize
+        return when (dtype) {
+            DType.Float32 -> s.get(F32, off).toDouble()
+            DType.Float64 -> s.get(F64, off)
+            DType.Float16 -> HalfPrecision.float16ToFloat(s.get(I16, off)).toDouble()
+            DType.BFloat16 -> HalfPrecision.bfloat16ToFloat(s.get(I16, off)).toDouble()
+            DType.Int8 -> s.get(ValueLayout.JAVA_BYTE, off).toDouble()
+            DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toInt() and 0xFF).toDouble()
+            DType.Int32 -> s.get(I32, off).toDouble()
+            DType.Int64 -> s.get(I64, off).toDouble()
+        }
+    }
+
+    /** Stores [value] at [index], converted to [dtype] (rounded to nearest for floats, truncated toward zero and wrapped for integers). */
+    public fun setDouble(index: Long, value: Double) {
+        val s = segment
+        checkIndex(index)
+        val off = index * dtype.byteSize
+        when (dtype) {
+            DType.Float32 -> s.set(F32, off, value.toFloat())
+            DType.Float64 -> s.set(F64, off, value)
+            DType.Float16 -> s.set(I16, off, HalfPrecision.floatToFloat16(value.toFloat()))
+            DType.BFloat16 -> s.set(I16, off, HalfPrecision.floatToBFloat16(value.toFloat()))
+            DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toLong().toByte())
+            DType.Int32 -> s.set(I32, off, value.toLong().toInt())
+            DType.Int64 -> s.set(I64, off, value.toLong())
+        }
+    }
+
+    /** Element [index] as a Long: exact for integer dtypes, truncated toward zero for floats. */
+    public fun getLong(index: Long): Long {
+        val s = segment
+        checkIndex(index)
+        val off = index * dtype.byteSize
+        return when (dtype) {
+            DType.Int8 -> s.get(ValueLayout.JAVA_BYTE, off).toLong()
+            DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toLong() and 0xFF)
+            DType.Int32 -> s.get(I32, off).toLong()
+            DType.Int64 -> s.get(I64, off)
+            else -> getDouble(index).toLong()
+        }
+    }
+
+    /** Stores [value] at [index]: exact (wrapping) for integer dtypes, rounded for floats. */
+    public fun setLong(index: Long, value: Long) {
+        val s = segment
+        checkIndex(index)
+        val off = index * dtype.byteSize
+        when (dtype) {
+            DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toByte())
+            DType.Int32 -> s.set(I32, off, value.toInt())
+            DType.Int64 -> s.set(I64, off, value)
+            else -> setDouble(index, value.toDouble())
+        }
+    }
+
+    /** Element [index] as a Float. */
+    public fun getFloat(index: Long): Float = getDouble(index).toFloat()
+
+    /** Stores [value] at [index], converted to [dtype]. */
+    public fun setFloat(index: Long, value: Float): Unit = setDouble(index, value.toDouble())
+
+    /** All elements converted to Float, row-major. */
+    public fun toFloatArray(): FloatArray {
+        if (dtype == DType.Float32) return segment.toArray(F32)
+        return FloatArray(checkedCount()) { getFloat(it.toLong()) }
+    }
+
+    /** All elements converted to Double, row-major. */
+    public fun toDoubleArray(): DoubleArray {
+        if (dtype == DType.Float64) return segment.toArray(F64)
+        return DoubleArray(checkedCount()) { getDouble(it.toLong()) }
+    }
+
+    /** All elements converted to Int (integers wrap, floats truncate toward zero), row-major. */
+    public fun toIntArray(): IntArray {
+        if (dtype == DType.Int32) return segment.toArray(I32)
+        return IntArray(checkedCount()) { getLong(it.toLong()).toInt() }
+    }
+
+    /** All elements converted to Long (floats truncate toward zero), row-major. */
+    public fun toLongArray(): LongArray {
+        if (dtype == DType.Int64) return segment.toArray(I64)
+        return LongArray(checkedCount()) { getLong(it.toLong()) }
+    }
+
+    /** True when [other] has the same dtype, shape and element bits. */
+    public fun contentEquals(other: Tensor): Boolean =
+        dtype == other.dtype && shape == other.shape &&
+            segment.mismatch(other.segment) == -1L
+
+    /**
+     * Frees the memory this tensor owns, at once. Idempotent. A tensor that does not own its memory
+     * (wrapped, a view, or allocated from a caller's arena) is only marked closed.
+     * Do not close a tensor that a collective in flight still uses.
+     */
+    override fun close() {
+        if (closed.compareAndSet(false, true)) cleanable?.clean()
+    }
+
+    override fun toString(): String = "Tensor($dtype, shape=$shape, device=$device)"
+
+    internal fun normalizeDim(dim: Int): Int {
+        val d = if (dim < 0) dim + dims.size else dim
+        require(d in dims.indices) {
+            "dimension $dim is out of range for a tensor of shape $shape; use a value in ${-dims.size}..${dims.size - 1}"
+        }
+        return d
+    }
+
+    private fun outerCount(d: Int): Long {
+        var o = 1L
+        for (i in 0 until d) o *= dims[i]
+        return o
+    }
+
+    private fun viewAt(byteOffset: Long, newShape: IntArray): Tensor {
+        val n = newShape.fold(1L) { acc, v -> acc * v }
+        val root = parent ?: this
+        return if (hostSegment != null) {
+            Tensor(dtype, newShape, device, segment.asSlice(byteOffset, n * dtype.byteSize), 0L, null, root)
+        } else {
+            Tensor(dtype, newShape, device, null, deviceAddress + byteOffset, null, root)
+        }
+    }
+
+    private fun requireHost(what: String) {
+        check(hostSegment != null) { "$what needs a host tensor; this one is on $device" }
+    }
+
+    private fun checkIndex(index: Long) {
+        if (index < 0 || index >= numel) throw IndexOutOfBoundsException("index $index out of range for $numel elements")
+    }
+
+    private fun checkedCount(): Int {
+        check(numel <= Int.MAX_VALUE) { "tensor has $numel elements, too many for one array; read it through its segment" }
+        return numel.toInt()
+    }
+
+    private class ArenaCloser(private val arena: Arena) : Runnable {
+        override fun run() = arena.close()
+    }
+
+    public companion object {
+        /** Alignment in bytes of the memory the factories allocate. */
+        public const val ALIGNMENT: Long = 64
+
+        private val CLEANER: Cleaner = Cleaner.create()
+        private val F32 = ValueLayout.JAVA_FLOAT_UNALIGNED
+        private val F64 = ValueLayout.JAVA_DOUBLE_UNALIGNED
+        private val I16 = ValueLayout.JAVA_SHORT_UNALIGNED
+        private val I32 = ValueLayout.JAVA_INT_UNALIGNED
+        private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
+
+        private fun checkShape(shape: IntArray) {
+            require(shape.all { it >= 0 }) { "shape ${shape.toList()} has a negative dimension; every size must be >= 0" }
+        }
+
+        private fun allocate(dtype: DType, shape: IntArray, arena: Arena?): Tensor {
+            checkShape(shape)
+            val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
+            return if (arena != null) {
+                Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
+            } else {
+                val own = Arena.ofShared()
+                Tensor(dtype, shape, Device.Host, own.allocate(bytes, ALIGNMENT), 0L, own, null)
+            }
+        }
+
+        /** A new zero-filled host tensor owning its memory. */
+        @JvmStatic
+        public fun zeros(dtype: DType, vararg shape: Int): Tensor = allocate(dtype, shape, null)
+
+        /** A new zero-filled host tensor allocated from [arena] (freed when the arena closes). */
+        @JvmStatic
+        public fun zeros(dtype: DType, shape: List<Int>, arena: Arena? = null): Tensor =
+            allocate(dtype, shape.toIntArray(), arena)
+
+        /** A new zero-filled host tensor with [like]'s dtype and shape. */
+        @JvmStatic
+        public fun zerosLike(like: Tensor): Tensor = allocate(like.dtype, like.dims, null)
+
+        private fun resolveShape(count: Int, shape: IntArray): IntArray {
+            if (shape.isEmpty()) return intArrayOf(count)
+            checkShape(shape)
+            val n = shape.fold(1L) { acc, d -> acc * d }
+            require(n == count.toLong()) { "shape ${shape.toList()} holds $n elements but $count values were given" }
+            return shape
+        }
+
+        /** A Float32 tensor holding a copy of [values]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: FloatArray, vararg shape: Int): Tensor =
+            allocate(DType.Float32, resolveShape(values.size, shape), null).also {
+                MemorySegment.copy(values, 0, it.segment, F32, 0, values.size)
+            }
+
+        /** A Float64 tensor holding a copy of [values]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: DoubleArray, vararg shape: Int): Tensor =
+            allocate(DType.Float64, resolveShape(values.size, shape), null).also {
+                MemorySegment.copy(values, 0, it.segment, F64, 0, values.size)
+            }
+
+        /** An Int32 tensor holding a copy of [values]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: IntArray, vararg shape: Int): Tensor =
+            allocate(DType.Int32, resolveShape(values.size, shape), null).also {
+                MemorySegment.copy(values, 0, it.segment, I32, 0, values.size)
+            }
+
+        /** An Int64 tensor holding a copy of [values]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: LongArray, vararg shape: Int): Tensor =
+            allocate(DType.Int64, resolveShape(values.size, shape), null).also {
+                MemorySegment.copy(values, 0, it.segment, I64, 0, values.size)
+            }
+
+        /** A tensor of [dtype] holding [values] converted with [setDouble]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun fromDoubles(dtype: DType, values: DoubleArray, vararg shape: Int): Tensor =
+            allocate(dtype, resolveShape(values.size, shape), null).also { t ->
+                for (i in values.indices) t.setDouble(i.toLong(), values[i])
+            }
+
+        /**
+         * A host tensor viewing [segment] without copying and without owning it. The segment must hold
+         * exactly the shape's bytes; it stays valid only as long as its own arena.
+         */
+        @JvmStatic
+        public fun wrap(segment: MemorySegment, dtype: DType, vararg shape: Int): Tensor {
+            checkShape(shape)
+            val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
+            require(segment.byteSize() == bytes) {
+                "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
+            }
+            return Tensor(dtype, shape, Device.Host, segment, 0L, null, null)
+        }
+
+        /** A device tensor viewing the device pointer [address] (not owned). [device] must be a GPU. */
+        @JvmStatic
+        public fun wrapDevice(device: Device, address: Long, dtype: DType, vararg shape: Int): Tensor {
+            require(device.isGpu) { "wrapDevice needs a GPU device (Device.Cuda or Device.Rocm); for host memory use wrap" }
+            require(address != 0L) { "wrapDevice: device address is null" }
+            checkShape(shape)
+            return Tensor(dtype, shape, device, null, address, null, null)
+        }
+
+        /**
+         * A new host tensor holding [tensors] joined along [dim]. All must share dtype and every
+         * size but the one along [dim].
+         */
+        @JvmStatic
+        @JvmOverloads
+        public fun concat(tensors: List<Tensor>, dim: Int = 0): Tensor {
+            require(tensors.isNotEmpty()) { "concat needs at least one tensor" }
+            val first = tensors[0]
+            val d = first.normalizeDim(dim)
+            val total = checkConcat(tensors, d)
+            val outShape = first.dims.copyOf().also { it[d] = total }
+            return concatInto(tensors, zeros(first.dtype, *outShape), dim)
+        }
+
+        /**
+         * Writes [tensors] joined along [dim] into [out], which must have the joined shape.
+         * Returns [out]. Allocates nothing.
+         */
+        @JvmStatic
+        public fun concatInto(tensors: List<Tensor>, out: Tensor, dim: Int = 0): Tensor {
+            require(tensors.isNotEmpty()) { "concat needs at least one tensor" }
+            val first = tensors[0]
+            val d = first.normalizeDim(dim)
+            val total = checkConcat(tensors, d)
+            val expected = first.dims.copyOf().also { it[d] = total }.toList()
+            require(out.dtype == first.dtype && out.shape == expected) {
+                "concatInto: output is ${out.dtype}${out.shape} but the joined tensors make ${first.dtype}$expected"
+            }
+            val outer = first.outerCount(d)
+            val inner = first.stride(d) * first.dtype.byteSize
+            val dst = out.segment
+            val outRow = total * inner
+            var colOffset = 0L
+            for (t in tensors) {
+                val rowBytes = t.dims[d] * inner
+                val src = t.segment
+                if (outer == 1L) {
+                    MemorySegment.copy(src, 0, dst, colOffset, rowBytes)
+                } else {
+                    for (o in 0 until outer) MemorySegment.copy(src, o * rowBytes, dst, o * outRow + colOffset, rowBytes)
+                }
+                colOffset += rowBytes
+            }
+            return out
+        }
+
+        private fun checkConcat(tensors: List<Tensor>, d: Int): Int {
+            val first = tensors[0]
+            var total = 0
+            for ((i, t) in tensors.withIndex()) {
+                require(t.hostSegment != null) { "concat needs host tensors; tensor $i is on ${t.device}" }
+                require(t.dtype == first.dtype) { "concat: tensor $i is ${t.dtype} but tensor 0 is ${first.dtype}; convert them to one dtype" }
+                require(t.dims.size == first.dims.size && t.dims.indices.all { it == d || t.dims[it] == first.dims[it] }) {
+                    "concat along dim $d: tensor $i has shape ${t.shape}, tensor 0 has ${first.shape}; every size but dim $d must match"
+                }
+                total += t.dims[d]
+            }
+            return total
+        }
+    }
+}

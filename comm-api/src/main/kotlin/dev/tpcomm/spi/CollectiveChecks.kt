@@ -1,0 +1,91 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.Communicator
+import dev.tpcomm.DType
+import dev.tpcomm.Device
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+
+/**
+ * Argument checks every backend runs before any data moves, so the same mistake gives the same
+ * [IllegalArgumentException] message on every backend. Each message says what to change.
+ * Pure functions; thread-safe.
+ */
+public object CollectiveChecks {
+    /** [root] must be a rank of a world of [worldSize]. */
+    @JvmStatic
+    public fun root(root: Int, worldSize: Int, operation: String) {
+        require(root in 0 until worldSize) {
+            "$operation: root $root is out of range; pass a rank in 0 until $worldSize"
+        }
+    }
+
+    /** A peer rank for send/recv: in range, or [Communicator.ANY_SOURCE] when [allowAny]. */
+    @JvmStatic
+    public fun peer(peer: Int, worldSize: Int, operation: String, allowAny: Boolean) {
+        require(peer in 0 until worldSize || (allowAny && peer == Communicator.ANY_SOURCE)) {
+            "$operation: peer rank $peer is out of range; pass a rank in 0 until $worldSize" +
+                if (allowAny) " or Communicator.ANY_SOURCE" else ""
+        }
+    }
+
+    /** A tag: >= 0, or [Communicator.ANY_TAG] when [allowAny]. */
+    @JvmStatic
+    public fun tag(tag: Int, operation: String, allowAny: Boolean) {
+        require(tag >= 0 || (allowAny && tag == Communicator.ANY_TAG)) {
+            "$operation: tag $tag is invalid; pass a tag >= 0" + if (allowAny) " or Communicator.ANY_TAG" else ""
+        }
+    }
+
+    /** [dim] must index one of [tensor]'s dimensions (negative counts from the end). */
+    @JvmStatic
+    public fun dim(tensor: Tensor, dim: Int, operation: String) {
+        require(tensor.rank > 0) { "$operation: a scalar tensor has no dimension $dim; reshape it to one dimension with view(1)" }
+        require(dim in -tensor.rank until tensor.rank) {
+            "$operation: dim $dim is out of range for shape ${tensor.shape}; pass a dim in ${-tensor.rank}..${tensor.rank - 1}"
+        }
+    }
+
+    /** [tensor]'s size along [dim] must be divisible by [parts]. */
+    @JvmStatic
+    public fun divisible(tensor: Tensor, dim: Int, parts: Int, operation: String) {
+        val d = if (dim < 0) dim + tensor.rank else dim
+        require(tensor.shape[d] % parts == 0) {
+            "$operation: size ${tensor.shape[d]} of dim $d (shape ${tensor.shape}) is not divisible by the world size $parts; " +
+                "pad the tensor so dim $d is a multiple of $parts"
+        }
+    }
+
+    /** [op] must be defined on [dtype]. */
+    @JvmStatic
+    public fun op(op: ReduceOp, dtype: DType, operation: String) {
+        require(op.supports(dtype)) {
+            "$operation: $op is defined on integer dtypes only, but the tensor is $dtype; use an integer tensor or an arithmetic op"
+        }
+    }
+
+    /** [tensor] must live on [device] and not be closed. */
+    @JvmStatic
+    public fun device(tensor: Tensor, device: Device, operation: String) {
+        require(!tensor.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
+        require(tensor.device == device) {
+            if (device.isGpu && !tensor.device.isGpu) {
+                "$operation: this communicator moves tensors on $device but got a host tensor; copy it to $device first (no hidden copies are made)"
+            } else {
+                "$operation: tensor is on ${tensor.device} but this communicator moves tensors on $device"
+            }
+        }
+    }
+
+    /** [a] and [b] must have the same dtype. */
+    @JvmStatic
+    public fun sameDtype(a: Tensor, b: Tensor, operation: String) {
+        require(a.dtype == b.dtype) { "$operation: output is ${b.dtype} but input is ${a.dtype}; pass tensors of one dtype" }
+    }
+
+    /** [actual] must have exactly the shape [expected]. */
+    @JvmStatic
+    public fun shape(actual: Tensor, expected: List<Int>, what: String, operation: String) {
+        require(actual.shape == expected) { "$operation: $what has shape ${actual.shape} but must be $expected" }
+    }
+}

@@ -1,0 +1,26 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.Tensor
+
+/**
+ * Output shapes of the shape-changing collectives, for backend implementers and callers that
+ * preallocate for the `*Into` variants. Pure functions; thread-safe.
+ */
+public object CollectiveShapes {
+    /** Shape of [Communicator.allGather][dev.tpcomm.Communicator.allGather]'s output: [input]'s with `dim` multiplied by [worldSize]. */
+    @JvmStatic
+    public fun allGather(input: Tensor, worldSize: Int, dim: Int): List<Int> {
+        CollectiveChecks.dim(input, dim, "allGather")
+        val d = if (dim < 0) dim + input.rank else dim
+        return input.shape.toMutableList().also { it[d] = it[d] * worldSize }
+    }
+
+    /** Shape of reduce-scatter's output: [input]'s with `dim` divided by [worldSize] (which must divide it). */
+    @JvmStatic
+    public fun reduceScatter(input: Tensor, worldSize: Int, dim: Int): List<Int> {
+        CollectiveChecks.dim(input, dim, "reduceScatter")
+        val d = if (dim < 0) dim + input.rank else dim
+        CollectiveChecks.divisible(input, d, worldSize, "reduceScatter")
+        return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
+    }
+}
