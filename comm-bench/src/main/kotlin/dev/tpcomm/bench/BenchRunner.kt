@@ -1,0 +1,184 @@
+package dev.tpcomm.bench
+
+import dev.tpcomm.Communicator
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+
+/**
+ * nccl-tests' method on any [Communicator]: for each size, a correctness check with known inputs,
+ * warm-up, an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
+ * (identical on every rank because it derives from a max-reduced time), then repeats of
+ * barrier + K timed iterations, each rank's mean per iteration, max over ranks; the median repeat
+ * is reported.
+ *
+ * Every rank of the world runs [run] with the same options; all ranks return the same results.
+ * Not thread-safe; one run per communicator at a time. A failing collective propagates its exception.
+ */
+public class BenchRunner(private val comm: Communicator, private val options: BenchOptions) {
+    private val world = comm.worldSize
+    private val rank = comm.rank
+    private val scratch = Tensor.zeros(DType.Float64, 1)
+    private val wrongCount = Tensor.zeros(DType.Int64, 1)
+
+    /** Runs every op and size of the options; calls [onResult] (on every rank) after each point. */
+    public suspend fun run(onResult: (BenchResult) -> Unit = {}): List<BenchResult> {
+        val out = ArrayList<BenchResult>()
+        for (op in options.ops) for (bytes in options.sizes) {
+            val r = measure(op, bytes)
+            out += r
+            onResult(r)
+        }
+        return out
+    }
+
+    /** Measures one point. */
+    public suspend fun measure(op: BenchOp, bytes: Long): BenchResult {
+        val count = bytes / options.dtype.byteSize
+        val buffers = Buffers(op, count.toInt())
+        try {
+            val wrong = if (options.check) check(op, buffers) else -1L
+            buffers.fillForTiming()
+            val warm = options.warmup ?: defaultWarmup(bytes)
+            repeat(warm) { buffers.runOnce() }
+            val k = options.iters?.toLong() ?: calibrate(buffers)
+            val reps = List(options.repeats) { timed(buffers, k) }
+            val median = reps.sorted()[reps.size / 2]
+            return BenchResult(
+                impl = options.implLabel, op = op, world = world, bytes = bytes, count = count,
+                timeUs = median * 1e6,
+                algbwGBps = op.algbw(bytes, world, median),
+                busbwGBps = op.busbw(bytes, world, median),
+                wrong = wrong, iterations = k, repeatsUs = reps.map { it * 1e6 },
+            )
+        } finally {
+            buffers.close()
+        }
+    }
+
+    private suspend fun calibrate(b: Buffers): Long {
+        var it = 1L
+        var perIter: Double
+        while (true) {
+            perIter = timed(b, it)
+            if (perIter * it >= CALIBRATION_SECONDS || it >= MAX_ITERS) break
+            it *= 2
+        }
+        return (options.timeBudgetSeconds / perIter + 0.5).toLong().coerceIn(1L, MAX_ITERS)
+    }
+
+    /** Barrier, [k] iterations, this rank's mean per iteration, max over ranks (seconds). */
+    private suspend fun timed(b: Buffers, k: Long): Double {
+        comm.barrier()
+        val t0 = System.nanoTime()
+        var i = 0L
+        while (i < k) { b.runOnce(); i++ }
+        val t = (System.nanoTime() - t0) / 1e9 / k
+        scratch.setDouble(0, t)
+        comm.allReduce(scratch, ReduceOp.Max)
+        return scratch.getDouble(0)
+    }
+
+    private suspend fun check(op: BenchOp, b: Buffers): Long {
+        val bad = b.fillAndCheck()
+        wrongCount.setLong(0, bad)
+        comm.allReduce(wrongCount, ReduceOp.Sum)
+        return wrongCount.getLong(0)
+    }
+
+    /** The tensors one point needs, allocated once so the timed loop allocates nothing (but all-to-all's result). */
+    private inner class Buffers(val op: BenchOp, val count: Int) : AutoCloseable {
+        val dtype = options.dtype
+        val redop = options.redop
+        val root = options.root
+        val input: Tensor = when (op) {
+            BenchOp.ReduceScatter, BenchOp.AllToAll -> Tensor.zeros(dtype, world * count)
+            else -> Tensor.zeros(dtype, count)
+        }
+        val output: Tensor? = when (op) {
+            BenchOp.AllGather -> Tensor.zeros(dtype, world * count)
+            BenchOp.ReduceScatter -> Tensor.zeros(dtype, count)
+            else -> null
+        }
+
+        suspend fun runOnce() {
+            when (op) {
+                BenchOp.AllReduce -> comm.allReduce(input, redop)
+                BenchOp.AllGather -> comm.allGatherInto(output!!, input)
+                BenchOp.ReduceScatter -> comm.reduceScatterInto(output!!, input, redop)
+                BenchOp.Broadcast -> comm.broadcast(input, root)
+                BenchOp.Reduce -> comm.reduce(input, root, redop)
+                BenchOp.AllToAll -> comm.allToAll(input).close()
+            }
+        }
+
+        /** Fills known inputs, runs the collective once, and counts this rank's wrong elements. */
+        suspend fun fillAndCheck(): Long {
+            val tol = Elements.tolerance(dtype)
+            when (op) {
+                BenchOp.AllReduce, BenchOp.Reduce -> {
+                    Elements.fill(input) { i -> CheckPattern.reduceInput(redop, world, rank, i).toDouble() }
+                    runOnce()
+                    if (op == BenchOp.Reduce && rank != root) {
+                        // Non-roots' buffers must be left as they were.
+                        return Elements.countWrong(input, tol) { i -> CheckPattern.reduceInput(redop, world, rank, i).toDouble() }
+                    }
+                    return Elements.countWrong(input, tol) { i -> CheckPattern.reduceExpected(redop, dtype, world, i) }
+                }
+                BenchOp.AllGather -> {
+                    Elements.fill(input) { i -> CheckPattern.gatherInput(rank, i) }
+                    Elements.fill(output!!) { -1.0 }
+                    runOnce()
+                    return Elements.countWrong(output, tol) { j -> CheckPattern.gatherInput((j / count).toInt(), j % count) }
+                }
+                BenchOp.ReduceScatter -> {
+                    Elements.fill(input) { j -> CheckPattern.reduceInput(redop, world, rank, j).toDouble() }
+                    Elements.fill(output!!) { -1.0 }
+                    runOnce()
+                    val base = rank.toLong() * count
+                    return Elements.countWrong(output, tol) { i -> CheckPattern.reduceExpected(redop, dtype, world, base + i) }
+                }
+                BenchOp.Broadcast -> {
+                    Elements.fill(input) { i -> if (rank == root) CheckPattern.broadcastValue(i) else -1.0 }
+                    runOnce()
+                    return Elements.countWrong(input, tol) { i -> CheckPattern.broadcastValue(i) }
+                }
+                BenchOp.AllToAll -> {
+                    Elements.fill(input) { j -> CheckPattern.allToAllInput(rank, (j / count).toInt(), j % count) }
+                    val result = comm.allToAll(input)
+                    try {
+                        return Elements.countWrong(result, tol) { j -> CheckPattern.allToAllInput((j / count).toInt(), rank, j % count) }
+                    } finally {
+                        result.close()
+                    }
+                }
+            }
+        }
+
+        /** Inputs for the timed loop: zeros, so repeated in-place reductions stay finite (speed does not depend on the values). */
+        fun fillForTiming() {
+            if (op != BenchOp.Broadcast) input.segment.fill(0)
+        }
+
+        override fun close() {
+            input.close()
+            output?.close()
+        }
+    }
+
+    public companion object {
+        /** The calibration doubles the iteration count until one timing lasts this long. */
+        public const val CALIBRATION_SECONDS: Double = 0.03
+
+        /** Upper bound on the iterations of one repeat. */
+        public const val MAX_ITERS: Long = 200_000
+
+        /** Warm-up iterations for [bytes] when `--warmup` is not given: many for small messages (JIT), few for large. */
+        public fun defaultWarmup(bytes: Long): Int = when {
+            bytes <= 64L * 1024 -> 500
+            bytes <= 1L shl 20 -> 50
+            bytes <= 16L shl 20 -> 5
+            else -> 2
+        }
+    }
+}

@@ -1,0 +1,72 @@
+package dev.tpcomm.bench
+
+import dev.tpcomm.DType
+import dev.tpcomm.HalfPrecision
+import dev.tpcomm.ReduceOp
+
+/**
+ * The known inputs every size is checked with, and the results they must give. Values are small
+ * whole numbers, exact in every dtype (bfloat16 holds whole numbers up to 256 exactly), so the
+ * expected result is exact too.
+ */
+internal object CheckPattern {
+    /** Rank [r]'s input element [i] for a reduction with [op] over [world] ranks. */
+    fun reduceInput(op: ReduceOp, world: Int, r: Int, i: Long): Long = when (op) {
+        // Exactly one rank contributes 2 to each element: the product is 2 whatever the world size.
+        ReduceOp.Product -> if ((r + i) % world == 0L) 2 else 1
+        else -> (r + i) % 4 + 1
+    }
+
+    /** The reduction of every rank's [reduceInput] at element [i], as [dtype] computes it. */
+    fun reduceExpected(op: ReduceOp, dtype: DType, world: Int, i: Long): Double {
+        val xs = LongArray(world) { reduceInput(op, world, it, i) }
+        return if (dtype.isFloatingPoint) {
+            val v = when (op) {
+                ReduceOp.Sum -> xs.sum().toDouble()
+                ReduceOp.Avg -> xs.sum().toDouble() / world
+                ReduceOp.Product -> xs.fold(1.0) { a, x -> a * x }
+                ReduceOp.Min -> xs.min().toDouble()
+                ReduceOp.Max -> xs.max().toDouble()
+                else -> throw IllegalArgumentException("$op does not apply to $dtype")
+            }
+            roundTo(dtype, v)
+        } else {
+            val v = when (op) {
+                ReduceOp.Sum -> wrap(dtype, xs.sum())
+                ReduceOp.Avg -> wrap(dtype, xs.sum()) / world
+                ReduceOp.Product -> xs.fold(1L) { a, x -> wrap(dtype, a * x) }
+                ReduceOp.Min -> xs.min()
+                ReduceOp.Max -> xs.max()
+                ReduceOp.BitwiseAnd -> xs.reduce { a, x -> a and x }
+                ReduceOp.BitwiseOr -> xs.reduce { a, x -> a or x }
+                ReduceOp.BitwiseXor -> xs.reduce { a, x -> a xor x }
+            }
+            wrap(dtype, v).toDouble()
+        }
+    }
+
+    /** Rank [r]'s all-gather input element [i]. */
+    fun gatherInput(r: Int, i: Long): Double = ((r * 13 + i) % 61).toDouble()
+
+    /** The broadcast root's element [i]. */
+    fun broadcastValue(i: Long): Double = (i % 101 + 7).toDouble()
+
+    /** Rank [q]'s all-to-all input: element [i] of the chunk it sends to rank [dest]. */
+    fun allToAllInput(q: Int, dest: Int, i: Long): Double = ((q * 7 + dest * 3 + i) % 53).toDouble()
+
+    /** [v] wrapped to the integer [dtype]'s width. */
+    fun wrap(dtype: DType, v: Long): Long = when (dtype) {
+        DType.Int8 -> v.toByte().toLong()
+        DType.UInt8 -> v and 0xFF
+        DType.Int32 -> v.toInt().toLong()
+        else -> v
+    }
+
+    /** [v] rounded to the floating-point [dtype]. */
+    fun roundTo(dtype: DType, v: Double): Double = when (dtype) {
+        DType.Float32 -> v.toFloat().toDouble()
+        DType.Float16 -> HalfPrecision.float16ToFloat(HalfPrecision.floatToFloat16(v.toFloat())).toDouble()
+        DType.BFloat16 -> HalfPrecision.bfloat16ToFloat(HalfPrecision.floatToBFloat16(v.toFloat())).toDouble()
+        else -> v
+    }
+}
