@@ -5,6 +5,8 @@ package dev.tpcomm.coroutines
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import kotlinx.coroutines.Deferred
+import kotlinx.coroutines.NonCancellable
+import kotlinx.coroutines.withContext
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.selects.select
 import kotlinx.coroutines.withTimeoutOrNull
@@ -16,7 +18,7 @@ import kotlin.time.Duration
  *
  * If a handle fails, its exception is thrown at once (as `kotlinx.coroutines.awaitAll` does), with
  * the other handles left running. When the deadline passes, the handles that have not completed
- * are cancelled if [cancelOnTimeout] (the default): a deadline on a collective is a timeout of that
+ * are cancelled and joined if [cancelOnTimeout] (the default): a deadline on a collective is a timeout of that
  * collective, and cancelling a collective in flight aborts its communicator on every rank, so
  * nothing is left waiting. With `cancelOnTimeout = false` they keep running and the caller may
  * wait again. [comm], when given, names the rank and backend in the exception.
@@ -34,7 +36,7 @@ public suspend fun <T> Collection<Deferred<T>>.awaitAll(
     return withTimeoutOrNull(timeout) { handles.awaitAll() } ?: run {
         val pending = handles.indices.filter { !handles[it].isCompleted }
         if (pending.isEmpty()) return handles.awaitAll() // everything completed right at the deadline
-        if (cancelOnTimeout) pending.forEach { handles[it].cancel() }
+        if (cancelOnTimeout) pending.map { handles[it] }.cancelAndJoinAll()
         throw timeoutException(
             "awaitAll",
             "${pending.size} of ${handles.size} handles (indices ${pending.summary()}) did not complete within $timeout" +
@@ -50,7 +52,7 @@ public suspend fun <T> Collection<Deferred<T>>.awaitAll(
  *
  * The first handle to complete decides: if it failed, its exception is thrown. The other handles
  * keep running and can be awaited later. When the deadline passes with none completed, every
- * handle is cancelled if [cancelOnTimeout] (the default; cancelling a collective in flight aborts
+ * handle is cancelled and joined if [cancelOnTimeout] (the default; cancelling a collective in flight aborts
  * its communicator), or left running otherwise. [comm], when given, names the rank and backend in
  * the exception.
  *
@@ -71,13 +73,19 @@ public suspend fun <T> Collection<Deferred<T>>.awaitFirst(
     }
     if (first != null) return first
     handles.indexOfFirst { it.isCompleted }.takeIf { it >= 0 }?.let { return IndexedValue(it, handles[it].await()) }
-    if (cancelOnTimeout) handles.forEach { it.cancel() }
+    if (cancelOnTimeout) handles.cancelAndJoinAll()
     throw timeoutException(
         "awaitFirst",
         "none of ${handles.size} handles completed within $timeout" +
             if (cancelOnTimeout) "; they were cancelled, which aborts their communicators" else "",
         comm,
     )
+}
+
+/** Cancels every handle, then waits until each has finished (its communicator aborted), so nothing outlives the timeout. */
+private suspend fun List<Deferred<*>>.cancelAndJoinAll() {
+    forEach { it.cancel() }
+    withContext(NonCancellable) { forEach { it.join() } }
 }
 
 private fun List<Int>.summary(): String = if (size <= 16) joinToString() else take(16).joinToString() + ", ..."

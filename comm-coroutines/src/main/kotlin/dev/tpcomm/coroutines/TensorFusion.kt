@@ -27,8 +27,8 @@ public const val DEFAULT_FUSION_THRESHOLD_BYTES: Long = 64L shl 20
  * - A tensor of [thresholdBytes] or more, and a bucket that would hold a single tensor, is
  *   reduced alone in place, with no copy. Empty tensors are skipped. Device (GPU) tensors cannot
  *   be packed on the host and are each reduced alone.
- * - All buckets are issued before the first is awaited, so packing bucket `k + 1` overlaps bucket
- *   `k`'s reduction.
+ * - Buckets are issued in the order of their first tensor in [tensors], all before the first is
+ *   awaited, so packing bucket `k + 1` overlaps bucket `k`'s reduction.
  *
  * Arguments are checked before any data moves: every tensor on [Communicator.device] and open, [op]
  * defined on every dtype, no tensor given twice or overlapping another in memory; otherwise
@@ -115,32 +115,35 @@ internal class FusionPlan(val buckets: List<Bucket>) {
 
     companion object {
         fun of(tensors: List<Tensor>, thresholdBytes: Long): FusionPlan {
-            val buckets = ArrayList<Bucket>()
-            // Group by dtype in order of first appearance; within a dtype keep the given order.
-            val byDtype = LinkedHashMap<DType, MutableList<Tensor>>()
-            for (t in tensors) if (t.numel > 0) byDtype.getOrPut(t.dtype) { ArrayList() } += t
+            val buckets = ArrayList<Pair<Int, Bucket>>()   // (position of the first member, bucket)
+            // Group by dtype; within a dtype keep the given order.
+            val byDtype = LinkedHashMap<DType, MutableList<IndexedValue<Tensor>>>()
+            for ((i, t) in tensors.withIndex()) if (t.numel > 0) byDtype.getOrPut(t.dtype) { ArrayList() } += IndexedValue(i, t)
             for ((dtype, list) in byDtype) {
                 // A fused buffer is one tensor, whose element count must fit in an Int.
                 val limit = minOf(thresholdBytes, Int.MAX_VALUE.toLong() * dtype.byteSize)
-                var current = ArrayList<Tensor>()
+                var current = ArrayList<IndexedValue<Tensor>>()
                 var currentBytes = 0L
                 fun flush() {
-                    if (current.isNotEmpty()) buckets += Bucket(dtype, current)
+                    if (current.isNotEmpty()) buckets += current[0].index to Bucket(dtype, current.map { it.value })
                     current = ArrayList()
                     currentBytes = 0
                 }
-                for (t in list) {
+                for (item in list) {
+                    val t = item.value
                     if (t.device.isGpu || t.byteSize >= limit) {
-                        buckets += Bucket(dtype, listOf(t))
+                        buckets += item.index to Bucket(dtype, listOf(t))
                         continue
                     }
                     if (currentBytes + t.byteSize > limit) flush()
-                    current += t
+                    current += item
                     currentBytes += t.byteSize
                 }
                 flush()
             }
-            return FusionPlan(buckets)
+            // Issue buckets in the order their first tensor was given (the order gradients become ready).
+            buckets.sortBy { it.first }
+            return FusionPlan(buckets.map { it.second })
         }
     }
 }
