@@ -6,6 +6,7 @@ import dev.tpcomm.Comm
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.runLocalWorld
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.runBlocking
 import java.io.PrintStream
 import java.nio.file.Files
@@ -39,7 +40,7 @@ public fun runBench(args: List<String>, out: PrintStream, err: PrintStream): Int
     // Read the peers' files before measuring, so a bad path fails at once.
     options.compare.forEach { CsvRow.read(it) }
     return when {
-        options.backend == "local" -> runBlocking {
+        options.backend == "local" -> runBlocking(Dispatchers.Default) {
             val config = CommConfig(worldSize = options.world, timeout = options.timeoutSeconds.seconds)
             runLocalWorld(options.world, config) { comm -> runRank(comm, options, out, err) }.first()
         }

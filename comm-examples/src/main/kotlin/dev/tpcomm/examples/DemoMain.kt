@@ -5,6 +5,7 @@ package dev.tpcomm.examples
 import dev.tpcomm.Comm
 import dev.tpcomm.CommConfig
 import dev.tpcomm.coroutines.runLocalWorld
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.runBlocking
 import java.io.File
 import java.lang.management.ManagementFactory
@@ -34,7 +35,7 @@ public fun runDemo(args: List<String>): Int {
         return 0
     }
     val outcome: DemoOutcome = when {
-        options.backend == "local" -> runBlocking {
+        options.backend == "local" -> runBlocking(Dispatchers.Default) {
             runLocalWorld(options.world, CommConfig(worldSize = options.world)) { comm -> TpDemo(comm, options).run() }.first()
         }
         !options.worker -> return launchMpi(options, args)

@@ -4,9 +4,9 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import kotlinx.coroutines.CoroutineStart
+import dev.tpcomm.coroutines.allReduceAsync
+import dev.tpcomm.coroutines.reduceScatterIntoAsync
 import kotlinx.coroutines.Deferred
-import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.coroutineScope
 import java.lang.foreign.MemorySegment
@@ -25,8 +25,8 @@ import java.lang.foreign.ValueLayout
  *   Forward: all-gather `X` along the sequence before W1, reduce-scatter the partial `Y` after W2.
  *   Backward: all-gather `dY`, reduce-scatter `dX`; b2's gradient (a sum over the sequence) is
  *   all-reduced.
- * - Overlap ([overlap] true): collectives are started with `async(start = UNDISPATCHED)` (issued
- *   at once, in program order on every rank, as the contract guarantees) and awaited only when
+ * - Overlap ([overlap] true): collectives are started with the async helpers of comm-coroutines
+ *   (`allReduceAsync`, `reduceScatterIntoAsync`: issued at once, in program order on every rank) and awaited only when
  *   their result is needed: the `dX` collective runs while W1's weight gradient is computed, b2's
  *   gradient and the loss reduction run behind the backward pass, and in plain mode the forward
  *   all-reduce is pipelined over two row blocks of `Y`.
@@ -119,7 +119,7 @@ public class TensorParallelMlp(
             for (b in 0 until 2) {
                 MatMul.mm(a, w2, partial, half, fl, h, aRow = b * half, cRow = b * half)
                 put(blocks[b], partial, b * half * h, half * h)
-                pending += async(start = CoroutineStart.UNDISPATCHED) { comm.allReduce(blocks[b]) }
+                pending += allReduceAsync(comm, blocks[b])
             }
             pending.awaitAll()
             get(partialT, y, 0, n * h)
@@ -145,7 +145,7 @@ public class TensorParallelMlp(
             dyl[i] = d * inv
         }
         lossT.setDouble(0, sq)
-        val lossJob = if (sequenceParallel) async(start = CoroutineStart.UNDISPATCHED) { comm.allReduce(lossT) } else null
+        val lossJob = if (sequenceParallel) allReduceAsync(comm, lossT) else null
         if (!overlap) lossJob?.await()
 
         // ---------------------------------------------------------------- backward
@@ -153,7 +153,7 @@ public class TensorParallelMlp(
         var db2Job: Deferred<Tensor>? = null
         if (sequenceParallel) {
             put(db2T, db2, 0, h)
-            db2Job = async(start = CoroutineStart.UNDISPATCHED) { comm.allReduce(db2T) }   // b2's gradient sums over the sequence
+            db2Job = allReduceAsync(comm, db2T)   // b2's gradient sums over the sequence
             if (!overlap) db2Job.await()
             put(localT, dyl, 0, nl * h)
             comm.allGatherInto(fullT, localT, 0)          // backward of reduce-scatter: all-gather dY
@@ -167,9 +167,7 @@ public class TensorParallelMlp(
         MatMul.mmTransB(dz, w1, dxPart, n, fl, h, scratch)
         put(dxT, dxPart, 0, n * h)
         // backward of f: all-reduce dX (plain) or reduce-scatter it (SP), overlapped with W1's gradient.
-        val dxJob = async(start = CoroutineStart.UNDISPATCHED) {
-            if (sequenceParallel) comm.reduceScatterInto(localT, dxT, ReduceOp.Sum, 0) else comm.allReduce(dxT)
-        }
+        val dxJob = if (sequenceParallel) reduceScatterIntoAsync(comm, localT, dxT) else allReduceAsync(comm, dxT)
         if (!overlap) dxJob.await()
         MatMul.mmTransA(x, dz, dw1, n, h, fl)
         DenseMlp.columnSums(dz, n, fl, db1)
