@@ -19,7 +19,7 @@ public data class DemoOptions(
     val mpirun: String? = null,
     val sequenceParallel: Boolean = false,
     val model: MlpConfig = MlpConfig(),
-    val timingSteps: Int = 5,
+    val timingSteps: Int = 10,
     val progress: Boolean = true,
     val worker: Boolean = false,
     val tolerance: Double = 1e-5,
@@ -43,8 +43,8 @@ public data class DemoOptions(
             |  --sequence-parallel     all-gather / reduce-scatter along the sequence instead of all-reduce
             |  --steps N               training steps (default 30)
             |  --hidden H --ffn F --seq S --batch B   sizes (default 256, 1024, 64, 4)
-            |  --lr X --seed N         SGD learning rate (default 0.05), seed (default 42)
-            |  --timing-steps N        steps per timing round, with and without overlap (default 5; 0 skips)
+            |  --lr X --seed N         SGD learning rate (default 0.3), seed (default 42)
+            |  --timing-steps N        steps per timing round, with and without overlap (default 10; 0 skips)
             |  --no-progress           no progress bar on stderr
             |  -h, --help              this text
             """.trimMargin()

@@ -21,7 +21,7 @@ public data class MlpConfig(
     val seq: Int = 64,
     val batch: Int = 4,
     val steps: Int = 30,
-    val lr: Float = 0.05f,
+    val lr: Float = 0.3f,
     val seed: Long = 42,
 ) {
     init {
