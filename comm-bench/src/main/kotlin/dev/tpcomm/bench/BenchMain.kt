@@ -2,7 +2,9 @@
 
 package dev.tpcomm.bench
 
+import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.Comm
+import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.runLocalWorld
@@ -25,6 +27,12 @@ public fun main(args: Array<String>) {
     } catch (e: IllegalArgumentException) {
         System.err.println("comm-bench: ${e.message}")
         2
+    } catch (e: BackendUnavailableException) {
+        System.err.println("comm-bench: ${e.message}")
+        3
+    } catch (e: CommunicationException) {
+        System.err.println("comm-bench: a collective failed: ${e.message}")
+        3
     }
     System.out.flush()
     exitProcess(code)

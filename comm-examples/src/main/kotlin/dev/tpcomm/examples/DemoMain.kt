@@ -2,7 +2,9 @@
 
 package dev.tpcomm.examples
 
+import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.Comm
+import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.coroutines.runLocalWorld
 import kotlinx.coroutines.Dispatchers
@@ -14,7 +16,7 @@ import kotlin.system.exitProcess
 /**
  * `scripts/demo.sh`: the tensor-parallel MLP demo (see [DemoOptions.USAGE]). Exit code 0 when the
  * tensor-parallel model matches the dense one (max relative error below 1e-5), 1 when it does
- * not, 2 on bad arguments.
+ * not, 2 on bad arguments, 3 when the backend is unavailable or a collective failed.
  */
 public fun main(args: Array<String>) {
     val code = try {
@@ -22,6 +24,12 @@ public fun main(args: Array<String>) {
     } catch (e: IllegalArgumentException) {
         System.err.println("demo: ${e.message}")
         2
+    } catch (e: BackendUnavailableException) {
+        System.err.println("demo: ${e.message}")
+        3
+    } catch (e: CommunicationException) {
+        System.err.println("demo: a collective failed: ${e.message}")
+        3
     }
     System.out.flush()
     exitProcess(code)
