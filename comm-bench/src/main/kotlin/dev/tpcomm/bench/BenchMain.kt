@@ -13,6 +13,7 @@ import kotlinx.coroutines.runBlocking
 import java.io.PrintStream
 import java.nio.file.Files
 import java.nio.file.StandardOpenOption
+import kotlin.coroutines.EmptyCoroutineContext
 import kotlin.system.exitProcess
 import kotlin.time.Duration.Companion.seconds
 
@@ -48,7 +49,7 @@ public fun runBench(args: List<String>, out: PrintStream, err: PrintStream): Int
     // Read the peers' files before measuring, so a bad path fails at once.
     options.compare.forEach { CsvRow.read(it) }
     return when {
-        options.backend == "local" -> runBlocking(Dispatchers.Default) {
+        options.backend == "local" -> runBlocking(if (options.dispatcher == "single") EmptyCoroutineContext else Dispatchers.Default) {
             val config = CommConfig(worldSize = options.world, timeout = options.timeoutSeconds.seconds)
             runLocalWorld(options.world, config) { comm -> runRank(comm, options, out, err) }.first()
         }

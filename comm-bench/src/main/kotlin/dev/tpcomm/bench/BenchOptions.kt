@@ -29,6 +29,9 @@ import java.nio.file.Path
  * @property mpirun the mpirun program; null picks `mpirun.openmpi` or `mpirun.mpich`.
  * @property worker true inside a process mpirun started (internal: set by the launcher).
  * @property timeoutSeconds deadline of every collective.
+ * @property dispatcher where the local backend's rank coroutines run: `default` (`Dispatchers.Default`)
+ * or `single` (one thread, the caller's event loop; the backend still splits big reductions over
+ * `Dispatchers.Default`).
  */
 public data class BenchOptions(
     val backend: String = "local",
@@ -54,6 +57,7 @@ public data class BenchOptions(
     val mpirun: String? = null,
     val worker: Boolean = false,
     val timeoutSeconds: Int = 600,
+    val dispatcher: String = "default",
 ) {
     init {
         require(backend == "local" || backend == "mpi") { "--backend must be local or mpi, got '$backend'" }
@@ -66,6 +70,7 @@ public data class BenchOptions(
         require(iters == null || iters >= 1) { "--iters must be at least 1, got $iters" }
         require(warmup == null || warmup >= 0) { "--warmup must be >= 0, got $warmup" }
         require(timeBudgetSeconds > 0) { "--time must be positive, got $timeBudgetSeconds" }
+        require(dispatcher == "default" || dispatcher == "single") { "--dispatcher must be default or single, got '$dispatcher'" }
         require(timeoutSeconds > 0) { "--timeout must be positive, got $timeoutSeconds" }
         for (s in sizes) {
             require(s % dtype.byteSize == 0L) {
@@ -113,6 +118,7 @@ public data class BenchOptions(
             |  --impl LABEL             CSV impl label (default tpcomm_local / tpcomm_mpi_<mpi>)
             |  --no-check               skip the correctness check (#wrong shows -)
             |  --no-progress            no progress bar on stderr
+            |  --dispatcher default|single  local ranks on Dispatchers.Default or on one thread (default: default)
             |  --timeout SECONDS        deadline of every collective (default 600)
             |  -h, --help               this text
             """.trimMargin()
@@ -209,6 +215,7 @@ public data class BenchOptions(
                     "--progress" -> fields["progress"] = true
                     "--timeout" -> fields["timeout"] = int(a)
                     "--worker" -> fields["worker"] = true
+                    "--dispatcher" -> fields["dispatcher"] = value(a).trim().lowercase()
                     else -> throw IllegalArgumentException("unknown argument '$a'; see --help")
                 }
                 i++
@@ -246,6 +253,7 @@ public data class BenchOptions(
                 mpirun = fields["mpirun"] as String? ?: o.mpirun,
                 worker = fields["worker"] as Boolean? ?: o.worker,
                 timeoutSeconds = fields["timeout"] as Int? ?: o.timeoutSeconds,
+                dispatcher = fields["dispatcher"] as String? ?: o.dispatcher,
             )
             return o
         }

@@ -8,7 +8,8 @@ import dev.tpcomm.Tensor
 /**
  * nccl-tests' method on any [Communicator]: for each size, a correctness check with known inputs,
  * warm-up, an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
- * (identical on every rank because it derives from a max-reduced time), then repeats of
+ * (identical on every rank because it derives from a max-reduced time), one untimed repeat of that
+ * length (JIT warm-up), then repeats of
  * barrier + K timed iterations, each rank's mean per iteration, max over ranks; the median repeat
  * is reported.
  *
@@ -42,6 +43,9 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
             val warm = options.warmup ?: defaultWarmup(bytes)
             repeat(warm) { buffers.runOnce() }
             val k = options.iters?.toLong() ?: calibrate(buffers)
+            // One untimed repeat at full length: on the JVM the first thousands of calls still run
+            // partly interpreted or in C1 code, and the JIT's compile threads compete for the CPU.
+            if (options.iters == null) timed(buffers, k)
             val reps = List(options.repeats) { timed(buffers, k) }
             val median = reps.sorted()[reps.size / 2]
             return BenchResult(

@@ -15,7 +15,7 @@ public class ResultTable(private val out: PrintStream, private val options: Benc
         out.println("#")
         out.println("# tpcomm comm-bench: ${op.cliName}, backend ${options.backend}${if (options.backend == "mpi") " (${options.mpi})" else ""}, " +
             "world $world, dtype ${dtypeName(options.dtype)}, impl ${options.implLabel}")
-        out.println("# method: check, warm-up, calibrated iterations (~${fmt("%.2f", options.timeBudgetSeconds)} s per repeat" +
+        out.println("# method: check, warm-up, calibrated iterations (~${fmt("%.2f", options.timeBudgetSeconds)} s per repeat, one untimed" +
             (options.iters?.let { ", fixed $it" } ?: "") + "), barrier, mean per rank, max over ranks, median of ${options.repeats} repeats")
         out.println("#")
         out.println(fmt("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"))
