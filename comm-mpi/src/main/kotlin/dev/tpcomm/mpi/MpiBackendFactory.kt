@@ -79,7 +79,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
             val dispatcher = NativeDispatcher("tpcomm-mpi-$name-${counter.incrementAndGet()}")
             try {
                 val abi = binding.abi
-                val (handle, rank, size) = dispatcher.execute {
+                val (handles, rank, size) = dispatcher.execute {
                     Arena.ofConfined().use { a ->
                         val out = a.allocate(16, 8)
                         val handle = if (existing != 0L) existing else {
@@ -88,10 +88,13 @@ public class MpiBackendFactory @JvmOverloads constructor(
                             abi.readHandle(out, 0)
                         }
                         check(binding.commSetErrhandler(handle, abi.errorsReturn) == 0) { "MPI_Comm_set_errhandler failed" }
+                        val rcDup = binding.commDup(handle, out.address())
+                        check(rcDup == 0) { "MPI_Comm_dup failed: ${MpiErrors.describe(binding, rcDup)}" }
+                        val control = abi.readHandle(out, 0)
                         check(binding.commRank(handle, out.address()) == 0) { "MPI_Comm_rank failed" }
                         val rank = out.get(ValueLayout.JAVA_INT, 0)
                         check(binding.commSize(handle, out.address()) == 0) { "MPI_Comm_size failed" }
-                        Triple(handle, rank, out.get(ValueLayout.JAVA_INT, 0))
+                        Triple(longArrayOf(handle, control), rank, out.get(ValueLayout.JAVA_INT, 0))
                     }
                 }
                 if (existing == 0L && config.worldSize > 1) {
@@ -101,7 +104,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
                     }
                 }
                 val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
-                return MpiCommunicator(runtime, binding, handle, rank, size, commConfig, mpiConfig, dispatcher, name)
+                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, name)
             } catch (t: Throwable) {
                 dispatcher.close()
                 runtime.release()

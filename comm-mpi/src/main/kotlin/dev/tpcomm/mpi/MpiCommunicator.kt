@@ -13,6 +13,7 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
@@ -57,6 +58,8 @@ public class MpiCommunicator internal constructor(
     private val runtime: MpiRuntime,
     private val binding: MpiBinding,
     private val handle: Long,
+    /** A duplicate of [handle] carrying only abort notices between ranks (tag [ABORT_TAG]). */
+    private val controlHandle: Long,
     override val rank: Int,
     override val worldSize: Int,
     /** The configuration this communicator was created with. */
@@ -84,6 +87,9 @@ public class MpiCommunicator internal constructor(
     }
 
     @Volatile private var broken: Throwable? = null
+
+    @Volatile private var noticesSent = false
+    private val noticeRequests: MemorySegment = arena.allocate(8L * worldSize, 8)
 
     @Volatile override var currentDeadline: Long = 0L
         private set
@@ -289,15 +295,17 @@ public class MpiCommunicator internal constructor(
         val n = count(output, name)
         val direct = contiguousAlong(output, d)
         var send: Tensor? = null
-        if (rank == root) {
-            requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
+        if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
+        if (input != null) {
+            // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
             checkTensor(input, name)
             CollectiveChecks.sameDtype(input, output, name)
+            CollectiveChecks.divisible(input, d, worldSize, name)
             val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
             CollectiveChecks.shape(input, expected, "input", name)
             if (!direct) checkHost(input, name, "scattering along dim $d rearranges on the host")
-            send = if (direct) input else gatherBlocksAlong(input, d)
         }
+        if (rank == root) send = if (direct) input else gatherBlocksAlong(input!!, d)
         if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
         val entry = start(name, output, "root=$root dim=$d")
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
@@ -396,6 +404,7 @@ public class MpiCommunicator internal constructor(
         val entry = recorder.start(name, null, null, 0, null, "color=$color key=$key")
         val sig = signature(OP_SPLIT, null, -1, -1, null)
         val newHandle = try {
+            ensureUsable(name, entry.sequence)
             dispatcher.execute {
                 ensureUsable(name, entry.sequence)
                 if (sig != null) exchangeSignatureBlocking(sig, name, entry)
@@ -403,6 +412,10 @@ public class MpiCommunicator internal constructor(
                 runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
                 abi.readHandle(scratch, OFF_HANDLE)
             }
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
         } catch (e: Throwable) {
             failed(entry, e)
             throw e
@@ -410,6 +423,42 @@ public class MpiCommunicator internal constructor(
         entry.complete()
         if (newHandle == abi.commNull) return null
         return MpiBackendFactory.wrap(runtime, binding, newHandle, config, mpiConfig, "$name-of-${this.name}")
+    }
+
+    /**
+     * Collective: a new communicator over the same ranks (`MPI_Comm_dup`) with its own thread and
+     * the given settings (e.g. a shorter timeout, or `abortOnTimeout = false` for a communicator
+     * that may fail without ending the job). Breaking it leaves this one usable. Every rank must call.
+     *
+     * @throws IllegalArgumentException when [commConfig]'s worldSize/rank differ from this communicator's.
+     */
+    public suspend fun duplicate(commConfig: CommConfig = config, mpi: MpiConfig = mpiConfig): MpiCommunicator {
+        val name = "duplicate"
+        require(commConfig.worldSize == worldSize && commConfig.rank == rank) {
+            "$name: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
+        }
+        check(runtime.providedThreadLevel >= MpiThreadLevel.Multiple.value) {
+            "$name: a second communicator calls MPI from its own thread, which needs MPI_THREAD_MULTIPLE; set MpiConfig.threadLevel=Multiple"
+        }
+        val entry = recorder.start(name)
+        val newHandle = try {
+            ensureUsable(name, entry.sequence)
+            dispatcher.execute {
+                ensureUsable(name, entry.sequence)
+                val out = scratchAddress + OFF_HANDLE
+                runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
+                abi.readHandle(scratch, OFF_HANDLE)
+            }
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        }
+        entry.complete()
+        return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "dup-of-${this.name}")
     }
 
     // ------------------------------------------------------------------ lifecycle
@@ -429,6 +478,8 @@ public class MpiCommunicator internal constructor(
                     dispatcher.execute {
                         if (free) {
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
+                            binding.commFree(scratchAddress + OFF_HANDLE)
+                            abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                         }
                         runtime.release()
@@ -457,19 +508,20 @@ public class MpiCommunicator internal constructor(
         start: (Long) -> Int,
     ) {
         try {
+            ensureUsable(operation, entry.sequence)
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
+                if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
                     if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
                     runBlockingCall(operation, entry, keepAlive, blocking)
                     null
                 } else {
-                    val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, sig, System.nanoTime() + timeoutNanos)
-                    if (sig != null) {
-                        p.sigSend.copyFrom(MemorySegment.ofArray(sig))
-                        check(binding.iallgather(p.sigSend.address(), SIG_LEN, abi.int64Type, p.sigRecv.address(), SIG_LEN, abi.int64Type, handle, p.sigRequest), operation, entry)
-                        p.sigPending = true
-                    }
+                    val deadline = System.nanoTime() + timeoutNanos
+                    // The signature exchange completes before the operation starts, so mismatched
+                    // collectives never reach MPI; polling it here keeps issue order = call order.
+                    if (sig != null) exchangeSignaturePolling(sig, operation, entry, deadline)
+                    val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, deadline)
                     check(start(p.request), operation, entry)
                     p.mainPending = true
                     p.issued()
@@ -478,6 +530,10 @@ public class MpiCommunicator internal constructor(
             }
             if (pending != null) dispatcher.await(pending)
             entry.complete()
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
         } catch (e: Throwable) {
             failed(entry, e)
             throw e
@@ -496,9 +552,11 @@ public class MpiCommunicator internal constructor(
         start: (Long) -> Int,
     ): StatusResult {
         try {
+            ensureUsable(operation, entry.sequence)
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
-                val p = Pending(this, entry, operation, kind, keepAlive, null, System.nanoTime() + timeoutNanos)
+                checkAbortNotices(operation, entry)
+                val p = Pending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
                 p.result = result
                 if (kind == Pending.Kind.Request) {
                     check(start(p.request), operation, entry)
@@ -512,6 +570,10 @@ public class MpiCommunicator internal constructor(
             dispatcher.await(pending)
             entry.complete()
             return result
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
         } catch (e: Throwable) {
             failed(entry, e)
             throw e
@@ -536,21 +598,17 @@ public class MpiCommunicator internal constructor(
         val operation: String,
         val kind: Kind,
         val keepAlive: Any?,
-        val sig: LongArray?,
         val deadline: Long,
     ) : NativeRequest {
         enum class Kind { Request, Probe }
 
         // Own native memory: several operations may be in flight at once. Freed by the GC only
-        // after the operation completed (the dispatcher keeps this object until then).
-        val memory: MemorySegment = Arena.ofAuto().allocate(128L + (if (sig != null) 8L * SIG_LEN * (comm.worldSize + 1) else 0L), 64)
+        // after the operation completed (the dispatcher keeps this object until then, and a failed
+        // operation is pinned for the life of the process).
+        val memory: MemorySegment = Arena.ofAuto().allocate(128L, 64)
         val request: Long = memory.address()
-        val sigRequest: Long = memory.address() + 8
         val flag: Long = memory.address() + 16
         val status: Long = memory.address() + 32
-        val sigSend: MemorySegment = if (sig != null) memory.asSlice(128, 8L * SIG_LEN) else memory
-        val sigRecv: MemorySegment = if (sig != null) memory.asSlice(128 + 8L * SIG_LEN, 8L * SIG_LEN * comm.worldSize) else memory
-        var sigPending = false
         var mainPending = false
         var result: StatusResult? = null
         private val startNanos = System.nanoTime()
@@ -573,33 +631,21 @@ public class MpiCommunicator internal constructor(
         override fun poll(): Boolean {
             val b = comm.binding
             try {
-                if (sigPending) {
-                    comm.check(b.test(sigRequest, flag, comm.abi.statusIgnore), operation, entry)
-                    if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                        sigPending = false
-                        comm.compareSignatures(sig!!, sigRecv, operation, entry)
+                comm.ensureNotBrokenWhileInFlight(operation, entry)
+                comm.checkAbortNotices(operation, entry)
+                when (kind) {
+                    Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
+                    Kind.Probe -> {
+                        val r = result!!
+                        comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
                     }
                 }
-                if (mainPending) {
-                    when (kind) {
-                        Kind.Request -> {
-                            val rc = b.test(request, flag, if (result != null) status else comm.abi.statusIgnore)
-                            comm.check(rc, operation, entry)
-                        }
-                        Kind.Probe -> {
-                            val r = result!!
-                            comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
-                        }
+                if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                    mainPending = false
+                    result?.let { r ->
+                        val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
+                        r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
                     }
-                    if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                        mainPending = false
-                        result?.let { r ->
-                            val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
-                            r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
-                        }
-                    }
-                }
-                if (!sigPending && !mainPending) {
                     retire()
                     comm.recordProfile(operation, System.nanoTime() - startNanos)
                     return true
@@ -635,6 +681,26 @@ public class MpiCommunicator internal constructor(
         val s = sigSend.address(); val r = sigRecv.address(); val t = abi.int64Type
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
         compareSignatures(sig, sigRecv, operation, entry)
+    }
+
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long) {
+        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        val req = scratchAddress + OFF_REQUEST
+        val flag = scratchAddress + OFF_FLAG
+        check(binding.iallgather(sigSend.address(), SIG_LEN, abi.int64Type, sigRecv.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        while (true) {
+            check(binding.test(req, flag, abi.statusIgnore), operation, entry)
+            if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
+            if (System.nanoTime() - deadline > 0) throw timedOut("$operation(signature)", entry.sequence)
+            Thread.onSpinWait()
+        }
+        compareSignatures(sig, sigRecv, operation, entry)
+    }
+
+    /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
+    internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
+        val cause = broken ?: return
+        throw CommunicatorAbortedException("the communicator was aborted while this call was in flight: ${cause.message}", rank, "mpi", operation, entry.sequence, cause)
     }
 
     private fun compareSignatures(mine: LongArray, all: MemorySegment, operation: String, entry: FlightRecorder.Entry) {
@@ -714,11 +780,45 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    private fun markBroken(cause: Throwable) {
+    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
         if (broken == null) {
             broken = cause
             runtime.broken = true
+            if (notifyPeers && worldSize > 1 && !closed.get()) {
+                if (dispatcher.isNativeThread) sendAbortNotices() else dispatcher.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { sendAbortNotices() })
+            }
         }
+    }
+
+    /**
+     * Tells every other rank that this communicator broke (one tiny message each on the control
+     * communicator), so their pending and later calls fail instead of completing with this rank's
+     * abandoned operations. The buffers live in the communicator's arena, pinned once broken.
+     */
+    private fun sendAbortNotices() {
+        if (noticesSent) return
+        noticesSent = true
+        val payload = sigSend // the notice's content is irrelevant; any live buffer of 4 bytes serves
+        var slot = 0L
+        for (peer in 0 until worldSize) {
+            if (peer == rank) continue
+            binding.isend(payload.address(), 1, abi.datatype(DType.Int32), peer, ABORT_TAG, controlHandle, noticeRequests.address() + slot)
+            slot += 8
+        }
+    }
+
+    /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
+    internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
+        if (worldSize == 1) return
+        val flag = scratchAddress + OFF_NOTICE_FLAG
+        if (binding.iprobe(abi.anySource, ABORT_TAG, controlHandle, flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
+        if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) == 0) return
+        val from = abi.statusLayout.parse(scratch.asSlice(OFF_NOTICE_STATUS, abi.statusLayout.size)).source
+        val e = CommunicatorAbortedException(
+            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)", rank, "mpi", operation, entry.sequence,
+        )
+        markBroken(e, notifyPeers = false)
+        throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
@@ -744,6 +844,8 @@ public class MpiCommunicator internal constructor(
         if (!mpiConfig.profiling) return
         stats.computeIfAbsent(operation) { MpiOpProfile.Accumulator() }.add(nanos)
     }
+
+    private fun FlightRecorder.Entry.operationName(): String = snapshot().operation
 
     private fun start(operation: String, t: Tensor, detail: String): FlightRecorder.Entry =
         recorder.start(operation, t.dtype.name, t.shape, t.byteSize, null, detail)
@@ -815,5 +917,10 @@ public class MpiCommunicator internal constructor(
         )
         const val SCRATCH_BYTES: Long = 256
         const val OFF_HANDLE: Long = 0
+        const val OFF_REQUEST: Long = 8
+        const val OFF_FLAG: Long = 16
+        const val OFF_NOTICE_FLAG: Long = 24
+        const val OFF_NOTICE_STATUS: Long = 64
+        const val ABORT_TAG: Int = 7
     }
 }

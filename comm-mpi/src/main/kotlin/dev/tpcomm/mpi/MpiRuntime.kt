@@ -62,17 +62,27 @@ internal class MpiRuntime private constructor(
         if (last) finalizeOnce()
     }
 
-    /** `MPI_Finalize` once, when this runtime initialised MPI and nothing is broken or in flight. Idempotent. */
+    /**
+     * `MPI_Finalize` once, when this runtime initialised MPI. Idempotent. Runs on a helper thread
+     * and waits at most [FINALIZE_WAIT_MILLIS]: after a failure MPI may never finish finalizing, and
+     * the process must still be able to exit.
+     */
     fun finalizeOnce() {
         synchronized(lock) {
             if (finalized) return
             finalized = true
             watchdog.close()
-            if (!ownsInit || broken || inFlight.get() > 0) return
-            Arena.ofConfined().use { a ->
-                val flag = a.allocate(ValueLayout.JAVA_INT)
-                binding.finalized(flag.address())
-                if (flag.get(ValueLayout.JAVA_INT, 0) == 0) binding.finalize()
+            if (!ownsInit) return
+            val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start {
+                Arena.ofConfined().use { a ->
+                    val flag = a.allocate(ValueLayout.JAVA_INT)
+                    binding.finalized(flag.address())
+                    if (flag.get(ValueLayout.JAVA_INT, 0) == 0) binding.finalize()
+                }
+            }
+            t.join(FINALIZE_WAIT_MILLIS)
+            if (t.isAlive) {
+                System.err.println("tpcomm-mpi: MPI_Finalize did not return within ${FINALIZE_WAIT_MILLIS} ms (a communicator failed earlier); exiting without it")
             }
         }
     }
@@ -84,6 +94,8 @@ internal class MpiRuntime private constructor(
     }
 
     companion object {
+        const val FINALIZE_WAIT_MILLIS: Long = 10_000
+
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
 
@@ -103,6 +115,11 @@ internal class MpiRuntime private constructor(
             synchronized(initLock) {
                 instance?.let { return it }
                 val library = MpiLibrary.load(config.library, env)
+                if (library.implementation == MpiImplementation.OpenMpi) {
+                    // Open MPI 4.1's AVX reduction kernels saturate 8-bit integer sums instead of
+                    // wrapping around; the portable kernels wrap. Kept if the user chose otherwise.
+                    Libc.setenv("OMPI_MCA_op", "^avx", false)
+                }
                 for ((k, v) in config.initEnvironment(library.implementation)) Libc.setenv(k, v, true)
                 val binding = FfmMpiBinding(library.abi)
                 val runtime = Arena.ofConfined().use { a ->
