@@ -1,0 +1,71 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.DType
+import dev.tpcomm.HalfPrecision
+import dev.tpcomm.ReduceOp
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+
+/**
+ * Reductions the backend finishes on the host: the division of [ReduceOp.Avg] after an MPI sum,
+ * and Float16/BFloat16 reductions, which MPI cannot do (it has no such types): the ranks' inputs
+ * are gathered and reduced here in float32, in rank order, rounded once to nearest even, so
+ * every rank computes bit-identical results. Pure functions over segments; thread-safe.
+ */
+internal object HostReduction {
+    private val F32 = ValueLayout.JAVA_FLOAT_UNALIGNED
+    private val F64 = ValueLayout.JAVA_DOUBLE_UNALIGNED
+    private val I16 = ValueLayout.JAVA_SHORT_UNALIGNED
+    private val I32 = ValueLayout.JAVA_INT_UNALIGNED
+    private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
+    private val I8 = ValueLayout.JAVA_BYTE
+
+    /**
+     * Divides the [count] elements of [segment] (a wrapped-around sum) by [n]: IEEE division for
+     * floats, truncation toward zero for integers (as [ReduceOp.Avg] says).
+     */
+    fun divide(segment: MemorySegment, dtype: DType, count: Long, n: Int) {
+        if (n == 1) return
+        when (dtype) {
+            DType.Float32 -> for (i in 0 until count) segment.setAtIndex(F32, i, segment.getAtIndex(F32, i) / n)
+            DType.Float64 -> for (i in 0 until count) segment.setAtIndex(F64, i, segment.getAtIndex(F64, i) / n)
+            DType.Int8 -> for (i in 0 until count) segment.set(I8, i, (segment.get(I8, i).toInt() / n).toByte())
+            DType.UInt8 -> for (i in 0 until count) segment.set(I8, i, ((segment.get(I8, i).toInt() and 0xFF) / n).toByte())
+            DType.Int32 -> for (i in 0 until count) segment.setAtIndex(I32, i, segment.getAtIndex(I32, i) / n)
+            DType.Int64 -> for (i in 0 until count) segment.setAtIndex(I64, i, segment.getAtIndex(I64, i) / n)
+            DType.Float16, DType.BFloat16 -> for (i in 0 until count) {
+                segment.setAtIndex(I16, i, fromFloat(dtype, toFloat(dtype, segment.getAtIndex(I16, i)) / n))
+            }
+        }
+    }
+
+    fun toFloat(dtype: DType, bits: Short): Float =
+        if (dtype == DType.Float16) HalfPrecision.float16ToFloat(bits) else HalfPrecision.bfloat16ToFloat(bits)
+
+    fun fromFloat(dtype: DType, value: Float): Short =
+        if (dtype == DType.Float16) HalfPrecision.floatToFloat16(value) else HalfPrecision.floatToBFloat16(value)
+
+    /**
+     * Reduces [ranks] blocks of [count] 16-bit floats laid out one after another in [blocks]
+     * (block r = rank r's data) with [op], in float32 in rank order, and writes the rounded
+     * result into [out]. [op] must be arithmetic (bitwise ops are refused earlier).
+     */
+    fun reduceHalves(blocks: MemorySegment, ranks: Int, count: Long, dtype: DType, op: ReduceOp, out: MemorySegment) {
+        require(dtype == DType.Float16 || dtype == DType.BFloat16) { "reduceHalves takes Float16 or BFloat16, got $dtype" }
+        for (i in 0 until count) {
+            var acc = toFloat(dtype, blocks.getAtIndex(I16, i))
+            for (r in 1 until ranks) {
+                val v = toFloat(dtype, blocks.getAtIndex(I16, r * count + i))
+                acc = when (op) {
+                    ReduceOp.Sum, ReduceOp.Avg -> acc + v
+                    ReduceOp.Product -> acc * v
+                    ReduceOp.Min -> if (acc.isNaN() || v.isNaN()) Float.NaN else minOf(acc, v)
+                    ReduceOp.Max -> if (acc.isNaN() || v.isNaN()) Float.NaN else maxOf(acc, v)
+                    else -> throw IllegalArgumentException("$op is not defined on $dtype")
+                }
+            }
+            if (op == ReduceOp.Avg) acc /= ranks
+            out.setAtIndex(I16, i, fromFloat(dtype, acc))
+        }
+    }
+}

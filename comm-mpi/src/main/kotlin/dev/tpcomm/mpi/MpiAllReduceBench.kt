@@ -1,0 +1,93 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
+import java.lang.foreign.ValueLayout
+import kotlin.system.exitProcess
+
+/**
+ * Times float32 SUM all-reduce through the MPI backend the way `bench/peers/c_mpi.c` times
+ * `MPI_Allreduce`: per size a correctness check, warm-up, calibration (double the iterations
+ * until the max over ranks reaches 30 ms, then K for 0.25 s), then 3 repeats of barrier + K
+ * iterations, the per-rank mean, the max over ranks, and the median of the 3.
+ *
+ * Run: `mpirun -np N java --enable-native-access=ALL-UNNAMED -cp <classpath> dev.tpcomm.mpi.MpiAllReduceBench`.
+ * Prints (rank 0) `impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps` with impl
+ * `tpcomm_mpi_<implementation>`, and `#rep,...` lines with the three repeats. The loop runs on the
+ * communicator's thread (`withContext(comm.nativeDispatcher)`), as hot loops should.
+ * Environment: `BENCH_TARGET_S` (seconds per repeat, default 0.25), `BENCH_BYTES` (one size only).
+ */
+public object MpiAllReduceBench {
+    private val SIZES = longArrayOf(8, 1024, 65536, 1048576, 16777216)
+    private const val REPS = 3
+    private const val KMAX = 200_000L
+    private const val CAL_S = 0.03
+
+    /** Entry point; see the object's documentation. */
+    @JvmStatic
+    public fun main(args: Array<String>) {
+        val target = System.getenv("BENCH_TARGET_S")?.toDouble() ?: 0.25
+        val only = System.getenv("BENCH_BYTES")?.toLong()
+        val code = runBlocking {
+            val comm = MpiBackendFactory().create(CommConfig.fromEnvironment()) as MpiCommunicator
+            val impl = "tpcomm_mpi_${comm.implementation.id}"
+            val failed = withContext(comm.nativeDispatcher) {
+                val world = comm.worldSize
+                val tmax = Tensor.zeros(DType.Float64, 1)
+                suspend fun timed(t: Tensor, iters: Long): Double {
+                    comm.barrier()
+                    val t0 = System.nanoTime()
+                    for (k in 0 until iters) comm.allReduce(t)
+                    tmax.setDouble(0, (System.nanoTime() - t0) / 1e9 / iters)
+                    comm.allReduce(tmax, ReduceOp.Max)
+                    return tmax.getDouble(0)
+                }
+                for (bytes in SIZES) {
+                    if (only != null && only != bytes) continue
+                    val count = (bytes / 4).toInt()
+                    val t = Tensor.zeros(DType.Float32, count)
+                    val seg = t.segment
+                    for (i in 0 until count) seg.setAtIndex(ValueLayout.JAVA_FLOAT, i.toLong(), ((comm.rank + 1) * (i % 7 + 1)).toFloat())
+                    comm.allReduce(t)
+                    var bad = 0L
+                    for (i in 0 until count) {
+                        if (seg.getAtIndex(ValueLayout.JAVA_FLOAT, i.toLong()) != ((i % 7 + 1) * world * (world + 1) / 2).toFloat()) bad++
+                    }
+                    val badAll = comm.allReduce(Tensor.of(longArrayOf(bad))).getLong(0)
+                    if (badAll != 0L) {
+                        if (comm.rank == 0) System.err.println("MpiAllReduceBench: CORRECTNESS FAILURE bytes=$bytes world=$world bad=$badAll")
+                        return@withContext true
+                    }
+                    val warm = if (bytes <= 65536) 50 else if (bytes <= 1048576) 10 else 2
+                    repeat(warm) { comm.allReduce(t) }
+                    var it = 1L
+                    var tit: Double
+                    while (true) {
+                        tit = timed(t, it)
+                        if (tit * it >= CAL_S || it >= KMAX) break
+                        it *= 2
+                    }
+                    val k = (target / tit + 0.5).toLong().coerceIn(1, KMAX)
+                    val ts = DoubleArray(REPS) { timed(t, k) }
+                    val time = ts.sorted()[REPS / 2]
+                    if (comm.rank == 0) {
+                        val algbw = bytes / time / 1e9
+                        val busbw = algbw * 2.0 * (world - 1) / world
+                        println("%s,allreduce,%d,%d,%.3f,%.4f,%.4f".format(impl, world, bytes, time * 1e6, algbw, busbw))
+                        println("#rep,%s,allreduce,%d,%d,%d,%.3f,%.3f,%.3f".format(impl, world, bytes, k, ts[0] * 1e6, ts[1] * 1e6, ts[2] * 1e6))
+                        System.out.flush()
+                    }
+                    t.close()
+                }
+                false
+            }
+            comm.close()
+            if (failed) 2 else 0
+        }
+        exitProcess(code)
+    }
+}

@@ -1,0 +1,115 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.BackendUnavailableException
+import dev.tpcomm.CommBackendFactory
+import dev.tpcomm.CommConfig
+import dev.tpcomm.Communicator
+import dev.tpcomm.coroutines.NativeDispatcher
+import java.lang.foreign.Arena
+import java.lang.foreign.ValueLayout
+import java.util.concurrent.atomic.AtomicInteger
+
+/**
+ * The MPI backend's entry in `ServiceLoader` (`mpi`, priority 50).
+ *
+ * [isAvailable] is true when this process was started by an MPI launcher (`OMPI_COMM_WORLD_*`,
+ * `PMI_*`/`PMIX_*`, `MPI_LOCALRANKID`) and an MPI library opens (it is not initialised).
+ * [create] also works without a launcher: MPI then runs a singleton world of one rank.
+ * Thread-safe.
+ */
+public class MpiBackendFactory @JvmOverloads constructor(
+    private val env: Map<String, String> = System.getenv(),
+) : CommBackendFactory {
+    override val name: String get() = "mpi"
+    override val priority: Int get() = 50
+
+    override fun isAvailable(): Boolean = unavailableReason() == null
+
+    override fun unavailableReason(): String? {
+        if (!launched(env)) {
+            return "not started by an MPI launcher (no OMPI_COMM_WORLD_*, PMI_*, PMIX_* or MPI_LOCALRANKID variables); " +
+                "run under mpirun, or ask for backend \"mpi\" explicitly for a singleton world of one rank"
+        }
+        return try {
+            MpiLibrary.load(MpiConfig.from(emptyMap(), env).library, env)
+            null
+        } catch (e: BackendUnavailableException) {
+            e.reason
+        } catch (e: IllegalArgumentException) {
+            e.message
+        }
+    }
+
+    /**
+     * Initialises MPI (once per process, with [MpiConfig.from] of [CommConfig.options]) and
+     * returns this process's communicator over a duplicate of `MPI_COMM_WORLD`. Collective over
+     * every process of the job.
+     *
+     * @throws BackendUnavailableException when no MPI library can be opened (saying what was tried
+     * and which package to install).
+     * @throws IllegalArgumentException when [config]'s worldSize/rank contradict MPI's, or an MPI
+     * option is invalid.
+     */
+    override suspend fun create(config: CommConfig): Communicator {
+        val mpiConfig = MpiConfig.from(config.options, env)
+        val runtime = MpiRuntime.initialize(mpiConfig, env)
+        return wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+    }
+
+    internal companion object {
+        private val counter = AtomicInteger()
+
+        fun launched(env: Map<String, String>): Boolean = env.keys.any {
+            it.startsWith("OMPI_COMM_WORLD_") || it.startsWith("PMI_") || it.startsWith("PMIX_") || it == "MPI_LOCALRANKID"
+        }
+
+        /**
+         * Makes a communicator with its own thread over [existing] (or, when 0, a new duplicate of
+         * `MPI_COMM_WORLD`): sets `MPI_ERRORS_RETURN`, reads rank and size.
+         */
+        suspend fun wrap(
+            runtime: MpiRuntime,
+            binding: MpiBinding,
+            existing: Long,
+            config: CommConfig,
+            mpiConfig: MpiConfig,
+            name: String,
+        ): MpiCommunicator {
+            runtime.retain()
+            val dispatcher = NativeDispatcher("tpcomm-mpi-$name-${counter.incrementAndGet()}")
+            try {
+                val abi = binding.abi
+                val (handles, rank, size) = dispatcher.execute {
+                    Arena.ofConfined().use { a ->
+                        val out = a.allocate(16, 8)
+                        val handle = if (existing != 0L) existing else {
+                            val rc = binding.commDup(abi.commWorld, out.address())
+                            check(rc == 0) { "MPI_Comm_dup(MPI_COMM_WORLD) failed: ${MpiErrors.describe(binding, rc)}" }
+                            abi.readHandle(out, 0)
+                        }
+                        check(binding.commSetErrhandler(handle, abi.errorsReturn) == 0) { "MPI_Comm_set_errhandler failed" }
+                        val rcDup = binding.commDup(handle, out.address())
+                        check(rcDup == 0) { "MPI_Comm_dup failed: ${MpiErrors.describe(binding, rcDup)}" }
+                        val control = abi.readHandle(out, 0)
+                        check(binding.commRank(handle, out.address()) == 0) { "MPI_Comm_rank failed" }
+                        val rank = out.get(ValueLayout.JAVA_INT, 0)
+                        check(binding.commSize(handle, out.address()) == 0) { "MPI_Comm_size failed" }
+                        Triple(longArrayOf(handle, control), rank, out.get(ValueLayout.JAVA_INT, 0))
+                    }
+                }
+                if (existing == 0L && config.worldSize > 1) {
+                    require(config.worldSize == size && config.rank == rank) {
+                        "CommConfig says rank ${config.rank} of ${config.worldSize}, but MPI_COMM_WORLD has this process as rank $rank of $size; " +
+                            "pass CommConfig.fromEnvironment() (or leave worldSize at 1) when running under mpirun"
+                    }
+                }
+                val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
+                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, name)
+            } catch (t: Throwable) {
+                dispatcher.close()
+                runtime.release()
+                throw t
+            }
+        }
+    }
+}

@@ -1,0 +1,926 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
+import dev.tpcomm.Device
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.coroutines.NativeDispatcherClosedException
+import dev.tpcomm.coroutines.NativeRequest
+import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.CollectiveShapes
+import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.runBlocking
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+import java.lang.ref.Reference
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.atomic.AtomicBoolean
+import kotlin.coroutines.cancellation.CancellationException
+
+/**
+ * A [Communicator] over an MPI communicator (a duplicate of `MPI_COMM_WORLD`, or one made by
+ * [split]/[group] with `MPI_Comm_split`), created by [MpiBackendFactory].
+ *
+ * **Threading.** Every MPI call of this communicator runs on its own [NativeDispatcher] thread
+ * ([nativeDispatcher]), in call order, so every rank issues its collectives in program order.
+ * Split communicators get their own thread, so collectives on different communicators never wait
+ * for one another (this needs `MPI_THREAD_MULTIPLE`). Callers already on [nativeDispatcher]
+ * (`withContext(comm.nativeDispatcher) { ... }`) skip the thread hop: the small-message fast path.
+ *
+ * **Progress.** With [MpiProgress.Blocking] (the default while [MpiConfig.abortOnTimeout] is on)
+ * collectives are blocking MPI calls on that thread, as fast as C; the caller's coroutine is
+ * suspended meanwhile and compute elsewhere overlaps. With [MpiProgress.NonBlocking] they are
+ * `MPI_I*` calls polled with `MPI_Test` by the dispatcher's progress loop, several in flight at
+ * once. Point-to-point calls are always non-blocking, so concurrent sends and receives never
+ * deadlock.
+ *
+ * **Failure.** MPI errors (the communicator uses `MPI_ERRORS_RETURN`) become
+ * [CommunicationException]s carrying MPI's error string. A call past [CommConfig.timeout] raises
+ * [CommunicationTimeoutException] with the flight recorder's dump (also printed to stderr),
+ * breaks the communicator, and with [MpiConfig.abortOnTimeout] calls `MPI_Abort` so that every
+ * rank of the job ends. A mismatch found by [CommConfig.checkConsistency] raises
+ * [CollectiveMismatchException] on every rank. Buffers of operations MPI may still touch are kept
+ * reachable for the life of the process.
+ *
+ * Thread-safe. [close] is idempotent; the last MPI communicator to close calls `MPI_Finalize`.
+ */
+public class MpiCommunicator internal constructor(
+    private val runtime: MpiRuntime,
+    private val binding: MpiBinding,
+    private val handle: Long,
+    /** A duplicate of [handle] carrying only abort notices between ranks (tag [ABORT_TAG]). */
+    private val controlHandle: Long,
+    override val rank: Int,
+    override val worldSize: Int,
+    /** The configuration this communicator was created with. */
+    public val config: CommConfig,
+    /** The MPI settings in effect. */
+    public val mpiConfig: MpiConfig,
+    private val dispatcher: NativeDispatcher,
+    private val name: String,
+) : Communicator, MpiWatchdog.Watched {
+    private val abi: MpiAbi = binding.abi
+    private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
+    private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
+    private val recorder = FlightRecorder(config.flightRecorderSize, rank, "mpi")
+    private val arena: Arena = Arena.ofShared()
+    private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
+    private val scratchAddress = scratch.address()
+    private val sigSend: MemorySegment = arena.allocate(8L * SIG_LEN, 64)
+    private val sigRecv: MemorySegment = arena.allocate(8L * SIG_LEN * worldSize, 64)
+    private val closed = AtomicBoolean(false)
+    private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
+    private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
+        CudaAwareMode.Enabled -> true
+        CudaAwareMode.Disabled -> false
+        CudaAwareMode.Auto -> runtime.cudaSupport == 1
+    }
+
+    @Volatile private var broken: Throwable? = null
+
+    @Volatile private var noticesSent = false
+    private val noticeRequests: MemorySegment = arena.allocate(8L * worldSize, 8)
+
+    @Volatile override var currentDeadline: Long = 0L
+        private set
+
+    @Volatile override var currentSequence: Long = 0L
+        private set
+
+    @Volatile private var currentOperation: String = ""
+
+    @Volatile private var inFlightOps: Int = 0
+
+    init {
+        runtime.watchdog.register(this)
+    }
+
+    override val backendName: String get() = "mpi"
+
+    override val device: Device get() = Device.Host
+
+    /** The MPI implementation this process loaded. */
+    public val implementation: MpiImplementation get() = runtime.implementation
+
+    /** `MPI_Get_library_version`'s text. */
+    public val libraryVersion: String get() = runtime.library.version
+
+    /** Whether device (CUDA) tensors are handed to MPI directly (CUDA-aware MPI). */
+    public val passesDevicePointers: Boolean get() = deviceTensors
+
+    /**
+     * The communicator's thread as a coroutine dispatcher: code run in
+     * `withContext(comm.nativeDispatcher)` calls MPI without a thread hop (hot loops of small messages).
+     */
+    public val nativeDispatcher: CoroutineDispatcher get() = dispatcher
+
+    /** The flight recorder's JSON dump of recent operations. */
+    public fun flightRecorderDump(): String = recorder.dumpJson()
+
+    /**
+     * Per-operation timing of the MPI calls (count, total and maximum), by operation name; empty
+     * unless [MpiConfig.profiling] is on. A snapshot; thread-safe.
+     */
+    public fun profile(): Map<String, MpiOpProfile> = stats.mapValues { it.value.snapshot() }
+
+    /** Whether an earlier failure broke this communicator (every later call throws). */
+    public val isBroken: Boolean get() = broken != null
+
+    // ------------------------------------------------------------------ collectives
+
+    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+        val name = "allReduce"
+        checkTensor(tensor, name)
+        CollectiveChecks.op(op, tensor.dtype, name)
+        if (tensor.dtype.isHalf) {
+            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+            val n = count(tensor, name)
+            val staging = Tensor.zeros(tensor.dtype, listOf(worldSize * n))
+            val entry = start(name, tensor, "op=$op")
+            val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
+            collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
+                { binding.allgather(src, n, t, dst, n, t, handle) },
+                { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
+            HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            return tensor
+        }
+        if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
+        val n = count(tensor, name)
+        val entry = start(name, tensor, "op=$op")
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype); val o = abi.op(op); val inPlace = abi.inPlace
+        collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
+            { binding.allreduce(inPlace, buf, n, t, o, handle) },
+            { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+        if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
+        return tensor
+    }
+
+    override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
+        val name = "broadcast"
+        checkTensor(tensor, name)
+        CollectiveChecks.root(root, worldSize, name)
+        val n = count(tensor, name)
+        val entry = start(name, tensor, "root=$root")
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        collective(entry, name, signature(OP_BROADCAST, tensor, root, -1, null), tensor,
+            { binding.bcast(buf, n, t, root, handle) },
+            { r -> binding.ibcast(buf, n, t, root, handle, r) })
+        return tensor
+    }
+
+    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        val name = "reduce"
+        checkTensor(tensor, name)
+        CollectiveChecks.root(root, worldSize, name)
+        CollectiveChecks.op(op, tensor.dtype, name)
+        val n = count(tensor, name)
+        val t = abi.datatype(tensor.dtype)
+        val sig = signature(OP_REDUCE, tensor, root, -1, op)
+        if (tensor.dtype.isHalf) {
+            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+            val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(worldSize * n)) else null
+            val entry = start(name, tensor, "root=$root op=$op")
+            val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
+            collective(entry, name, sig, arrayOf(tensor, staging),
+                { binding.gather(src, n, t, dst, n, t, root, handle) },
+                { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
+            if (staging != null) HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            return tensor
+        }
+        if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
+        val entry = start(name, tensor, "root=$root op=$op")
+        val buf = addr(tensor); val o = abi.op(op)
+        val send = if (rank == root) abi.inPlace else buf
+        val recv = if (rank == root) buf else 0L
+        collective(entry, name, sig, tensor,
+            { binding.reduce(send, recv, n, t, o, root, handle) },
+            { r -> binding.ireduce(send, recv, n, t, o, root, handle, r) })
+        if (op == ReduceOp.Avg && rank == root) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
+        return tensor
+    }
+
+    override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
+        val name = "allGather"
+        checkTensor(input, name); checkTensor(output, name)
+        CollectiveChecks.sameDtype(input, output, name)
+        val expected = CollectiveShapes.allGather(input, worldSize, dim)
+        CollectiveChecks.shape(output, expected, "output", name)
+        val d = normalize(input, dim)
+        val n = count(input, name)
+        count(output, name)
+        val direct = contiguousAlong(input, d)
+        if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
+        val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val entry = start(name, input, "dim=$d")
+        val src = addr(input); val dst = addr(staging); val t = abi.datatype(input.dtype)
+        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging),
+            { binding.allgather(src, n, t, dst, n, t, handle) },
+            { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
+        if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
+        return output
+    }
+
+    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        val name = "reduceScatter"
+        checkTensor(input, name); checkTensor(output, name)
+        CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.op(op, input.dtype, name)
+        val expected = CollectiveShapes.reduceScatter(input, worldSize, dim)
+        CollectiveChecks.shape(output, expected, "output", name)
+        val d = normalize(input, dim)
+        count(input, name)
+        val n = count(output, name)
+        val direct = contiguousAlong(input, d)
+        val half = input.dtype.isHalf
+        if (!direct || half || op == ReduceOp.Avg) {
+            checkHost(input, name, if (half) "Float16/BFloat16 reductions run on the host" else "this reduce-scatter finishes on the host")
+        }
+        val send = if (direct) input else gatherBlocksAlong(input, d)
+        val t = abi.datatype(input.dtype)
+        val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
+        val entry = start(name, input, "op=$op dim=$d")
+        if (half) {
+            val blocks = Tensor.zeros(input.dtype, listOf(worldSize * n))
+            val src = addr(send); val dst = addr(blocks)
+            collective(entry, name, sig, arrayOf(input, send, blocks),
+                { binding.alltoall(src, n, t, dst, n, t, handle) },
+                { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
+            HostReduction.reduceHalves(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
+            return output
+        }
+        val src = addr(send); val dst = addr(output); val o = abi.op(op)
+        collective(entry, name, sig, arrayOf(input, send, output),
+            { binding.reduceScatterBlock(src, dst, n, t, o, handle) },
+            { r -> binding.ireduceScatterBlock(src, dst, n, t, o, handle, r) })
+        if (op == ReduceOp.Avg) HostReduction.divide(output.segment, output.dtype, output.numel, worldSize)
+        return output
+    }
+
+    override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
+        val name = "gather"
+        checkTensor(input, name)
+        CollectiveChecks.root(root, worldSize, name)
+        val outShape = CollectiveShapes.allGather(input, worldSize, dim)
+        val d = normalize(input, dim)
+        val n = count(input, name)
+        val direct = contiguousAlong(input, d)
+        if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
+        val output = if (rank == root) zerosLike(input, outShape) else null
+        val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val entry = start(name, input, "root=$root dim=$d")
+        val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
+        collective(entry, name, signature(OP_GATHER, input, root, d, null), arrayOf(input, output, staging),
+            { binding.gather(src, n, t, dst, n, t, root, handle) },
+            { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
+        if (output != null && !direct) scatterBlocksAlong(staging!!, input.shape, output, d)
+        return output
+    }
+
+    override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
+        val name = "scatter"
+        checkTensor(output, name)
+        CollectiveChecks.root(root, worldSize, name)
+        CollectiveChecks.dim(output, dim, name)
+        val d = normalize(output, dim)
+        val n = count(output, name)
+        val direct = contiguousAlong(output, d)
+        var send: Tensor? = null
+        if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
+        if (input != null) {
+            // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
+            checkTensor(input, name)
+            CollectiveChecks.sameDtype(input, output, name)
+            CollectiveChecks.divisible(input, d, worldSize, name)
+            val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
+            CollectiveChecks.shape(input, expected, "input", name)
+            if (!direct) checkHost(input, name, "scattering along dim $d rearranges on the host")
+        }
+        if (rank == root) send = if (direct) input else gatherBlocksAlong(input!!, d)
+        if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
+        val entry = start(name, output, "root=$root dim=$d")
+        val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
+        collective(entry, name, signature(OP_SCATTER, output, root, d, null), arrayOf(input, send, output),
+            { binding.scatter(src, n, t, dst, n, t, root, handle) },
+            { r -> binding.iscatter(src, n, t, dst, n, t, root, handle, r) })
+    }
+
+    override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
+        val name = "allToAll"
+        checkTensor(input, name)
+        CollectiveChecks.dim(input, dim, name)
+        val d = normalize(input, dim)
+        CollectiveChecks.divisible(input, d, worldSize, name)
+        val total = count(input, name)
+        val n = total / worldSize
+        val direct = contiguousAlong(input, d)
+        if (!direct) checkHost(input, name, "all-to-all along dim $d rearranges on the host")
+        val output = zerosLike(input, input.shape)
+        val send = if (direct) input else gatherBlocksAlong(input, d)
+        val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
+        val entry = start(name, input, "dim=$d")
+        val src = addr(send); val dst = addr(recv); val t = abi.datatype(input.dtype)
+        collective(entry, name, signature(OP_ALLTOALL, input, -1, d, null), arrayOf(input, send, recv, output),
+            { binding.alltoall(src, n, t, dst, n, t, handle) },
+            { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
+        if (!direct) {
+            val chunkShape = input.shape.toMutableList().also { it[d] = it[d] / worldSize }
+            scatterBlocksAlong(recv, chunkShape, output, d)
+        }
+        return output
+    }
+
+    override suspend fun barrier() {
+        val entry = recorder.start("barrier")
+        collective(entry, "barrier", signature(OP_BARRIER, null, -1, -1, null), null,
+            { binding.barrier(handle) },
+            { r -> binding.ibarrier(handle, r) })
+    }
+
+    // ------------------------------------------------------------------ point to point
+
+    override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
+        val name = "send"
+        checkTensor(tensor, name)
+        CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
+        CollectiveChecks.tag(tag, name, allowAny = false)
+        val n = count(tensor, name)
+        val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "dst=$dst", "tag=$tag")
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
+    }
+
+    override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        val name = "recv"
+        checkTensor(tensor, name)
+        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
+        CollectiveChecks.tag(tag, name, allowAny = true)
+        val n = count(tensor, name)
+        val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "src=$src", "tag=$tag")
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
+        val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
+        val status = pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.irecv(buf, n, t, mpiSrc, mpiTag, handle, r) }
+        if (status.byteCount != tensor.byteSize) {
+            throw CommunicationException(
+                "received a message of ${status.byteCount} bytes from rank ${status.source} (tag ${status.tag}) into a tensor of " +
+                    "${tensor.byteSize} bytes; the receiving tensor must have the sent message's size (use probe to learn it)",
+                rank, "mpi", name, entry.sequence,
+            ).also { entry.fail(it) }
+        }
+        return MessageInfo(status.source, status.tag, status.byteCount)
+    }
+
+    override suspend fun probe(src: Int, tag: Int): MessageInfo {
+        val name = "probe"
+        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
+        CollectiveChecks.tag(tag, name, allowAny = true)
+        val entry = recorder.start(name, null, null, 0, "src=$src", "tag=$tag")
+        val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
+        val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
+        val probe = StatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, null, Pending.Kind.Probe, probe) { _ -> 0 }
+        return MessageInfo(status.source, status.tag, status.byteCount)
+    }
+
+    // ------------------------------------------------------------------ groups
+
+    override suspend fun split(color: Int?, key: Int): Communicator? {
+        val name = "split"
+        require(color == null || color >= 0) { "$name: color must be >= 0 or null, got $color" }
+        check(runtime.providedThreadLevel >= MpiThreadLevel.Multiple.value) {
+            "$name: MPI provided thread level ${runtime.providedThreadLevel}, but each MPI communicator calls MPI from its own thread, " +
+                "which needs MPI_THREAD_MULTIPLE (3); set MpiConfig.threadLevel=Multiple (option mpi.threadLevel) and use an MPI built with it"
+        }
+        val entry = recorder.start(name, null, null, 0, null, "color=$color key=$key")
+        val sig = signature(OP_SPLIT, null, -1, -1, null)
+        val newHandle = try {
+            ensureUsable(name, entry.sequence)
+            dispatcher.execute {
+                ensureUsable(name, entry.sequence)
+                if (sig != null) exchangeSignatureBlocking(sig, name, entry)
+                val out = scratchAddress + OFF_HANDLE
+                runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
+                abi.readHandle(scratch, OFF_HANDLE)
+            }
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        }
+        entry.complete()
+        if (newHandle == abi.commNull) return null
+        return MpiBackendFactory.wrap(runtime, binding, newHandle, config, mpiConfig, "$name-of-${this.name}")
+    }
+
+    /**
+     * Collective: a new communicator over the same ranks (`MPI_Comm_dup`) with its own thread and
+     * the given settings (e.g. a shorter timeout, or `abortOnTimeout = false` for a communicator
+     * that may fail without ending the job). Breaking it leaves this one usable. Every rank must call.
+     *
+     * @throws IllegalArgumentException when [commConfig]'s worldSize/rank differ from this communicator's.
+     */
+    public suspend fun duplicate(commConfig: CommConfig = config, mpi: MpiConfig = mpiConfig): MpiCommunicator {
+        val name = "duplicate"
+        require(commConfig.worldSize == worldSize && commConfig.rank == rank) {
+            "$name: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
+        }
+        check(runtime.providedThreadLevel >= MpiThreadLevel.Multiple.value) {
+            "$name: a second communicator calls MPI from its own thread, which needs MPI_THREAD_MULTIPLE; set MpiConfig.threadLevel=Multiple"
+        }
+        val entry = recorder.start(name)
+        val newHandle = try {
+            ensureUsable(name, entry.sequence)
+            dispatcher.execute {
+                ensureUsable(name, entry.sequence)
+                val out = scratchAddress + OFF_HANDLE
+                runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
+                abi.readHandle(scratch, OFF_HANDLE)
+            }
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        }
+        entry.complete()
+        return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "dup-of-${this.name}")
+    }
+
+    // ------------------------------------------------------------------ lifecycle
+
+    /**
+     * Frees the MPI communicator (`MPI_Comm_free`) on its thread, ends the thread, and, when this
+     * is the last MPI communicator of the process, calls `MPI_Finalize`. Idempotent. A broken
+     * communicator or one with operations in flight is not freed (MPI may still use it).
+     */
+    override fun close() {
+        if (!closed.compareAndSet(false, true)) return
+        runtime.watchdog.unregister(this)
+        val free = broken == null && inFlightOps == 0 && !runtime.finalized
+        try {
+            if (!dispatcher.isClosed) {
+                runBlocking {
+                    dispatcher.execute {
+                        if (free) {
+                            abi.writeHandle(scratch, OFF_HANDLE, handle)
+                            binding.commFree(scratchAddress + OFF_HANDLE)
+                            abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
+                            binding.commFree(scratchAddress + OFF_HANDLE)
+                        }
+                        runtime.release()
+                    }
+                }
+            } else {
+                runtime.release()
+            }
+        } finally {
+            dispatcher.close()
+            if (free) arena.close() else runtime.pin(arena)
+        }
+    }
+
+    override fun toString(): String = "MpiCommunicator($name, rank $rank of $worldSize, ${runtime.implementation})"
+
+    // ------------------------------------------------------------------ engine
+
+    /** Issues a collective (signature exchange first when enabled) and waits for it. */
+    private suspend fun collective(
+        entry: FlightRecorder.Entry,
+        operation: String,
+        sig: LongArray?,
+        keepAlive: Any?,
+        blocking: () -> Int,
+        start: (Long) -> Int,
+    ) {
+        try {
+            ensureUsable(operation, entry.sequence)
+            val pending = dispatcher.execute {
+                ensureUsable(operation, entry.sequence)
+                if (!blockingMode) checkAbortNotices(operation, entry)
+                if (blockingMode) {
+                    if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
+                    runBlockingCall(operation, entry, keepAlive, blocking)
+                    null
+                } else {
+                    val deadline = System.nanoTime() + timeoutNanos
+                    // The signature exchange completes before the operation starts, so mismatched
+                    // collectives never reach MPI; polling it here keeps issue order = call order.
+                    if (sig != null) exchangeSignaturePolling(sig, operation, entry, deadline)
+                    val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, deadline)
+                    check(start(p.request), operation, entry)
+                    p.mainPending = true
+                    p.issued()
+                    p
+                }
+            }
+            if (pending != null) dispatcher.await(pending)
+            entry.complete()
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        } finally {
+            Reference.reachabilityFence(keepAlive)
+        }
+    }
+
+    /** Issues a non-blocking point-to-point call (or a probe) and waits for its status. */
+    private suspend fun pointToPoint(
+        entry: FlightRecorder.Entry,
+        operation: String,
+        keepAlive: Any?,
+        kind: Pending.Kind,
+        result: StatusResult = StatusResult(),
+        start: (Long) -> Int,
+    ): StatusResult {
+        try {
+            ensureUsable(operation, entry.sequence)
+            val pending = dispatcher.execute {
+                ensureUsable(operation, entry.sequence)
+                checkAbortNotices(operation, entry)
+                val p = Pending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
+                p.result = result
+                if (kind == Pending.Kind.Request) {
+                    check(start(p.request), operation, entry)
+                } else {
+                    start(0L)
+                }
+                p.mainPending = true
+                p.issued()
+                p
+            }
+            dispatcher.await(pending)
+            entry.complete()
+            return result
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        } finally {
+            Reference.reachabilityFence(keepAlive)
+        }
+    }
+
+    /** A status read back from MPI (source, tag, size). */
+    private class StatusResult {
+        var source: Int = -1
+        var tag: Int = -1
+        var byteCount: Long = 0
+        var probeSource: Int = 0
+        var probeTag: Int = 0
+    }
+
+    /** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
+    private class Pending(
+        val comm: MpiCommunicator,
+        val entry: FlightRecorder.Entry,
+        val operation: String,
+        val kind: Kind,
+        val keepAlive: Any?,
+        val deadline: Long,
+    ) : NativeRequest {
+        enum class Kind { Request, Probe }
+
+        // Own native memory: several operations may be in flight at once. Freed by the GC only
+        // after the operation completed (the dispatcher keeps this object until then, and a failed
+        // operation is pinned for the life of the process).
+        val memory: MemorySegment = Arena.ofAuto().allocate(128L, 64)
+        val request: Long = memory.address()
+        val flag: Long = memory.address() + 16
+        val status: Long = memory.address() + 32
+        var mainPending = false
+        var result: StatusResult? = null
+        private val startNanos = System.nanoTime()
+        private var counted = false
+
+        fun issued() {
+            counted = true
+            comm.inFlightOps++
+            comm.runtime.inFlight.incrementAndGet()
+        }
+
+        private fun retire() {
+            if (counted) {
+                counted = false
+                comm.inFlightOps--
+                comm.runtime.inFlight.decrementAndGet()
+            }
+        }
+
+        override fun poll(): Boolean {
+            val b = comm.binding
+            try {
+                comm.ensureNotBrokenWhileInFlight(operation, entry)
+                comm.checkAbortNotices(operation, entry)
+                when (kind) {
+                    Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
+                    Kind.Probe -> {
+                        val r = result!!
+                        comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
+                    }
+                }
+                if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                    mainPending = false
+                    result?.let { r ->
+                        val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
+                        r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
+                    }
+                    retire()
+                    comm.recordProfile(operation, System.nanoTime() - startNanos)
+                    return true
+                }
+                if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
+                return false
+            } catch (t: Throwable) {
+                // MPI may still use this operation's buffers: keep them for the life of the process.
+                comm.runtime.pin(this)
+                throw t
+            }
+        }
+    }
+
+    /** Runs one blocking MPI call under the watchdog's deadline. */
+    private inline fun runBlockingCall(operation: String, entry: FlightRecorder.Entry, keepAlive: Any?, call: () -> Int) {
+        currentOperation = operation
+        currentSequence = entry.sequence
+        val t0 = System.nanoTime()
+        currentDeadline = (t0 + timeoutNanos).let { if (it == 0L) 1L else it }
+        val rc = try {
+            call()
+        } finally {
+            currentDeadline = 0L
+            Reference.reachabilityFence(keepAlive)
+        }
+        if (mpiConfig.profiling) recordProfile(operation, System.nanoTime() - t0)
+        check(rc, operation, entry)
+    }
+
+    private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry) {
+        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        val s = sigSend.address(); val r = sigRecv.address(); val t = abi.int64Type
+        runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
+        compareSignatures(sig, sigRecv, operation, entry)
+    }
+
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long) {
+        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        val req = scratchAddress + OFF_REQUEST
+        val flag = scratchAddress + OFF_FLAG
+        check(binding.iallgather(sigSend.address(), SIG_LEN, abi.int64Type, sigRecv.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        while (true) {
+            check(binding.test(req, flag, abi.statusIgnore), operation, entry)
+            if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
+            if (System.nanoTime() - deadline > 0) throw timedOut("$operation(signature)", entry.sequence)
+            Thread.onSpinWait()
+        }
+        compareSignatures(sig, sigRecv, operation, entry)
+    }
+
+    /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
+    internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
+        val cause = broken ?: return
+        throw CommunicatorAbortedException("the communicator was aborted while this call was in flight: ${cause.message}", rank, "mpi", operation, entry.sequence, cause)
+    }
+
+    private fun compareSignatures(mine: LongArray, all: MemorySegment, operation: String, entry: FlightRecorder.Entry) {
+        val first = LongArray(SIG_LEN) { all.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
+        val ranks = ArrayList<Int>()
+        val fields = LinkedHashSet<String>()
+        val descriptions = ArrayList<String>()
+        for (r in 1 until worldSize) {
+            var differs = false
+            for (i in 0 until SIG_LEN) {
+                val v = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
+                if (v != first[i]) {
+                    differs = true
+                    fields += SIG_FIELDS[i]
+                }
+            }
+            if (differs) {
+                ranks += r
+                descriptions += "rank $r: ${describe(all, r)}"
+            }
+        }
+        if (ranks.isEmpty()) return
+        val e = CollectiveMismatchException(
+            "collective mismatch: rank 0 called ${describe(all, 0)} but ${descriptions.joinToString("; ")} (fields differing: ${fields.joinToString()})",
+            rank, "mpi", operation, entry.sequence, ranks, fields.toList(), recorder.dumpJson(),
+        )
+        markBroken(e)
+        throw e
+    }
+
+    private fun describe(all: MemorySegment, r: Int): String {
+        fun f(i: Int) = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
+        val op = OP_NAMES.getOrElse(f(1).toInt()) { "op#${f(1)}" }
+        val dtype = f(2).toInt().let { if (it in DType.entries.indices) DType.entries[it].name else "-" }
+        val reduce = f(7).toInt().let { if (it in ReduceOp.entries.indices) " op=${ReduceOp.entries[it]}" else "" }
+        val root = if (f(5) >= 0) " root=${f(5)}" else ""
+        val dim = if (f(6) >= 0) " dim=${f(6)}" else ""
+        return "$op($dtype numel=${f(3)} shapeHash=${f(4)}$root$dim$reduce)"
+    }
+
+    private fun signature(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
+        if (!config.checkConsistency) return null
+        return longArrayOf(
+            SIG_MAGIC, op.toLong(), (t?.dtype?.ordinal ?: -1).toLong(), t?.numel ?: -1L, (t?.shape?.hashCode() ?: 0).toLong(),
+            root.toLong(), dim.toLong(), (reduceOp?.ordinal ?: -1).toLong(),
+        )
+    }
+
+    /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
+    internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
+        if (rc == 0) return
+        val e = CommunicationException(
+            "MPI error $rc: ${MpiErrors.describe(binding, rc)}", rank, "mpi", operation, entry.sequence, null, recorder.dumpJson(),
+        )
+        markBroken(e)
+        throw e
+    }
+
+    private fun ensureUsable(operation: String, sequence: Long) {
+        if (closed.get()) throw CommunicatorAbortedException("the communicator is closed", rank, "mpi", operation, sequence)
+        broken?.let {
+            throw CommunicatorAbortedException(
+                "the communicator was aborted by an earlier failure: ${it.message}", rank, "mpi", operation, sequence, it,
+            )
+        }
+    }
+
+    private fun failed(entry: FlightRecorder.Entry, e: Throwable) {
+        entry.fail(e)
+        if (e is CancellationException && broken == null) {
+            markBroken(
+                CommunicatorAbortedException(
+                    "a call was cancelled while in flight; the other ranks cannot finish it without this one",
+                    rank, "mpi", currentOperation, entry.sequence, e,
+                ),
+            )
+        }
+    }
+
+    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
+        if (broken == null) {
+            broken = cause
+            runtime.broken = true
+            if (notifyPeers && worldSize > 1 && !closed.get()) {
+                if (dispatcher.isNativeThread) sendAbortNotices() else dispatcher.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { sendAbortNotices() })
+            }
+        }
+    }
+
+    /**
+     * Tells every other rank that this communicator broke (one tiny message each on the control
+     * communicator), so their pending and later calls fail instead of completing with this rank's
+     * abandoned operations. The buffers live in the communicator's arena, pinned once broken.
+     */
+    private fun sendAbortNotices() {
+        if (noticesSent) return
+        noticesSent = true
+        val payload = sigSend // the notice's content is irrelevant; any live buffer of 4 bytes serves
+        var slot = 0L
+        for (peer in 0 until worldSize) {
+            if (peer == rank) continue
+            binding.isend(payload.address(), 1, abi.datatype(DType.Int32), peer, ABORT_TAG, controlHandle, noticeRequests.address() + slot)
+            slot += 8
+        }
+    }
+
+    /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
+    internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
+        if (worldSize == 1) return
+        val flag = scratchAddress + OFF_NOTICE_FLAG
+        if (binding.iprobe(abi.anySource, ABORT_TAG, controlHandle, flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
+        if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) == 0) return
+        val from = abi.statusLayout.parse(scratch.asSlice(OFF_NOTICE_STATUS, abi.statusLayout.size)).source
+        val e = CommunicatorAbortedException(
+            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)", rank, "mpi", operation, entry.sequence,
+        )
+        markBroken(e, notifyPeers = false)
+        throw e
+    }
+
+    /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
+    internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
+        val dump = recorder.dumpJson()
+        val e = CommunicationTimeoutException(
+            "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
+                if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
+            rank, "mpi", operation, sequence, null, dump,
+        )
+        markBroken(e)
+        System.err.println("tpcomm-mpi: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
+        System.err.flush()
+        if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
+        return e
+    }
+
+    override fun onDeadline(sequence: Long) {
+        timedOut(currentOperation, sequence)
+    }
+
+    internal fun recordProfile(operation: String, nanos: Long) {
+        if (!mpiConfig.profiling) return
+        stats.computeIfAbsent(operation) { MpiOpProfile.Accumulator() }.add(nanos)
+    }
+
+    private fun FlightRecorder.Entry.operationName(): String = snapshot().operation
+
+    private fun start(operation: String, t: Tensor, detail: String): FlightRecorder.Entry =
+        recorder.start(operation, t.dtype.name, t.shape, t.byteSize, null, detail)
+
+    private fun checkTensor(t: Tensor, operation: String) {
+        require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
+        if (t.device.isGpu) {
+            require(deviceTensors && t.device is Device.Cuda) {
+                "$operation: the tensor is on ${t.device}, but this MPI library is not CUDA-aware " +
+                    "(MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}) " +
+                    "and no device runtime is available to stage it through host memory; copy it to the host, use the NCCL backend, " +
+                    "or set mpi.cudaAware=Enabled if your MPI is CUDA-aware"
+            }
+        }
+    }
+
+    private fun checkHost(t: Tensor, operation: String, why: String) {
+        require(!t.device.isGpu) { "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first" }
+    }
+
+    private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
+
+    private fun count(t: Tensor, operation: String): Int {
+        require(t.numel <= Int.MAX_VALUE) {
+            "$operation: the tensor has ${t.numel} elements, more than MPI's int count allows (${Int.MAX_VALUE}); split it into smaller tensors"
+        }
+        return t.numel.toInt()
+    }
+
+    private fun normalize(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
+
+    /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
+    private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }
+
+    private fun zerosLike(t: Tensor, shape: List<Int>): Tensor = Tensor.zeros(t.dtype, shape)
+
+    /** Rearranges [input]'s `worldSize` chunks along [d] into one dim-0 staging buffer (chunk r contiguous). */
+    private fun gatherBlocksAlong(input: Tensor, d: Int): Tensor {
+        val chunks = input.chunk(worldSize, d)
+        val flat = chunks.map { it.view(it.numel.toInt()) }
+        return Tensor.concat(flat, 0)
+    }
+
+    /** Writes the `worldSize` blocks of [staging] (each of [blockShape]) into [output] joined along [d]. */
+    private fun scatterBlocksAlong(staging: Tensor, blockShape: List<Int>, output: Tensor, d: Int) {
+        val blocks = staging.chunk(worldSize, 0).map { it.view(*blockShape.toIntArray()) }
+        Tensor.concatInto(blocks, output, d)
+    }
+
+    private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
+
+    internal companion object {
+        const val ABORT_CODE: Int = 14
+        const val SIG_LEN: Int = 8
+        const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
+        val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")
+        const val OP_ALLREDUCE = 1
+        const val OP_BROADCAST = 2
+        const val OP_REDUCE = 3
+        const val OP_ALLGATHER = 4
+        const val OP_REDUCE_SCATTER = 5
+        const val OP_GATHER = 6
+        const val OP_SCATTER = 7
+        const val OP_ALLTOALL = 8
+        const val OP_BARRIER = 9
+        const val OP_SPLIT = 10
+        val OP_NAMES: List<String> = listOf(
+            "?", "allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier", "split",
+        )
+        const val SCRATCH_BYTES: Long = 256
+        const val OFF_HANDLE: Long = 0
+        const val OFF_REQUEST: Long = 8
+        const val OFF_FLAG: Long = 16
+        const val OFF_NOTICE_FLAG: Long = 24
+        const val OFF_NOTICE_STATUS: Long = 64
+        const val ABORT_TAG: Int = 7
+    }
+}

@@ -1,0 +1,144 @@
+package dev.tpcomm.mpi
+
+import java.lang.foreign.Arena
+import java.lang.foreign.ValueLayout
+import java.util.concurrent.atomic.AtomicInteger
+
+/**
+ * MPI's process-wide state: the library, `MPI_Init_thread` once, `MPI_Finalize` once (when the
+ * last communicator closes or at JVM shutdown), and the watchdog that enforces deadlines of
+ * blocking calls. Every method is thread-safe and idempotent where the name says so.
+ *
+ * MPI cannot be initialised again after `MPI_Finalize`: a communicator created after the last
+ * one closed fails with a clear [IllegalStateException].
+ */
+internal class MpiRuntime private constructor(
+    val library: MpiLibrary,
+    val binding: MpiBinding,
+    /** Thread level MPI provided. */
+    val providedThreadLevel: Int,
+    /** Whether this runtime called `MPI_Init_thread` (and so must finalize). */
+    private val ownsInit: Boolean,
+    /** CUDA support reported by `MPIX_Query_cuda_support` (-1: the library has no such function). */
+    val cudaSupport: Int,
+) {
+    private val users = AtomicInteger(0)
+    private val lock = Any()
+
+    @Volatile var finalized: Boolean = false
+        private set
+
+    /** Operations in flight across all communicators; finalize waits for none. */
+    val inFlight: AtomicInteger = AtomicInteger(0)
+
+    /** Set when a communicator broke (timeout, mismatch, cancellation): finalize would hang, so it is skipped. */
+    @Volatile var broken: Boolean = false
+
+    val watchdog: MpiWatchdog = MpiWatchdog()
+
+    private val pinned = java.util.concurrent.ConcurrentLinkedQueue<Any>()
+
+    /** Keeps [obj] (buffers MPI may still touch) reachable for the life of the process. */
+    fun pin(obj: Any?) {
+        if (obj != null) pinned += obj
+    }
+
+    val implementation: MpiImplementation get() = library.implementation
+
+    /** Registers one more communicator. @throws IllegalStateException after finalize. */
+    fun retain() {
+        synchronized(lock) {
+            check(!finalized) {
+                "MPI was finalized when the last MPI communicator closed, and MPI cannot be initialised twice in one process; " +
+                    "keep a communicator open for as long as the program uses MPI"
+            }
+            users.incrementAndGet()
+        }
+    }
+
+    /** Unregisters a communicator; the last one finalizes MPI (unless a communicator broke). */
+    fun release() {
+        val last = synchronized(lock) { users.decrementAndGet() == 0 }
+        if (last) finalizeOnce()
+    }
+
+    /**
+     * `MPI_Finalize` once, when this runtime initialised MPI. Idempotent. Runs on a helper thread
+     * and waits at most [FINALIZE_WAIT_MILLIS]: after a failure MPI may never finish finalizing, and
+     * the process must still be able to exit.
+     */
+    fun finalizeOnce() {
+        synchronized(lock) {
+            if (finalized) return
+            finalized = true
+            watchdog.close()
+            if (!ownsInit) return
+            val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start {
+                Arena.ofConfined().use { a ->
+                    val flag = a.allocate(ValueLayout.JAVA_INT)
+                    binding.finalized(flag.address())
+                    if (flag.get(ValueLayout.JAVA_INT, 0) == 0) binding.finalize()
+                }
+            }
+            t.join(FINALIZE_WAIT_MILLIS)
+            if (t.isAlive) {
+                System.err.println("tpcomm-mpi: MPI_Finalize did not return within ${FINALIZE_WAIT_MILLIS} ms (a communicator failed earlier); exiting without it")
+            }
+        }
+    }
+
+    /** `MPI_Abort` on [comm]: ends every rank of the job. */
+    fun abort(comm: Long, code: Int) {
+        System.err.flush()
+        binding.abort(comm, code)
+    }
+
+    companion object {
+        const val FINALIZE_WAIT_MILLIS: Long = 10_000
+
+        @Volatile private var instance: MpiRuntime? = null
+        private val initLock = Any()
+
+        /** The runtime if MPI was initialised in this process. */
+        val current: MpiRuntime? get() = instance
+
+        /**
+         * Loads the library, sets the configuration's environment and initialises MPI, once per
+         * process; later calls return the same runtime (their MPI settings are ignored).
+         *
+         * @throws dev.tpcomm.BackendUnavailableException when no library loads.
+         * @throws IllegalArgumentException when an algorithm does not exist in the loaded implementation.
+         * @throws IllegalStateException when `MPI_Init_thread` fails.
+         */
+        fun initialize(config: MpiConfig, env: Map<String, String> = System.getenv()): MpiRuntime {
+            instance?.let { return it }
+            synchronized(initLock) {
+                instance?.let { return it }
+                val library = MpiLibrary.load(config.library, env)
+                if (library.implementation == MpiImplementation.OpenMpi) {
+                    // Open MPI 4.1's AVX reduction kernels saturate 8-bit integer sums instead of
+                    // wrapping around; the portable kernels wrap. Kept if the user chose otherwise.
+                    Libc.setenv("OMPI_MCA_op", "^avx", false)
+                }
+                for ((k, v) in config.initEnvironment(library.implementation)) Libc.setenv(k, v, true)
+                val binding = FfmMpiBinding(library.abi)
+                val runtime = Arena.ofConfined().use { a ->
+                    val out = a.allocate(ValueLayout.JAVA_INT)
+                    binding.initialized(out.address())
+                    val already = out.get(ValueLayout.JAVA_INT, 0) != 0
+                    val provided = if (already) {
+                        config.threadLevel.value
+                    } else {
+                        val rc = binding.initThread(config.threadLevel.value, out.address())
+                        check(rc == 0) { "MPI_Init_thread failed with error code $rc (${library.path}, ${library.implementation})" }
+                        out.get(ValueLayout.JAVA_INT, 0)
+                    }
+                    MpiRuntime(library, binding, provided, !already, binding.queryCudaSupport())
+                }
+                Runtime.getRuntime().addShutdownHook(Thread({ runtime.finalizeOnce() }, "tpcomm-mpi-finalize"))
+                instance = runtime
+                return runtime
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+package dev.tpcomm.mpi.jobs
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.mpi.MpiBackendFactory
+import dev.tpcomm.mpi.MpiCommunicator
+import dev.tpcomm.mpi.MpiProgress
+import dev.tpcomm.testkit.CaseResult
+import dev.tpcomm.testkit.ConformanceOptions
+import dev.tpcomm.testkit.ScratchCommunicatorFactory
+import dev.tpcomm.testkit.SpmdConformanceRunner
+import dev.tpcomm.testkit.writeJUnitXml
+import kotlinx.coroutines.runBlocking
+import java.nio.file.Files
+import java.nio.file.Path
+import java.util.Base64
+import kotlin.system.exitProcess
+import kotlin.time.Duration.Companion.seconds
+
+/**
+ * One rank of a conformance job: `mpirun -np N java ... MpiConformanceMain <outDir> <suiteName>`.
+ * Runs comm-testkit's SPMD runner on the MPI backend (consistency checks on; failure cases on
+ * duplicates with `abortOnTimeout = false`), writes `rank-<r>.tsv` (case, status, base64 message)
+ * and a JUnit XML per rank into outDir, and exits 0 (results are judged by [MpiJobsTest]).
+ */
+object MpiConformanceMain {
+    @JvmStatic
+    fun main(args: Array<String>) {
+        val out = Path.of(args[0])
+        val suite = args.getOrElse(1) { "mpi" }
+        val code = runBlocking {
+            val base = CommConfig.fromEnvironment()
+            val comm = MpiBackendFactory().create(base.copy(checkConsistency = true, timeout = 60.seconds)) as MpiCommunicator
+            val options = ConformanceOptions(maxWorldSize = comm.worldSize, worldSizes = listOf(comm.worldSize)).withSystemProperties()
+            val scratch = ScratchCommunicatorFactory { parent, timeout ->
+                val p = parent as MpiCommunicator
+                p.duplicate(p.config.copy(timeout = timeout), p.mpiConfig.copy(abortOnTimeout = false, progress = MpiProgress.NonBlocking))
+            }
+            val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
+                if (r.status == CaseResult.Status.Failed) System.err.println("FAILED ${r.case} on rank ${r.rank}: ${r.message}")
+            })
+            Files.createDirectories(out)
+            val b64 = Base64.getEncoder()
+            Files.write(
+                out.resolve("rank-${comm.rank}.tsv"),
+                results.map { "${b64.encodeToString(it.case.toByteArray())}\t${it.status}\t${b64.encodeToString((it.message ?: "").toByteArray())}\t${it.durationMillis}" },
+            )
+            writeJUnitXml(out.resolve("TEST-$suite.rank${comm.rank}.xml"), "$suite.rank${comm.rank}", results)
+            comm.close()
+            0
+        }
+        exitProcess(code)
+    }
+}

@@ -1,0 +1,73 @@
+package dev.tpcomm.mpi.jobs
+
+import java.io.File
+import java.nio.file.Files
+import java.nio.file.Path
+import java.util.UUID
+import java.util.concurrent.TimeUnit
+
+/** An MPI implementation's launcher on this machine. */
+enum class Launcher(val id: String, val command: String, val flags: List<String>, val packages: String) {
+    OpenMpi("openmpi", "mpirun.openmpi", listOf("--allow-run-as-root", "--oversubscribe", "--bind-to", "none"), "openmpi-bin libopenmpi-dev"),
+    Mpich("mpich", "mpirun.mpich", emptyList(), "mpich libmpich-dev");
+
+    val path: String? get() = System.getenv("PATH").orEmpty().split(':').map { File(it, command) }.firstOrNull { it.canExecute() }?.path
+}
+
+/** How a job ended. */
+class JobResult(val exitCode: Int, val timedOut: Boolean, val elapsedMillis: Long, val stdout: String, val stderr: String) {
+    override fun toString(): String =
+        "exit $exitCode${if (timedOut) " (killed: wall-clock limit)" else ""} after $elapsedMillis ms\n--- stdout\n${stdout.takeLast(6000)}\n--- stderr\n${stderr.takeLast(6000)}"
+}
+
+/** Launches multi-process jobs of this module's test classes, each under a hard wall-clock limit. */
+object MpiJobs {
+    val classpath: String = System.getProperty("surefire.test.class.path")?.takeIf { it.isNotBlank() } ?: System.getProperty("java.class.path")
+
+    val java: String = Path.of(System.getProperty("java.home"), "bin", "java").toString()
+
+    val jvmFlags = listOf(
+        "--enable-native-access=ALL-UNNAMED", "-Xss4m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+    )
+
+    /** Whether missing MPI implementations may be skipped (`TPCOMM_ALLOW_MISSING_MPI=1`). */
+    val allowMissing: Boolean get() = System.getenv("TPCOMM_ALLOW_MISSING_MPI") == "1"
+
+    fun javaCommand(mainClass: String, args: List<String>, marker: String): List<String> =
+        listOf(java) + jvmFlags + listOf("-Dtpcomm.job=$marker", "-cp", classpath, mainClass) + args
+
+    fun runMpi(launcher: Launcher, np: Int, mainClass: String, args: List<String>, limitSeconds: Long, env: Map<String, String> = emptyMap()): JobResult {
+        val marker = UUID.randomUUID().toString()
+        val cmd = listOf(launcher.path ?: error("${launcher.command} not found")) + launcher.flags + listOf("-np", np.toString()) +
+            javaCommand(mainClass, args, marker)
+        return run(cmd, limitSeconds, env, marker)
+    }
+
+    fun runJava(mainClass: String, args: List<String>, limitSeconds: Long, env: Map<String, String> = emptyMap()): JobResult {
+        val marker = UUID.randomUUID().toString()
+        return run(javaCommand(mainClass, args, marker), limitSeconds, env, marker)
+    }
+
+    private fun run(command: List<String>, limitSeconds: Long, env: Map<String, String>, marker: String): JobResult {
+        val dir = Files.createTempDirectory("tpcomm-mpi-job")
+        val out = dir.resolve("stdout").toFile()
+        val err = dir.resolve("stderr").toFile()
+        val pb = ProcessBuilder(command).redirectOutput(out).redirectError(err)
+        pb.environment().keys.removeIf { it.startsWith("OMPI_") || it.startsWith("PMI") || it.startsWith("PMIX_") || it == "MPI_LOCALRANKID" }
+        pb.environment().putAll(env)
+        val start = System.nanoTime()
+        val p = pb.start()
+        val finished = p.waitFor(limitSeconds, TimeUnit.SECONDS)
+        if (!finished) {
+            p.toHandle().descendants().forEach { it.destroyForcibly() }
+            p.destroyForcibly()
+            p.waitFor(10, TimeUnit.SECONDS)
+            // mpirun's ranks may have been re-parented: kill what still runs our command line.
+            ProcessHandle.allProcesses().filter { h -> h.info().commandLine().orElse("").contains(marker) }.forEach { it.destroyForcibly() }
+        }
+        val elapsed = (System.nanoTime() - start) / 1_000_000
+        val result = JobResult(if (finished) p.exitValue() else -1, !finished, elapsed, out.readText(), err.readText())
+        dir.toFile().deleteRecursively()
+        return result
+    }
+}
