@@ -41,9 +41,9 @@ public data class DemoOptions(
             |  --mpi openmpi|mpich     MPI implementation for --backend mpi (default openmpi)
             |  --mpirun PATH           the mpirun program (default mpirun.openmpi / mpirun.mpich)
             |  --sequence-parallel     all-gather / reduce-scatter along the sequence instead of all-reduce
-            |  --steps N               training steps (default 30)
+            |  --steps N               training steps (default 40)
             |  --hidden H --ffn F --seq S --batch B   sizes (default 256, 1024, 64, 4)
-            |  --lr X --seed N         SGD learning rate (default 0.3), seed (default 42)
+            |  --lr X --seed N         SGD learning rate (default 0.15), seed (default 42)
             |  --timing-steps N        steps per timing round, with and without overlap (default 10; 0 skips)
             |  --no-progress           no progress bar on stderr
             |  -h, --help              this text

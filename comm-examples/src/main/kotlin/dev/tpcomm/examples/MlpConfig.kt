@@ -20,8 +20,8 @@ public data class MlpConfig(
     val ffn: Int = 1024,
     val seq: Int = 64,
     val batch: Int = 4,
-    val steps: Int = 30,
-    val lr: Float = 0.3f,
+    val steps: Int = 40,
+    val lr: Float = 0.15f,
     val seed: Long = 42,
 ) {
     init {

@@ -3,11 +3,13 @@ package dev.tpcomm.examples
 import java.io.PrintStream
 import java.util.Locale
 
-/** A progress bar on stderr: redrawn in place on a terminal, a line every tenth of the way otherwise. Not thread-safe. */
+/**
+ * A progress bar on stderr, redrawn in place on a terminal. Off a terminal (logs, pipes) it prints
+ * nothing: the demo's loss lines already show the progress there. Not thread-safe.
+ */
 internal class Progress(private val total: Int, private val label: String, private val out: PrintStream = System.err) {
     private val interactive = System.console()?.isTerminal == true
     private val start = System.nanoTime()
-    private var lastLogged = -1
 
     fun update(done: Int, note: String) {
         val width = 30
@@ -17,9 +19,6 @@ internal class Progress(private val total: Int, private val label: String, priva
         if (interactive) {
             out.print("\r" + line.padEnd(90))
             if (done == total) out.println()
-        } else {
-            val decile = done * 10 / total
-            if (decile != lastLogged) { out.println(line); lastLogged = decile }
         }
         out.flush()
     }

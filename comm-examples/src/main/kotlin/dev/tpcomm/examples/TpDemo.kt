@@ -56,13 +56,18 @@ public class TpDemo(
         val tp = TensorParallelMlp(comm, config, init, options.sequenceParallel, overlap = true)
         val progress = if (reporter && options.progress && err != null) Progress(config.steps, "training", err) else null
         val printEvery = max(1, config.steps / 10)
+        var lastPrinted = -1
         for (step in 0 until config.steps) {
             val (x, t) = data.batch(step)
             val loss = tp.step(x, t)
             losses += loss
             if (step == 0 || (step + 1) % printEvery == 0 || step == config.steps - 1) {
+                // The mean over the steps since the last line: single batches differ, their mean falls steadily.
+                val from = if (step == 0) 0 else maxOf(1, lastPrinted + 1)
+                val mean = losses.subList(from, step + 1).average()
                 progress?.clear()
-                say(String.format(Locale.ROOT, "step %4d/%d  loss %.6f", step + 1, config.steps, loss))
+                say(String.format(Locale.ROOT, "steps %3d-%-3d of %d  mean loss %.6f", from + 1, step + 1, config.steps, mean))
+                lastPrinted = step
             }
             progress?.update(step + 1, String.format(Locale.ROOT, "loss %.5f", loss))
         }
