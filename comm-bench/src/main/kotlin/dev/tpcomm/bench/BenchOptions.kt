@@ -15,7 +15,8 @@ import java.nio.file.Path
  * @property dtype element type.
  * @property redop reduction for the reducing collectives.
  * @property root root rank of broadcast and reduce.
- * @property warmup warm-up iterations per size; null picks by size (more for small messages).
+ * @property warmup warm-up iterations per size; null warms up for 20,000 iterations or [warmupSeconds], whichever is first.
+ * @property warmupSeconds the warm-up's time limit when [warmup] is null.
  * @property iters timed iterations per repeat; null calibrates them to [timeBudgetSeconds].
  * @property timeBudgetSeconds target duration of one timed repeat when [iters] is null.
  * @property repeats timed repeats per size; the median is reported.
@@ -43,6 +44,7 @@ public data class BenchOptions(
     val redop: ReduceOp = ReduceOp.Sum,
     val root: Int = 0,
     val warmup: Int? = null,
+    val warmupSeconds: Double = 0.5,
     val iters: Int? = null,
     val timeBudgetSeconds: Double = 0.1,
     val repeats: Int = 3,
@@ -69,6 +71,7 @@ public data class BenchOptions(
         require(repeats >= 1) { "--repeats must be at least 1, got $repeats" }
         require(iters == null || iters >= 1) { "--iters must be at least 1, got $iters" }
         require(warmup == null || warmup >= 0) { "--warmup must be >= 0, got $warmup" }
+        require(warmupSeconds >= 0) { "--warmup-time must be >= 0, got $warmupSeconds" }
         require(timeBudgetSeconds > 0) { "--time must be positive, got $timeBudgetSeconds" }
         require(dispatcher == "default" || dispatcher == "single") { "--dispatcher must be default or single, got '$dispatcher'" }
         require(timeoutSeconds > 0) { "--timeout must be positive, got $timeoutSeconds" }
@@ -107,7 +110,8 @@ public data class BenchOptions(
             |  --dtype, -d TYPE         float32|float|float64|double|float16|half|bfloat16|int8|uint8|int32|int64
             |  --redop, -o OP           sum|prod|min|max|avg|band|bor|bxor (default sum)
             |  --root, -r R             root of broadcast and reduce (default 0)
-            |  --warmup, -w N           warm-up iterations per size (default: by size)
+            |  --warmup, -w N           warm-up iterations per size (default: 20000 or --warmup-time, whichever first)
+            |  --warmup-time SECONDS    time limit of the default warm-up (default 0.5)
             |  --iters, -n N            timed iterations per repeat (default: calibrated to --time)
             |  --time SECONDS           target time of one timed repeat when --iters is not given (default 0.1)
             |  --repeats N              timed repeats per size, median reported (default 3)
@@ -200,6 +204,9 @@ public data class BenchOptions(
                     "--root", "-r" -> rootGiven = int(a)
                     "--warmup", "-w", "--warmup_iters" -> fields["warmup"] = int(a)
                     "--iters", "-n" -> fields["iters"] = int(a)
+                    "--warmup-time" -> fields["warmupTime"] = value(a).let { v ->
+                        v.trim().removeSuffix("s").toDoubleOrNull() ?: throw IllegalArgumentException("$a needs seconds, e.g. 0.5, got '$v'")
+                    }
                     "--time", "--time-budget" -> fields["time"] = value(a).let { v ->
                         v.trim().removeSuffix("s").toDoubleOrNull() ?: throw IllegalArgumentException("$a needs seconds, e.g. 0.25, got '$v'")
                     }
@@ -239,6 +246,7 @@ public data class BenchOptions(
                 redop = fields["redop"] as ReduceOp? ?: o.redop,
                 root = rootGiven ?: o.root,
                 warmup = fields["warmup"] as Int? ?: o.warmup,
+                warmupSeconds = fields["warmupTime"] as Double? ?: o.warmupSeconds,
                 iters = fields["iters"] as Int? ?: o.iters,
                 timeBudgetSeconds = fields["time"] as Double? ?: o.timeBudgetSeconds,
                 repeats = fields["repeats"] as Int? ?: o.repeats,

@@ -40,8 +40,7 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
         try {
             val wrong = if (options.check) check(op, buffers) else -1L
             buffers.fillForTiming()
-            val warm = options.warmup ?: defaultWarmup(bytes)
-            repeat(warm) { buffers.runOnce() }
+            warmUp(buffers)
             val k = options.iters?.toLong() ?: calibrate(buffers)
             // One untimed repeat at full length: on the JVM the first thousands of calls still run
             // partly interpreted or in C1 code, and the JIT's compile threads compete for the CPU.
@@ -57,6 +56,29 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
             )
         } finally {
             buffers.close()
+        }
+    }
+
+    /**
+     * `--warmup N`: exactly N iterations. Otherwise until [WARMUP_ITERS] iterations or
+     * [BenchOptions.warmupSeconds] have passed, whichever comes first: the JIT compiles a hot loop
+     * (and the Vector API kernels, which are very slow before C2 compiles them) only after some
+     * ten thousand calls, later still when its compiler threads compete for the CPU. Every rank
+     * stops after the same iteration: the decision uses the max-reduced elapsed time.
+     */
+    private suspend fun warmUp(b: Buffers) {
+        options.warmup?.let { n -> repeat(n) { b.runOnce() }; return }
+        val t0 = System.nanoTime()
+        var done = 0L
+        var chunk = 8L
+        while (true) {
+            var i = 0L
+            while (i < chunk) { b.runOnce(); i++ }
+            done += chunk
+            scratch.setDouble(0, (System.nanoTime() - t0) / 1e9)
+            comm.allReduce(scratch, ReduceOp.Max)
+            if (done >= WARMUP_ITERS || scratch.getDouble(0) >= options.warmupSeconds) break
+            chunk = minOf(chunk * 2, 4096L)
         }
     }
 
@@ -177,12 +199,7 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
         /** Upper bound on the iterations of one repeat. */
         public const val MAX_ITERS: Long = 200_000
 
-        /** Warm-up iterations for [bytes] when `--warmup` is not given: many for small messages (JIT), few for large. */
-        public fun defaultWarmup(bytes: Long): Int = when {
-            bytes <= 64L * 1024 -> 500
-            bytes <= 1L shl 20 -> 50
-            bytes <= 16L shl 20 -> 5
-            else -> 2
-        }
+        /** Without `--warmup`, warm-up stops after this many iterations (or after the warm-up time). */
+        public const val WARMUP_ITERS: Long = 20_000
     }
 }

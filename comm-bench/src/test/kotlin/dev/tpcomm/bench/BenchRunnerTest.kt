@@ -10,6 +10,7 @@ import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldContainAll
 import io.kotest.matchers.collections.shouldHaveSize
 import io.kotest.matchers.doubles.shouldBeGreaterThan
+import io.kotest.matchers.doubles.shouldBeLessThan
 import io.kotest.matchers.longs.shouldBeGreaterThan
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
@@ -54,6 +55,14 @@ class BenchRunnerTest : FunSpec({
             val o = tiny("--op", "all_reduce", "--world", "3", "--redop", redop, "--dtype", "int32")
             withContext(Dispatchers.Default) { runLocalWorld(3) { comm -> BenchRunner(comm, o).run() } }[0].map { it.wrong } shouldBe listOf(0L, 0L)
         }
+    }
+
+    test("the default warm-up stops at its time limit, the same iteration on every rank") {
+        val o = BenchOptions.parse(listOf("--sizes", "8", "--iters", "2", "--repeats", "1", "--warmup-time", "0.05", "--no-progress", "--world", "3"))!!
+        val started = System.nanoTime()
+        val r = withContext(Dispatchers.Default) { runLocalWorld(3) { comm -> BenchRunner(comm, o).run() } }
+        r.map { it.single().wrong } shouldBe listOf(0L, 0L, 0L)
+        ((System.nanoTime() - started) / 1e9) shouldBeLessThan 30.0
     }
 
     test("a communicator that corrupts results gets a nonzero #wrong and exit code 1") {
