@@ -2,6 +2,7 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
+import kotlinx.coroutines.ExperimentalCoroutinesApi
 import kotlinx.coroutines.async
 import kotlinx.coroutines.supervisorScope
 
@@ -34,11 +35,13 @@ public suspend fun <R> runLocalWorld(
                     }
                 }
             }
-            val outcomes = ranks.map { runCatching { it.await() } }
-            val failures = outcomes.mapNotNull { it.exceptionOrNull() }
+            for (d in ranks) d.join()
+            // The exceptions as thrown (await() may hand out copies made for stack-trace recovery).
+            @OptIn(ExperimentalCoroutinesApi::class)
+            val failures = ranks.mapNotNull { it.getCompletionExceptionOrNull() }
             if (failures.isEmpty()) {
-                @Suppress("UNCHECKED_CAST")
-                outcomes.map { it.getOrNull() as R }
+                @OptIn(ExperimentalCoroutinesApi::class)
+                ranks.map { it.getCompleted() }
             } else {
                 val original = world.abortCause?.takeIf { c -> failures.any { it === c } } ?: failures.first()
                 for (f in failures) if (f !== original && original.suppressed.none { it === f }) original.addSuppressed(f)
