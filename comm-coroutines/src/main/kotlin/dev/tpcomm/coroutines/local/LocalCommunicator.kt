@@ -44,8 +44,17 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     // ---------------------------------------------------------------- lifecycle
 
+    /** Communicators this rank obtained from split/group on this one, closed by [closeTree]. */
+    private val children = java.util.concurrent.CopyOnWriteArrayList<LocalCommunicator>()
+
     fun markClosed() {
         closed = true
+    }
+
+    /** Closes this communicator and, first, every communicator split from it (recursively). */
+    fun closeTree() {
+        for (c in children) c.closeTree()
+        close()
     }
 
     /**
@@ -169,14 +178,14 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
-        return collective(OpKind.SPLIT, null, null, null, null, -1, 0, extra) as Communicator?
+        return (collective(OpKind.SPLIT, null, null, null, null, -1, 0, extra) as LocalCommunicator?)?.also { children.add(it) }
     }
 
     override suspend fun group(ranks: List<Int>): Communicator? {
         require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
         require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
         require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
-        return collective(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList()) as Communicator?
+        return (collective(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList()) as LocalCommunicator?)?.also { children.add(it) }
     }
 
     private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
