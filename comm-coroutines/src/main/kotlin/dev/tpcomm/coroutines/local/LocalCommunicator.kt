@@ -197,6 +197,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     private suspend fun collective(
         kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?,
     ): Any? {
+        // A coroutine already cancelled does not issue: nothing is in flight yet.
+        currentCoroutineContext().ensureActive()
         val name = OpKind.name(kind)
         val entry: FlightRecorder.Entry
         val seq: Long
@@ -228,6 +230,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         if (slot.firstArrivalNanos == 0L) slot.firstArrivalNanos = System.nanoTime()
         if (slot.arrived.incrementAndGet() == group.size) {
             runAsLast(slot, seq)
+            // An abort may be failing the slot concurrently: wait the few instructions until it is final.
+            while (!slot.isFinal) Thread.onSpinWait()
         } else {
             world.abortCause?.let { slot.fail(genericFailure(it)) }
             await(slot)
