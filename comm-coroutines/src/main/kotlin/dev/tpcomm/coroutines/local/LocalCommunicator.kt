@@ -154,8 +154,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.device(output, Device.Host, "scatter")
         CollectiveChecks.root(root, worldSize, "scatter")
         CollectiveChecks.dim(output, dim, "scatter")
-        if (rank == root) {
-            requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
+        if (rank == root) requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
+        if (input != null) {
+            // Checked wherever given (it is read on the root only), so one program gives one answer on every rank.
             CollectiveChecks.device(input, Device.Host, "scatter")
             CollectiveChecks.sameDtype(input, output, "scatter")
             CollectiveChecks.shape(input, CollectiveShapes.allGather(output, worldSize, dim), "the root's input", "scatter")
