@@ -60,6 +60,16 @@ internal object ReduceKernels {
             VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
+        reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+    }
+
+    /** [reduce] without the Vector API (the path taken when the module is absent). */
+    fun reduceScalar(
+        dtype: DType, op: ReduceOp, w: Int,
+        ins: Array<MemorySegment?>, inOff: Long,
+        outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
+        count: Long,
+    ) {
         val s = scratch.get()
         when (dtype) {
             DType.Float32 -> float32(s, op, w, ins, inOff, outs, nOuts, outOff, count)
