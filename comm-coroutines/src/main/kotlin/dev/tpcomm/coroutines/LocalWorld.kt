@@ -36,7 +36,7 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
  *
  * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
- * copies run in parallel pieces on the calling thread together with `availableProcessors - 1` helper
+ * copies run in parallel pieces on the calling thread together with `min(8, availableProcessors) - 1` helper
  * threads (`tpcomm-local-kernel-N`, daemon; they spin up to 200 µs between kernels so back-to-back
  * collectives find them awake, then park). Float32, Float64, Int32 and Int64 reductions use the
  * Vector API when the JVM runs with `--add-modules=jdk.incubator.vector` (about 4x faster on data

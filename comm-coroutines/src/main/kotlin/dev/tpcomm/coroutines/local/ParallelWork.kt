@@ -49,7 +49,11 @@ internal abstract class ParallelWork(private val units: Int) {
     }
 
     companion object {
-        /** Threads that run big kernels: the caller plus helpers. `-Dtpcomm.local.threads=N` overrides. */
-        val parallelism: Int = Integer.getInteger("tpcomm.local.threads", Runtime.getRuntime().availableProcessors()).coerceAtLeast(1)
+        /**
+         * Threads that run big kernels: the caller plus helpers. Defaults to the processor count, at
+         * most 8 (memory bandwidth is saturated well before). `-Dtpcomm.local.threads=N` overrides.
+         */
+        val parallelism: Int =
+            Integer.getInteger("tpcomm.local.threads", minOf(8, Runtime.getRuntime().availableProcessors())).coerceAtLeast(1)
     }
 }
