@@ -27,6 +27,9 @@ internal interface MpiAbi {
     /** MPI datatype carrying [dtype]; Float16/BFloat16 travel as `MPI_UINT16_T` (no arithmetic). */
     fun datatype(dtype: DType): Long
 
+    /** True when MPI_MIN/MPI_MAX on unsigned 8-bit integers compare them as signed (MPICH 4.0). */
+    val unsignedByteMinMaxBroken: Boolean get() = false
+
     /** `MPI_BYTE`. */
     val byteType: Long
 

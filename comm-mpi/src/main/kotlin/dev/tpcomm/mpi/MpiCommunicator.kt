@@ -18,6 +18,8 @@ import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.Job
+import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.runBlocking
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
@@ -90,6 +92,9 @@ public class MpiCommunicator internal constructor(
 
     @Volatile private var noticesSent = false
     private val noticeRequests: MemorySegment = arena.allocate(8L * worldSize, 8)
+    private val noticeRequest: MemorySegment = arena.allocate(8L, 8)
+    private val noticeBuffer: MemorySegment = arena.allocate(8L, 8)
+    private var noticeReceivePosted = false // native thread only
 
     @Volatile override var currentDeadline: Long = 0L
         private set
@@ -157,10 +162,16 @@ public class MpiCommunicator internal constructor(
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
         val entry = start(name, tensor, "op=$op")
-        val buf = addr(tensor); val t = abi.datatype(tensor.dtype); val o = abi.op(op); val inPlace = abi.inPlace
-        collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
-            { binding.allreduce(inPlace, buf, n, t, o, handle) },
-            { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+        val flip = flipsUnsignedBytes(tensor, op)
+        val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
+        if (flip) flipTopBits(tensor)
+        try {
+            collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
+                { binding.allreduce(inPlace, buf, n, t, o, handle) },
+                { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+        } finally {
+            if (flip) flipTopBits(tensor)
+        }
         if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
     }
@@ -202,9 +213,16 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val o = abi.op(op)
         val send = if (rank == root) abi.inPlace else buf
         val recv = if (rank == root) buf else 0L
-        collective(entry, name, sig, tensor,
-            { binding.reduce(send, recv, n, t, o, root, handle) },
-            { r -> binding.ireduce(send, recv, n, t, o, root, handle, r) })
+        val flip = flipsUnsignedBytes(tensor, op)
+        val rt = reduceType(tensor, op)
+        if (flip) flipTopBits(tensor)
+        try {
+            collective(entry, name, sig, tensor,
+                { binding.reduce(send, recv, n, rt, o, root, handle) },
+                { r -> binding.ireduce(send, recv, n, rt, o, root, handle, r) })
+        } finally {
+            if (flip) flipTopBits(tensor)
+        }
         if (op == ReduceOp.Avg && rank == root) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
     }
@@ -259,9 +277,19 @@ public class MpiCommunicator internal constructor(
             return output
         }
         val src = addr(send); val dst = addr(output); val o = abi.op(op)
-        collective(entry, name, sig, arrayOf(input, send, output),
-            { binding.reduceScatterBlock(src, dst, n, t, o, handle) },
-            { r -> binding.ireduceScatterBlock(src, dst, n, t, o, handle, r) })
+        val flip = flipsUnsignedBytes(input, op)
+        val rt = reduceType(input, op)
+        if (flip) flipTopBits(send)
+        try {
+            collective(entry, name, sig, arrayOf(input, send, output),
+                { binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
+                { r -> binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
+        } finally {
+            if (flip) {
+                if (send === input) flipTopBits(input)
+                flipTopBits(output)
+            }
+        }
         if (op == ReduceOp.Avg) HostReduction.divide(output.segment, output.dtype, output.numel, worldSize)
         return output
     }
@@ -477,6 +505,7 @@ public class MpiCommunicator internal constructor(
                 runBlocking {
                     dispatcher.execute {
                         if (free) {
+                            if (noticeReceivePosted) cancelNoticeReceive()
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                             abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
@@ -509,18 +538,27 @@ public class MpiCommunicator internal constructor(
     ) {
         try {
             ensureUsable(operation, entry.sequence)
+            val callerJob = currentCoroutineContext()[Job]
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
-                    if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
+                    if (sig != null) {
+                        exchangeSignatureBlocking(sig, operation, entry)
+                        ensureUsable(operation, entry.sequence)
+                    }
                     runBlockingCall(operation, entry, keepAlive, blocking)
                     null
                 } else {
                     val deadline = System.nanoTime() + timeoutNanos
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
-                    if (sig != null) exchangeSignaturePolling(sig, operation, entry, deadline)
+                    if (sig != null) {
+                        exchangeSignaturePolling(sig, operation, entry, deadline, callerJob)
+                        ensureUsable(operation, entry.sequence)
+                    }
+                    // A caller cancelled while the signature was exchanged must not start the operation.
+                    if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
                     val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, deadline)
                     check(start(p.request), operation, entry)
                     p.mainPending = true
@@ -683,7 +721,7 @@ public class MpiCommunicator internal constructor(
         compareSignatures(sig, sigRecv, operation, entry)
     }
 
-    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long) {
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
         MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
@@ -692,6 +730,10 @@ public class MpiCommunicator internal constructor(
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
             if (System.nanoTime() - deadline > 0) throw timedOut("$operation(signature)", entry.sequence)
+            if (callerJob?.isCancelled == true) {
+                // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
+                throw CancellationException("cancelled while exchanging the signature of $operation")
+            }
             Thread.onSpinWait()
         }
         compareSignatures(sig, sigRecv, operation, entry)
@@ -805,13 +847,43 @@ public class MpiCommunicator internal constructor(
             binding.isend(payload.address(), 1, abi.datatype(DType.Int32), peer, ABORT_TAG, controlHandle, noticeRequests.address() + slot)
             slot += 8
         }
+        // Drive the sends out (some transports only move data inside MPI calls), for a bounded time.
+        val until = System.nanoTime() + NOTICE_PUSH_NANOS
+        val flag = scratchAddress + OFF_NOTICE_FLAG
+        var pending = slot / 8
+        var i = 0L
+        while (pending > 0 && System.nanoTime() - until < 0) {
+            val req = noticeRequests.address() + (i % (slot / 8)) * 8
+            if (abi.readHandle(noticeRequests, (i % (slot / 8)) * 8) != abi.requestNull) {
+                binding.test(req, flag, abi.statusIgnore)
+                if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) pending--
+            }
+            i++
+        }
+    }
+
+    /** Cancels the posted notice receive and waits (bounded) until MPI lets go of it. */
+    private fun cancelNoticeReceive() {
+        binding.cancel(noticeRequest.address())
+        val until = System.nanoTime() + NOTICE_PUSH_NANOS
+        val flag = scratchAddress + OFF_NOTICE_FLAG
+        while (System.nanoTime() - until < 0) {
+            if (binding.test(noticeRequest.address(), flag, abi.statusIgnore) != 0) return
+            if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) return
+        }
     }
 
     /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
     internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
         if (worldSize == 1) return
+        // A receive posted once and tested here: it is matched by any progress MPI makes, unlike
+        // MPI_Iprobe, which MPICH answers from its unexpected queue before pulling new messages in.
+        if (!noticeReceivePosted) {
+            noticeReceivePosted = true
+            check(binding.irecv(noticeBuffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, noticeRequest.address()), operation, entry)
+        }
         val flag = scratchAddress + OFF_NOTICE_FLAG
-        if (binding.iprobe(abi.anySource, ABORT_TAG, controlHandle, flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
+        if (binding.test(noticeRequest.address(), flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
         if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) == 0) return
         val from = abi.statusLayout.parse(scratch.asSlice(OFF_NOTICE_STATUS, abi.statusLayout.size)).source
         val e = CommunicatorAbortedException(
@@ -895,6 +967,18 @@ public class MpiCommunicator internal constructor(
         Tensor.concatInto(blocks, output, d)
     }
 
+    /** MPICH 4.0 compares unsigned 8-bit values as signed in MPI_MIN/MPI_MAX: reduce them as Int8 with the top bit flipped. */
+    private fun flipsUnsignedBytes(t: Tensor, op: ReduceOp): Boolean =
+        abi.unsignedByteMinMaxBroken && t.dtype == DType.UInt8 && (op == ReduceOp.Min || op == ReduceOp.Max) && !t.device.isGpu
+
+    private fun flipTopBits(t: Tensor) {
+        val seg = t.segment
+        for (i in 0 until t.byteSize) seg.set(ValueLayout.JAVA_BYTE, i, (seg.get(ValueLayout.JAVA_BYTE, i).toInt() xor 0x80).toByte())
+    }
+
+    private fun reduceType(t: Tensor, op: ReduceOp): Long =
+        abi.datatype(if (flipsUnsignedBytes(t, op)) DType.Int8 else t.dtype)
+
     private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
 
     internal companion object {
@@ -922,5 +1006,6 @@ public class MpiCommunicator internal constructor(
         const val OFF_NOTICE_FLAG: Long = 24
         const val OFF_NOTICE_STATUS: Long = 64
         const val ABORT_TAG: Int = 7
+        const val NOTICE_PUSH_NANOS: Long = 200_000_000
     }
 }

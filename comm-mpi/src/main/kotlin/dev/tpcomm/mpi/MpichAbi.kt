@@ -21,6 +21,7 @@ internal object MpichAbi : MpiAbi {
     override val statusLayout: StatusLayout = MpichStatusLayout
     override val byteType: Long = 0x4c00010dL
     override val int64Type: Long = 0x4c00083aL
+    override val unsignedByteMinMaxBroken: Boolean = true
 
     override fun datatype(dtype: DType): Long = when (dtype) {
         DType.Float32 -> 0x4c00040aL
