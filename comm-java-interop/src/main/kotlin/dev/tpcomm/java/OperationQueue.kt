@@ -99,7 +99,7 @@ public class OperationQueue {
      * throws the failure of the first one (in add order), unwrapped.
      */
     public fun awaitAll(timeout: Duration): Boolean {
-        val deadline = System.nanoTime() + timeout.toNanosSaturated()
+        val deadline = System.nanoTime() + timeout.nanosSaturated()
         val all = snapshot()
         for (e in all) {
             try {
@@ -128,7 +128,7 @@ public class OperationQueue {
         if (all.isEmpty()) return -1
         firstDone(all).let { if (it >= 0) return it }
         try {
-            CompletableFuture.anyOf(*all.map { it.future }.toTypedArray()).get(timeout.toNanosSaturated(), TimeUnit.NANOSECONDS)
+            CompletableFuture.anyOf(*all.map { it.future }.toTypedArray()).get(timeout.nanosSaturated(), TimeUnit.NANOSECONDS)
         } catch (_: TimeoutException) {
             return -1
         } catch (_: InterruptedException) {
@@ -227,6 +227,10 @@ public class OperationQueue {
             reportListenerFailure(t)
         }
     }
+
+    /** [Duration.toNanos], clamped to `0..Long.MAX_VALUE` instead of overflowing (as the JDK's timed waits treat negatives). */
+    private fun Duration.nanosSaturated(): Long =
+        if (isNegative) 0L else try { toNanos() } catch (_: ArithmeticException) { Long.MAX_VALUE }
 
     private fun snapshot(): List<Entry> = synchronized(lock) { entries.toList() }
 

@@ -42,6 +42,14 @@ import org.junit.jupiter.api.Timeout;
 class JavaCommunicatorTest {
     private static final KSerializer<String> STRING = BuiltinSerializersKt.serializer(StringCompanionObject.INSTANCE);
 
+    /**
+     * The local backend notices a cancelled waiter within one watchdog period (at most 50 ms) and
+     * then aborts the world; a rank arriving before that could still complete the collective.
+     */
+    static void awaitAbortNoticed() throws InterruptedException {
+        Thread.sleep(300);
+    }
+
     private static CommConfig timeout(Duration d) {
         return CommConfig.builder().timeout(d).build();
     }
@@ -252,13 +260,14 @@ class JavaCommunicatorTest {
     }
 
     @Test
-    void cancellingAFutureCancelsTheCollectiveAndAbortsTheCommunicator() {
+    void cancellingAFutureCancelsTheCollectiveAndAbortsTheCommunicator() throws Exception {
         List<JavaCommunicator> world = JavaComm.localWorld(2);
         try {
             CompletableFuture<Tensor> f = world.get(0).allReduce(Tensor.of(new float[] {1f}));
             assertTrue(f.cancel(true));
             assertTrue(f.isCancelled());
             assertThrows(CancellationException.class, f::join);
+            awaitAbortNoticed();
             assertThrows(CommunicationException.class, () -> world.get(1).allReduceBlocking(Tensor.of(new float[] {1f})));
             assertThrows(CommunicationException.class, () -> world.get(0).barrierBlocking());
         } finally {
@@ -281,12 +290,13 @@ class JavaCommunicatorTest {
     }
 
     @Test
-    void orTimeoutOnAFutureCancelsTheCollective() {
+    void orTimeoutOnAFutureCancelsTheCollective() throws Exception {
         List<JavaCommunicator> world = JavaComm.localWorld(2);
         try {
             CompletableFuture<Tensor> f = world.get(0).allReduce(Tensor.of(new float[] {1f})).orTimeout(100, TimeUnit.MILLISECONDS);
             CompletionException e = assertThrows(CompletionException.class, f::join);
             assertInstanceOf(TimeoutException.class, e.getCause());
+            awaitAbortNoticed();
             assertThrows(CommunicationException.class, () -> world.get(1).allReduceBlocking(Tensor.of(new float[] {1f})));
         } finally {
             Ranks.closeAll(world);

@@ -107,7 +107,7 @@ class OperationQueueTest {
     }
 
     @Test
-    void cancelAllCancelsPendingCollectivesAndTheOtherRanksSeeTheAbort() {
+    void cancelAllCancelsPendingCollectivesAndTheOtherRanksSeeTheAbort() throws Exception {
         List<JavaCommunicator> world = JavaComm.localWorld(2);
         try {
             OperationQueue queue = new OperationQueue();
@@ -121,6 +121,7 @@ class OperationQueueTest {
             assertEquals(2, failures.size());
             for (Throwable f : failures) assertInstanceOf(CancellationException.class, f);
             assertThrows(CancellationException.class, queue::awaitAll);
+            JavaCommunicatorTest.awaitAbortNoticed();
             assertThrows(CommunicationException.class, () -> world.get(1).allReduceBlocking(Tensor.of(new float[] {1f})));
         } finally {
             Ranks.closeAll(world);
