@@ -185,13 +185,21 @@ private class DelayedLink(
 
 private enum class Mode(val label: String) { Compute("compute only"), Communication("communication only"), Sync("sync step"), Async("async step") }
 
-private suspend fun step(mode: Mode, comm: Communicator, chunks: List<Tensor>, compute: Compute, seed: Float) {
-    when (mode) {
-        Mode.Compute -> chunks.forEach { compute.run(it, seed) }
-        Mode.Communication -> chunks.forEach { comm.allReduce(it) }
-        Mode.Sync -> chunks.forEach { compute.run(it, seed); comm.allReduce(it) }
-        Mode.Async -> comm.allReducePipelined(chunks) { _, chunk -> compute.run(chunk, seed) }
+/** Runs one step; returns the nanoseconds spent in compute during it. */
+private suspend fun step(mode: Mode, comm: Communicator, chunks: List<Tensor>, compute: Compute, seed: Float): Long {
+    var computeNanos = 0L
+    fun timed(chunk: Tensor) {
+        val t0 = System.nanoTime()
+        compute.run(chunk, seed)
+        computeNanos += System.nanoTime() - t0
     }
+    when (mode) {
+        Mode.Compute -> chunks.forEach { timed(it) }
+        Mode.Communication -> chunks.forEach { comm.allReduce(it) }
+        Mode.Sync -> chunks.forEach { timed(it); comm.allReduce(it) }
+        Mode.Async -> comm.allReducePipelined(chunks) { _, chunk -> timed(chunk) }
+    }
+    return computeNanos
 }
 
 private fun median(xs: List<Double>): Double = xs.sorted().let { s -> if (s.size % 2 == 1) s[s.size / 2] else (s[s.size / 2 - 1] + s[s.size / 2]) / 2 }
@@ -212,6 +220,8 @@ public fun main(args: Array<String>) {
     val linkScope = CoroutineScope(SupervisorJob() + linkThread)
     val times = Mode.entries.associateWith { ArrayList<Double>() }
     val ratios = ArrayList<Double>()
+    val inStepCompute = ArrayList<Double>()
+    val inStepRatios = ArrayList<Double>()
     var checked = 0
     LocalWorld(world).use { localWorld ->
         val comms = List(world) { r ->
@@ -226,13 +236,17 @@ public fun main(args: Array<String>) {
                     val compute: Compute = if (r == 0) kernel else TimedPeerCompute(kernel, o.computeMillis, o.elements, 1f + r)
                     val chunks = List(o.chunks) { Tensor.zeros(DType.Float32, o.elements) }
                     val mine = HashMap<Mode, MutableList<Double>>()
+                    val computeInAsync = ArrayList<Double>()
                     for (rep in 0 until o.warmup + o.repeats) {
                         for (mode in Mode.entries) {
                             comm.barrier()
                             val t0 = System.nanoTime()
-                            step(mode, comm, chunks, compute, seed = 1f + r)
+                            val computeNanos = step(mode, comm, chunks, compute, seed = 1f + r)
                             val ms = (System.nanoTime() - t0) / 1e6
-                            if (rep >= o.warmup) mine.getOrPut(mode) { ArrayList() } += ms
+                            if (rep >= o.warmup) {
+                                mine.getOrPut(mode) { ArrayList() } += ms
+                                if (mode == Mode.Async) computeInAsync += computeNanos / 1e6
+                            }
                         }
                     }
                     // the last step was the async one: every chunk holds the sum over both ranks
@@ -241,15 +255,17 @@ public fun main(args: Array<String>) {
                     check(chunks.all { Math.abs(it.getFloat(0) - expected) <= 1e-4f * Math.abs(expected) }) {
                         "rank $r: an all-reduced chunk holds the wrong value"
                     }
-                    mine
+                    mine to computeInAsync
                 }
             }.awaitAll()
-            val rank0 = results[0]
+            val rank0 = results[0].first
+            inStepCompute += results[0].second
             for (mode in Mode.entries) times.getValue(mode) += rank0.getValue(mode)
             for (i in 0 until o.repeats) {
                 val c = rank0.getValue(Mode.Compute)[i]
                 val m = rank0.getValue(Mode.Communication)[i]
                 ratios += max(c, m) / rank0.getValue(Mode.Async)[i]
+                inStepRatios += max(inStepCompute[i], m) / rank0.getValue(Mode.Async)[i]
             }
             checked = results.size
         }
@@ -282,5 +298,13 @@ public fun main(args: Array<String>) {
             compute, communication, async, max(compute, communication) / async, median(ratios), ratios.min(), ratios.max(),
         ),
     )
+    println(
+        String.format(
+            "check under load: compute timed inside the async steps, median %.1f ms; max(that, communication) / async step: median %.3f (min %.3f, max %.3f)",
+            median(inStepCompute), median(inStepRatios), inStepRatios.min(), inStepRatios.max(),
+        ),
+    )
     println(String.format("speed-up of async over sync: %.2fx", sync / async))
+    println(String.format("machine: %d cores, load average %.2f at the end", Runtime.getRuntime().availableProcessors(),
+        java.lang.management.ManagementFactory.getOperatingSystemMXBean().systemLoadAverage))
 }
