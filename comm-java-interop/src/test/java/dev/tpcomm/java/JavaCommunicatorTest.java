@@ -47,7 +47,7 @@ class JavaCommunicatorTest {
      * then aborts the world; a rank arriving before that could still complete the collective.
      */
     static void awaitAbortNoticed() throws InterruptedException {
-        Thread.sleep(300);
+        Thread.sleep(500);
     }
 
     private static CommConfig timeout(Duration d) {

@@ -81,7 +81,7 @@ class LocalBackendAsyncSpec : FunSpec({
                 val h = allReduceAsync(world.communicator(0), Tensor.of(floatArrayOf(1f)))
                 h.cancel()
                 shouldThrow<CancellationException> { h.await() }
-                delay(300) // the local backend notices a cancelled waiter within one watchdog period
+                delay(500) // the local backend notices a cancelled waiter within one watchdog period
                 shouldThrow<CommunicationException> { world.communicator(1).allReduce(Tensor.of(floatArrayOf(1f))) }
             }
         }
