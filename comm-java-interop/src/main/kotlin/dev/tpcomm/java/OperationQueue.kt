@@ -26,8 +26,9 @@ import java.util.concurrent.TimeoutException
  *
  * Failures are reported as the exception itself (`CommunicationException`, `IllegalArgumentException`,
  * or `CancellationException` for a cancelled operation), never wrapped in `CompletionException`.
- * The waiting methods do not throw checked exceptions: if the waiting thread is interrupted they
- * stop waiting, set the interrupt flag again and report "not finished".
+ * The waiting methods do not throw checked exceptions: if a thread in a timed wait is interrupted,
+ * it stops waiting, sets the interrupt flag again and reports "not finished"; [awaitAll] without a
+ * timeout is not interruptible, like `CompletableFuture.join()`.
  *
  * Thread-safe: any thread may add, wait, cancel and register listeners concurrently.
  */
@@ -74,19 +75,17 @@ public class OperationQueue {
 
     /**
      * Waits until every operation now in the queue has finished. If any failed, throws the failure of
-     * the first one (in add order) after all have finished, unwrapped.
-     * If the thread is interrupted, returns early with the interrupt flag set.
+     * the first one (in add order) after all have finished, unwrapped. Like
+     * `CompletableFuture.join()`, the wait is not interruptible (use [awaitAll] with a timeout for
+     * a bounded wait); every collective has the communicator's deadline, so it does end.
      */
     public fun awaitAll() {
         val all = snapshot()
         for (e in all) {
             try {
-                e.future.get()
-            } catch (_: InterruptedException) {
-                Thread.currentThread().interrupt()
-                return
-            } catch (_: ExecutionException) {
-            } catch (_: CancellationException) {
+                e.future.join()
+            } catch (_: Throwable) {
+                // reported below, in add order, once every operation has finished
             }
         }
         throwFirstFailure(all)
