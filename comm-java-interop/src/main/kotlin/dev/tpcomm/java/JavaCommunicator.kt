@@ -8,6 +8,7 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
+import dev.tpcomm.coroutines.DeviceMesh
 import dev.tpcomm.coroutines.allReduceCoalesced
 import kotlinx.coroutines.CoroutineName
 import kotlinx.coroutines.CoroutineScope
@@ -159,6 +160,14 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
     ): CompletableFuture<List<Tensor>> = issue { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
 
+    /**
+     * Collective: lays the ranks out as a mesh of [shape] with dimension [names] and builds one
+     * communicator per dimension (one `split` per dimension). Every rank must call it with the same
+     * arguments. Bad arguments complete the future with [IllegalArgumentException]. See [JavaDeviceMesh].
+     */
+    public fun deviceMesh(shape: List<Int>, names: List<String>): CompletableFuture<JavaDeviceMesh> =
+        issue { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+
     // ---- blocking twins ------------------------------------------------------------------------
 
     /** [allReduce], waiting; throws the [CommunicationException] or [IllegalArgumentException] itself. */
@@ -238,6 +247,10 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         op: ReduceOp = ReduceOp.Sum,
         thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
     ): List<Tensor> = block { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+
+    /** [deviceMesh], waiting. */
+    public fun deviceMeshBlocking(shape: List<Int>, names: List<String>): JavaDeviceMesh =
+        block { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
 
     /** Closes the underlying communicator; operations still pending fail with a [CommunicationException]. Idempotent. */
     override fun close() {
