@@ -33,7 +33,8 @@ import kotlin.math.max
  *   rank 0, measured: its compute is real float arithmetic on the chunk (multiply-add sweeps over
  *     the chunk's elements, the number of sweeps calibrated at start to take `compute` ms);
  *   rank 1, the delayed peer: it stands for a rank on another machine, so its compute is a timed
- *     wait of the same `compute` ms (it must not steal rank 0's CPU on a small machine), and it
+ *     wait of the same `compute` ms (it must not steal rank 0's CPU on a small machine; with
+ *     `--peer arithmetic` it runs the same arithmetic as rank 0 instead), and it
  *     reaches each all-reduce `skew` ms after issuing it, one all-reduce at a time, in issue order
  *     (a serial link with latency).
  *
@@ -61,6 +62,7 @@ private class Options(
     val skewMillis: Double,
     val repeats: Int,
     val warmup: Int,
+    val peerArithmetic: Boolean,
 )
 
 private fun parse(args: Array<String>): Options {
@@ -69,16 +71,22 @@ private fun parse(args: Array<String>): Options {
     while (i < args.size) {
         val a = args[i]
         require(a.startsWith("--") && i + 1 < args.size) {
-            "usage: OverlapBenchmark [--chunks 16] [--elements 65536] [--compute-ms 10] [--skew-ms 10] [--repeats 11] [--warmup 3]; got '$a'"
+            "usage: OverlapBenchmark [--chunks 16] [--elements 65536] [--compute-ms 10] [--skew-ms 10] [--repeats 11] [--warmup 3] " +
+                "[--peer wait|arithmetic]; got '$a'"
         }
         map[a.removePrefix("--")] = args[i + 1]
         i += 2
     }
-    val known = setOf("chunks", "elements", "compute-ms", "skew-ms", "repeats", "warmup")
+    val known = setOf("chunks", "elements", "compute-ms", "skew-ms", "repeats", "warmup", "peer")
     require(map.keys.all { it in known }) { "unknown option(s) ${map.keys - known}; known: $known" }
     fun int(k: String, d: Int) = map[k]?.let { it.toIntOrNull() ?: throw IllegalArgumentException("--$k must be an integer, got '$it'") } ?: d
     fun dbl(k: String, d: Double) = map[k]?.let { it.toDoubleOrNull() ?: throw IllegalArgumentException("--$k must be a number, got '$it'") } ?: d
-    val o = Options(int("chunks", 16), int("elements", 65536), dbl("compute-ms", 10.0), dbl("skew-ms", 10.0), int("repeats", 11), int("warmup", 3))
+    val peer = map["peer"] ?: "wait"
+    require(peer == "wait" || peer == "arithmetic") { "--peer must be 'wait' or 'arithmetic', got '$peer'" }
+    val o = Options(
+        int("chunks", 16), int("elements", 65536), dbl("compute-ms", 10.0), dbl("skew-ms", 10.0), int("repeats", 11), int("warmup", 3),
+        peerArithmetic = peer == "arithmetic",
+    )
     require(o.chunks >= 1 && o.elements >= 1 && o.repeats >= 1 && o.warmup >= 0) { "chunks, elements and repeats must be >= 1, warmup >= 0" }
     require(o.computeMillis > 0 && o.skewMillis >= 0) { "--compute-ms must be > 0 and --skew-ms >= 0" }
     return o
@@ -233,7 +241,7 @@ public fun main(args: Array<String>) {
                 async(rankThreads[r]) {
                     val comm = comms[r]
                     val kernel = Kernel(o.elements, passes)
-                    val compute: Compute = if (r == 0) kernel else TimedPeerCompute(kernel, o.computeMillis, o.elements, 1f + r)
+                    val compute: Compute = if (r == 0 || o.peerArithmetic) kernel else TimedPeerCompute(kernel, o.computeMillis, o.elements, 1f + r)
                     val chunks = List(o.chunks) { Tensor.zeros(DType.Float32, o.elements) }
                     val mine = HashMap<Mode, MutableList<Double>>()
                     val computeInAsync = ArrayList<Double>()
@@ -276,7 +284,7 @@ public fun main(args: Array<String>) {
 
     println(
         "overlap benchmark: local backend, $world ranks, ${o.chunks} chunks x ${o.elements} float32 (${o.elements * 4L / 1024} KiB) per step; " +
-            "compute ${o.computeMillis} ms per chunk (rank 0: arithmetic, $passes sweeps; rank 1: timed wait); " +
+            "compute ${o.computeMillis} ms per chunk (rank 0: arithmetic, $passes sweeps; rank 1: ${if (o.peerArithmetic) "the same arithmetic" else "timed wait"}); " +
             "rank 1 reaches each all-reduce ${o.skewMillis} ms late; " +
             "${o.repeats} repeats after ${o.warmup} warm-up, times on rank 0; results checked on $checked ranks",
     )
