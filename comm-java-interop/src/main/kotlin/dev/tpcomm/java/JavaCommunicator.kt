@@ -172,73 +172,73 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     /** [allReduce], waiting; throws the [CommunicationException] or [IllegalArgumentException] itself. */
     @JvmOverloads
-    public fun allReduceBlocking(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): Tensor = block { comm.allReduce(tensor, op) }
+    public fun allReduceBlocking(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): Tensor = block("allReduce") { comm.allReduce(tensor, op) }
 
     /** [broadcast], waiting. */
-    public fun broadcastBlocking(tensor: Tensor, root: Int): Tensor = block { comm.broadcast(tensor, root) }
+    public fun broadcastBlocking(tensor: Tensor, root: Int): Tensor = block("broadcast") { comm.broadcast(tensor, root) }
 
     /** [reduce], waiting. */
     @JvmOverloads
-    public fun reduceBlocking(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): Tensor = block { comm.reduce(tensor, root, op) }
+    public fun reduceBlocking(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): Tensor = block("reduce") { comm.reduce(tensor, root, op) }
 
     /** [allGather], waiting. */
     @JvmOverloads
-    public fun allGatherBlocking(input: Tensor, dim: Int = 0): Tensor = block { comm.allGather(input, dim) }
+    public fun allGatherBlocking(input: Tensor, dim: Int = 0): Tensor = block("allGather") { comm.allGather(input, dim) }
 
     /** [allGatherInto], waiting. */
     @JvmOverloads
-    public fun allGatherIntoBlocking(output: Tensor, input: Tensor, dim: Int = 0): Tensor = block { comm.allGatherInto(output, input, dim) }
+    public fun allGatherIntoBlocking(output: Tensor, input: Tensor, dim: Int = 0): Tensor = block("allGatherInto") { comm.allGatherInto(output, input, dim) }
 
     /** [reduceScatter], waiting. */
     @JvmOverloads
     public fun reduceScatterBlocking(input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
-        block { comm.reduceScatter(input, op, dim) }
+        block("reduceScatter") { comm.reduceScatter(input, op, dim) }
 
     /** [reduceScatterInto], waiting. */
     @JvmOverloads
     public fun reduceScatterIntoBlocking(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
-        block { comm.reduceScatterInto(output, input, op, dim) }
+        block("reduceScatterInto") { comm.reduceScatterInto(output, input, op, dim) }
 
     /** [gather], waiting; null on ranks other than [root]. */
     @JvmOverloads
-    public fun gatherBlocking(input: Tensor, root: Int, dim: Int = 0): Tensor? = block { comm.gather(input, root, dim) }
+    public fun gatherBlocking(input: Tensor, root: Int, dim: Int = 0): Tensor? = block("gather") { comm.gather(input, root, dim) }
 
     /** [scatter], waiting. */
     @JvmOverloads
-    public fun scatterBlocking(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): Unit = block { comm.scatter(output, input, root, dim) }
+    public fun scatterBlocking(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): Unit = block("scatter") { comm.scatter(output, input, root, dim) }
 
     /** [allToAll], waiting. */
     @JvmOverloads
-    public fun allToAllBlocking(input: Tensor, dim: Int = 0): Tensor = block { comm.allToAll(input, dim) }
+    public fun allToAllBlocking(input: Tensor, dim: Int = 0): Tensor = block("allToAll") { comm.allToAll(input, dim) }
 
     /** [barrier], waiting. */
-    public fun barrierBlocking(): Unit = block { comm.barrier() }
+    public fun barrierBlocking(): Unit = block("barrier") { comm.barrier() }
 
     /** [send], waiting. */
     @JvmOverloads
-    public fun sendBlocking(tensor: Tensor, dst: Int, tag: Int = 0): Unit = block { comm.send(tensor, dst, tag) }
+    public fun sendBlocking(tensor: Tensor, dst: Int, tag: Int = 0): Unit = block("send") { comm.send(tensor, dst, tag) }
 
     /** [recv], waiting. */
     @JvmOverloads
-    public fun recvBlocking(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo = block { comm.recv(tensor, src, tag) }
+    public fun recvBlocking(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo = block("recv") { comm.recv(tensor, src, tag) }
 
     /** [probe], waiting. */
     @JvmOverloads
-    public fun probeBlocking(src: Int = Communicator.ANY_SOURCE, tag: Int = Communicator.ANY_TAG): MessageInfo = block { comm.probe(src, tag) }
+    public fun probeBlocking(src: Int = Communicator.ANY_SOURCE, tag: Int = Communicator.ANY_TAG): MessageInfo = block("probe") { comm.probe(src, tag) }
 
     /** [split], waiting; null on ranks passing a null color. */
     @JvmOverloads
-    public fun splitBlocking(color: Int?, key: Int = rank): JavaCommunicator? = block { comm.split(color, key)?.let(::JavaCommunicator) }
+    public fun splitBlocking(color: Int?, key: Int = rank): JavaCommunicator? = block("split") { comm.split(color, key)?.let(::JavaCommunicator) }
 
     /** [group], waiting; null on non-members. */
-    public fun groupBlocking(ranks: List<Int>): JavaCommunicator? = block { comm.group(ranks)?.let(::JavaCommunicator) }
+    public fun groupBlocking(ranks: List<Int>): JavaCommunicator? = block("group") { comm.group(ranks)?.let(::JavaCommunicator) }
 
     /** [allGatherObject], waiting. */
-    public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>): List<T> = block { comm.allGatherObject(value, serializer) }
+    public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>): List<T> = block("allGatherObject") { comm.allGatherObject(value, serializer) }
 
     /** [broadcastObject], waiting. */
     public fun <T> broadcastObjectBlocking(value: T?, root: Int, serializer: KSerializer<T>): T =
-        block { comm.broadcastObject(value, root, serializer) }
+        block("broadcastObject") { comm.broadcastObject(value, root, serializer) }
 
     /** [allReduceCoalesced], waiting. */
     @JvmOverloads
@@ -246,11 +246,11 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         tensors: List<Tensor>,
         op: ReduceOp = ReduceOp.Sum,
         thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
-    ): List<Tensor> = block { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+    ): List<Tensor> = block("allReduceCoalesced") { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
 
     /** [deviceMesh], waiting. */
     public fun deviceMeshBlocking(shape: List<Int>, names: List<String>): JavaDeviceMesh =
-        block { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+        block("deviceMesh") { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
 
     /** Closes the underlying communicator; operations still pending fail with a [CommunicationException]. Idempotent. */
     override fun close() {
@@ -266,14 +266,14 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         scope.async(start = CoroutineStart.UNDISPATCHED) { operation() }.asCompletableFuture()
 
     /** Runs [operation] to completion in the calling thread; exceptions come out as thrown, never wrapped. */
-    private fun <T> block(operation: suspend () -> T): T {
+    private fun <T> block(name: String, operation: suspend () -> T): T {
         try {
             return runBlocking { operation() }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
             throw CommunicatorAbortedException(
                 "the thread was interrupted while waiting; the operation was cancelled, which aborts the communicator",
-                comm.rank, comm.backendName, "blocking call", -1, e,
+                comm.rank, comm.backendName, name, -1, e,
             )
         }
     }
