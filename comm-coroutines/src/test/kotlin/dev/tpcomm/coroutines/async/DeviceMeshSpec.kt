@@ -6,6 +6,10 @@ import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
+import io.kotest.property.Arb
+import io.kotest.property.arbitrary.int
+import io.kotest.property.arbitrary.list
+import io.kotest.property.checkAll
 
 class DeviceMeshSpec : FunSpec({
     test("a 2 x 2 dp x tp mesh: tp groups are consecutive ranks, dp groups are ranks equal modulo tp") {
@@ -36,6 +40,23 @@ class DeviceMeshSpec : FunSpec({
         out[2].first shouldBe (listOf(0, 1, 2) to listOf(2, 5))
         out[5].second shouldBe listOf(5)
         out[5].third shouldBe (listOf(0, 1, 2) to 3)
+    }
+
+    test("property: for any shape, each dimension's group holds the ranks differing only along it, ranked by that coordinate") {
+        checkAll(20, Arb.list(Arb.int(1..3), 1..3)) { shape ->
+            val size = shape.fold(1) { a, b -> a * b }
+            val names = shape.indices.map { "d$it" }
+            fakeWorld(size) { comm ->
+                val mesh = DeviceMesh(comm, shape, names)
+                mesh.coordinates.foldIndexed(0) { d, acc, c -> acc * shape[d] + c } shouldBe comm.rank
+                for ((d, name) in names.withIndex()) {
+                    val group = mesh[name].allGather(Tensor.of(intArrayOf(comm.rank))).toIntArray().toList()
+                    group shouldBe mesh.ranksAlong(name)
+                    mesh[name].rank shouldBe mesh.coordinates[d]
+                    mesh[name].worldSize shouldBe shape[d]
+                }
+            }
+        }
     }
 
     test("close closes the sub-communicators, not the parent") {
