@@ -59,7 +59,10 @@ run_step() {  # run_step LABEL ARGS...
   grep -v '^#load,' "$OUT/$label.txt" >&2 || true
   if [ "$rc" != 0 ]; then echo "$label failed (exit $rc); see $OUT/$label.txt" | tee -a "$OUT/tpcomm_failures.txt" >&2; fi
 }
+# The local backend twice: rank coroutines on one thread (the bench's default, label tpcomm_local)
+# and on Dispatchers.Default (tpcomm_local_pool).
 for n in $WORLDS; do run_step "tpcomm_local.np$n" --backend local --world "$n"; done
+for n in $WORLDS; do run_step "tpcomm_local_pool.np$n" --backend local --dispatcher pool --impl tpcomm_local_pool --world "$n"; done
 for mpi in $MPIS; do
   if ! command -v "mpirun.$mpi" >/dev/null; then echo "mpirun.$mpi not installed: skipped" | tee -a "$OUT/tpcomm_failures.txt" >&2; continue; fi
   for n in $WORLDS; do run_step "tpcomm_mpi_$mpi.np$n" --backend mpi --mpi "$mpi" --world "$n"; done

@@ -8,8 +8,10 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.runLocalWorld
+import dev.tpcomm.mpi.MpiCommunicator
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
 import java.io.PrintStream
 import java.nio.file.Files
 import java.nio.file.StandardOpenOption
@@ -49,7 +51,7 @@ public fun runBench(args: List<String>, out: PrintStream, err: PrintStream): Int
     // Read the peers' files before measuring, so a bad path fails at once.
     options.compare.forEach { CsvRow.read(it) }
     return when {
-        options.backend == "local" -> runBlocking(if (options.dispatcher == "single") EmptyCoroutineContext else Dispatchers.Default) {
+        options.backend == "local" -> runBlocking(if (options.dispatcher == "pool") Dispatchers.Default else EmptyCoroutineContext) {
             val config = CommConfig(worldSize = options.world, timeout = options.timeoutSeconds.seconds)
             runLocalWorld(options.world, config) { comm -> runRank(comm, options, out, err) }.first()
         }
@@ -61,7 +63,14 @@ public fun runBench(args: List<String>, out: PrintStream, err: PrintStream): Int
             }
             val comm = Comm.create("mpi", config)
             try {
-                runRank(comm, options, out, err)
+                // The MPI backend's documented idiom for hot loops: run them on the communicator's
+                // own thread, so each call reaches MPI without a thread hop (--dispatcher caller: hops).
+                val native = (comm as? MpiCommunicator)?.nativeDispatcher
+                if (native != null && options.dispatcher != "caller") {
+                    withContext(native) { runRank(comm, options, out, err) }
+                } else {
+                    runRank(comm, options, out, err)
+                }
             } finally {
                 comm.close()
             }

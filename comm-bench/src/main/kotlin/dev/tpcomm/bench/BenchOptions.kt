@@ -30,9 +30,12 @@ import java.nio.file.Path
  * @property mpirun the mpirun program; null picks `mpirun.openmpi` or `mpirun.mpich`.
  * @property worker true inside a process mpirun started (internal: set by the launcher).
  * @property timeoutSeconds deadline of every collective.
- * @property dispatcher where the local backend's rank coroutines run: `default` (`Dispatchers.Default`)
- * or `single` (one thread, the caller's event loop; the backend still splits big reductions over
- * `Dispatchers.Default`).
+ * @property dispatcher where each rank's benchmark loop runs: `auto` (the default: `single` for the
+ * local backend, `native` for MPI); local: `single` (every rank coroutine on one thread, so a
+ * rendezvous wakes no other thread; the backend still runs big reductions on its kernel helper
+ * threads) or `pool` (`Dispatchers.Default`, one coroutine per rank spread over its threads);
+ * MPI: `native` (the communicator's own thread, so each call reaches MPI without a thread hop, as
+ * comm-mpi recommends for hot loops) or `caller` (the main thread: one hop there and back per call).
  */
 public data class BenchOptions(
     val backend: String = "local",
@@ -59,7 +62,7 @@ public data class BenchOptions(
     val mpirun: String? = null,
     val worker: Boolean = false,
     val timeoutSeconds: Int = 600,
-    val dispatcher: String = "default",
+    val dispatcher: String = "auto",
 ) {
     init {
         require(backend == "local" || backend == "mpi") { "--backend must be local or mpi, got '$backend'" }
@@ -73,7 +76,12 @@ public data class BenchOptions(
         require(warmup == null || warmup >= 0) { "--warmup must be >= 0, got $warmup" }
         require(warmupSeconds >= 0) { "--warmup-time must be >= 0, got $warmupSeconds" }
         require(timeBudgetSeconds > 0) { "--time must be positive, got $timeBudgetSeconds" }
-        require(dispatcher == "default" || dispatcher == "single") { "--dispatcher must be default or single, got '$dispatcher'" }
+        require(dispatcher in listOf("auto", "single", "pool", "native", "caller")) {
+            "--dispatcher must be auto, single or pool (local), native or caller (mpi), got '$dispatcher'"
+        }
+        require(dispatcher == "auto" || (backend == "local") == (dispatcher == "single" || dispatcher == "pool")) {
+            "--dispatcher $dispatcher does not apply to --backend $backend; use ${if (backend == "local") "single or pool" else "native or caller"}"
+        }
         require(timeoutSeconds > 0) { "--timeout must be positive, got $timeoutSeconds" }
         for (s in sizes) {
             require(s % dtype.byteSize == 0L) {
@@ -122,7 +130,9 @@ public data class BenchOptions(
             |  --impl LABEL             CSV impl label (default tpcomm_local / tpcomm_mpi_<mpi>)
             |  --no-check               skip the correctness check (#wrong shows -)
             |  --no-progress            no progress bar on stderr
-            |  --dispatcher default|single  local ranks on Dispatchers.Default or on one thread (default: default)
+            |  --dispatcher D           where each rank's loop runs: auto (default), single or pool (local:
+            |                           one thread / Dispatchers.Default), native or caller (mpi: the
+            |                           communicator's thread / the main thread, a hop per call)
             |  --timeout SECONDS        deadline of every collective (default 600)
             |  -h, --help               this text
             """.trimMargin()

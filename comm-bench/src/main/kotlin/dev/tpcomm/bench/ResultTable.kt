@@ -14,7 +14,7 @@ public class ResultTable(private val out: PrintStream, private val options: Benc
         current = op
         out.println("#")
         out.println("# tpcomm comm-bench: ${op.cliName}, backend ${options.backend}${if (options.backend == "mpi") " (${options.mpi})" else ""}, " +
-            "world $world, dtype ${dtypeName(options.dtype)}, impl ${options.implLabel}")
+            "world $world, dtype ${dtypeName(options.dtype)}, impl ${options.implLabel}, dispatcher ${options.dispatcher}")
         out.println("# method: check, warm-up, calibrated iterations (~${fmt("%.2f", options.timeBudgetSeconds)} s per repeat, one untimed" +
             (options.iters?.let { ", fixed $it" } ?: "") + "), barrier, mean per rank, max over ranks, median of ${options.repeats} repeats")
         out.println("#")

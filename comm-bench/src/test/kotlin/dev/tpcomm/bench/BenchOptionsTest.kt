@@ -54,7 +54,7 @@ class BenchOptionsTest : FunSpec({
         val o = BenchOptions.parse(listOf(
             "--backend", "mpi", "--mpi=mpich", "--op", "all_gather,reduce-scatter", "-g", "2", "-b", "8", "-e", "64", "-f", "4",
             "-d", "double", "-o", "max", "-r", "1", "-w", "3", "-n", "7", "--repeats", "5", "--csv", "out.csv", "--append",
-            "--plot", "p.png", "--compare", "a.csv,b.csv", "--no-check", "--no-progress", "--timeout", "30", "--time", "0.5s", "--warmup-time", "0.2", "--dispatcher", "single",
+            "--plot", "p.png", "--compare", "a.csv,b.csv", "--no-check", "--no-progress", "--timeout", "30", "--time", "0.5s", "--warmup-time", "0.2", "--dispatcher", "caller",
         ))!!
         o.backend shouldBe "mpi"
         o.mpi shouldBe "mpich"
@@ -77,7 +77,7 @@ class BenchOptionsTest : FunSpec({
         o.timeBudgetSeconds shouldBe (0.5 plusOrMinus 1e-12)
         o.implLabel shouldBe "tpcomm_mpi_mpich"
         o.warmupSeconds shouldBe (0.2 plusOrMinus 1e-12)
-        o.dispatcher shouldBe "single"
+        o.dispatcher shouldBe "caller"
     }
 
     test("--op all lists every collective; names join with the peers' CSV") {
@@ -109,7 +109,9 @@ class BenchOptionsTest : FunSpec({
         bad("--sizes", "8", "-b", "8") shouldContain "not both"
         bad("-f", "2") shouldContain "range"
         bad("--mpi", "intel") shouldContain "openmpi or mpich"
-        bad("--dispatcher", "io") shouldContain "default or single"
+        bad("--dispatcher", "io") shouldContain "auto, single or pool"
+        bad("--dispatcher", "single", "--backend", "mpi") shouldContain "use native or caller"
+        bad("--dispatcher", "caller") shouldContain "use single or pool"
         bad("--warmup-time", "soon") shouldContain "seconds"
     }
 })

@@ -36,6 +36,7 @@ public class CompareReport(
     private val sizes = rows.map { it.bytes }.distinct().sorted()
     private val collectives = listOf("allreduce", "allgather", "broadcast").filter { c -> rows.any { it.collective == c } }
     private val mpiImpls = rows.map { it.impl }.distinct().filter { it.startsWith("tpcomm_mpi_") }.sorted()
+    private val tpImpls = listOf("tpcomm_local") + rows.map { it.impl }.distinct().filter { it.startsWith("tpcomm_") && it != "tpcomm_local" }.sorted()
 
     private fun t(impl: String, coll: String, w: Int, b: Long): Double? = byKey[Key(impl, coll, w, b)]?.timeUs
     private fun bus(impl: String, coll: String, w: Int, b: Long): Double? = byKey[Key(impl, coll, w, b)]?.busbwGBps
@@ -161,7 +162,7 @@ public class CompareReport(
         for (coll in collectives) for (w in worlds) {
             appendLine("### $coll, $w ranks")
             appendLine()
-            val impls = listOf("tpcomm_local") + mpiImpls
+            val impls = tpImpls
             val head = StringBuilder("| bytes/rank |")
             val sep = StringBuilder("|---|")
             for (i in impls) { head.append(" ${short(i)} us | ${short(i)} busbw | ${short(i)} spread |"); sep.append("---|---|---|") }
@@ -192,7 +193,7 @@ public class CompareReport(
 
     /** The headline table (all-reduce, [world] ranks): tpcomm local and MPI against C MPI, mpi4py and gloo. */
     public fun headline(world: Int): String = buildString {
-        val impls = listOf("tpcomm_local") + mpiImpls
+        val impls = tpImpls
         appendLine("| bytes/rank | " + impls.joinToString(" | ") { "${short(it)} us" } + " | C MPI us | mpi4py us | gloo us | " +
             impls.joinToString(" | ") { "${short(it)} / C" } + " | local busbw / gloo |")
         appendLine("|---|" + "---|".repeat(impls.size * 2 + 4))
