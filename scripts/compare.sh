@@ -73,8 +73,8 @@ done
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ), total $(( $(date +%s) - T0 )) s for peers and tpcomm"
   echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') x $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, kernel $(uname -r)"
   echo "JDK: $("$JAVA_HOME/bin/java" -version 2>&1 | head -1); tpcomm commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  grep -E '^(openmpi|deb python3-torch|deb python3-mpi4py):' "$OUT/peers/env.txt" | sed 's/^/peers: /' | tr '\n' ';' | sed 's/;$/\n/'
-  command -v mpirun.mpich >/dev/null && echo "mpich: $(mpirun.mpich --version 2>/dev/null | grep -m1 -i version | sed 's/^ *//')"
+  echo "peers: $(grep -E '^(openmpi|deb python3-torch|deb python3-mpi4py):' "$OUT/peers/env.txt" | paste -sd ';' | sed 's/;/; /g')"
+  command -v mpirun.mpich >/dev/null && echo "mpich: $(mpirun.mpich --version 2>/dev/null | grep -m1 -i version | tr -s ' ')"
   echo "load average (1/5/15 min) before: $LOAD_BEFORE, after: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "contention (CPU cores used by other processes during each step; 0 = quiet machine, 2 cores in all): peers $(tail -n +2 "$OUT/peers/load.csv" 2>/dev/null | awk -F, '{printf "%s %s; ", $1, $7}')tpcomm $(tail -n +2 "$LOADS" | awk -F, '{printf "%s %s; ", $1, $7}')"
   [ -s "$OUT/tpcomm_failures.txt" ] && echo "failed steps: $(tr '\n' ';' < "$OUT/tpcomm_failures.txt")"
