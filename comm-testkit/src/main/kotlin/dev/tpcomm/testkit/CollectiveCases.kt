@@ -268,6 +268,7 @@ internal object PointToPointCases {
             val me = comm.rank
             val p = ctx.options.placement
             fun payload(src: Int, k: Int) = TestData.input(ctx.seed, 100L + k, src, DType.Int32, listOf(src + 1))
+            // Phase 1: every other rank sends one message (its own size and tag); rank 0 probes with both wildcards.
             if (me == 0) {
                 val seen = mutableSetOf<Int>()
                 repeat(n - 1) {
@@ -280,16 +281,20 @@ internal object PointToPointCases {
                     TestData.exactMismatch(payload(info.source, 0), p.toHost(buf))?.let { ctx.fail("message from ${info.source}: $it") }
                 }
                 ctx.expect(seen == (1 until n).toSet()) { "ANY_SOURCE received from $seen, expected ${(1 until n).toSet()}" }
-                // Three messages from rank 1 with one tag arrive in the order sent.
+            } else {
+                comm.send(p.toBackend(payload(me, 0)), 0, me * 10)
+            }
+            comm.barrier()
+            // Phase 2: three messages from rank 1 with one tag arrive in the order sent.
+            if (me == 0) {
                 repeat(3) { k ->
                     val buf = p.toBackend(Tensor.zeros(DType.Int32, 2))
                     val info = comm.recv(buf, Communicator.ANY_SOURCE, 5)
-                    ctx.expect(info.source == 1) { "ordered message $k came from ${info.source}" }
+                    ctx.expect(info == MessageInfo(1, 5, 8)) { "ordered message $k: recv returned $info" }
                     TestData.exactMismatch(payload(1, k + 1), p.toHost(buf))?.let { ctx.fail("ordered message $k: $it") }
                 }
-            } else {
-                comm.send(p.toBackend(payload(me, 0)), 0, me * 10)
-                if (me == 1) repeat(3) { k -> comm.send(p.toBackend(payload(1, k + 1)), 0, 5) }
+            } else if (me == 1) {
+                repeat(3) { k -> comm.send(p.toBackend(payload(1, k + 1)), 0, 5) }
             }
             comm.barrier()
         },
