@@ -6,5 +6,5 @@ package dev.tpcomm.testkit
  */
 class ReferenceConformanceSpec : ConformanceSpec(
     ReferenceWorld.launcher,
-    ConformanceOptions(propertyIterations = 5, soakCollectives = 2_000, worldSizes = listOf(1, 2, 3, 5)).withSystemProperties(),
+    ConformanceOptions(propertyIterations = 5, soakCollectives = 500, soakConcurrency = 16, worldSizes = listOf(1, 2, 5)).withSystemProperties(),
 )

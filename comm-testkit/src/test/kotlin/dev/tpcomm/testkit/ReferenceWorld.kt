@@ -246,8 +246,10 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     override val backendName: String get() = ReferenceWorld.BACKEND
     override val device: Device get() = Device.Host
     private val sequence = AtomicLong()
+    private val collectiveSequence = AtomicLong()
     @Volatile private var closed = false
 
+    /** Sequence number of any operation (p2p included), for messages. */
     private fun next(operation: String): Long {
         val seq = sequence.incrementAndGet()
         if (closed) throw CommunicatorAbortedException("the communicator was closed", rank, ReferenceWorld.BACKEND, operation, seq)
@@ -257,7 +259,9 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     private fun host(t: Tensor, op: String) = CollectiveChecks.device(t, Device.Host, op)
 
     private suspend fun call(operation: String, signature: Map<String, Any?>, vararg args: Any?): Any? {
-        val seq = next(operation)
+        next(operation)
+        // Collectives are matched by their own count: point-to-point calls in between do not shift them.
+        val seq = collectiveSequence.incrementAndGet()
         return world.collective(seq, ReferenceWorld.Call(rank, operation, signature, args.toList()))
     }
 
