@@ -139,8 +139,8 @@ internal object CollectiveCases {
 internal object GroupCases {
     private fun skip(o: ConformanceOptions, @Suppress("UNUSED_PARAMETER") n: Int) = if (!o.groups) "the backend does not support split/group" else null
 
-    private suspend fun worldRanksInOrder(sub: Communicator, worldRank: Int): List<Long> =
-        sub.allGather(Tensor.of(longArrayOf(worldRank.toLong()))).toLongArray().toList()
+    private suspend fun worldRanksInOrder(sub: Communicator, worldRank: Int, p: TensorPlacement): List<Long> =
+        p.toHost(sub.allGather(p.toBackend(Tensor.of(longArrayOf(worldRank.toLong()))))).toLongArray().toList()
 
     val all: List<ConformanceCase> = listOf(
         ConformanceCase("split: colors and keys order the sub-communicators", CaseKind.Collective, 1, ::skip) { comm, ctx ->
@@ -156,12 +156,14 @@ internal object GroupCases {
             val members = (0 until n).filter { colors[it] == colors[me] }.sortedWith(compareBy({ keys[it] }, { it }))
             ctx.expect(sub.worldSize == members.size) { "split: sub-communicator of color ${colors[me]} has ${sub.worldSize} ranks, expected ${members.size} $members" }
             ctx.expect(sub.rank == members.indexOf(me)) { "split: world rank $me has sub-rank ${sub.rank}, expected ${members.indexOf(me)} (members by key: $members)" }
-            val order = worldRanksInOrder(sub, me)
+            val p = ctx.options.placement
+            val order = worldRanksInOrder(sub, me, p)
             ctx.expect(order == members.map { it.toLong() }) { "split: allGather of world ranks in the sub-communicator gave $order, expected $members" }
-            val t = Tensor.of(longArrayOf(me + 1L, 1))
+            val t = p.toBackend(Tensor.of(longArrayOf(me + 1L, 1)))
             sub.allReduce(t)
+            val sums = p.toHost(t).toLongArray().toList()
             val expected = listOf(members.sumOf { it + 1L }, members.size.toLong())
-            ctx.expect(t.toLongArray().toList() == expected) { "split: allReduce over members $members gave ${t.toLongArray().toList()}, expected $expected" }
+            ctx.expect(sums == expected) { "split: allReduce over members $members gave $sums, expected $expected" }
             sub.close()
             comm.barrier()
         },
@@ -205,7 +207,7 @@ internal object GroupCases {
                     ctx.expect(g.worldSize == size && g.rank == members.indexOf(me)) {
                         "group($members): rank $me got sub-rank ${g.rank} of ${g.worldSize}, expected ${members.indexOf(me)} of $size"
                     }
-                    ctx.expect(worldRanksInOrder(g, me) == members.map { it.toLong() }) { "group($members): ranks are not in the given order" }
+                    ctx.expect(worldRanksInOrder(g, me, p) == members.map { it.toLong() }) { "group($members): ranks are not in the given order" }
                     g.allReduce(t)
                     ScenarioRunner.run(g, scenario, ctx)
                     g.close()
@@ -226,10 +228,11 @@ internal object GroupCases {
             val pairMembers = halfMembers.filter { halfMembers.indexOf(it) / 2 == halfMembers.indexOf(me) / 2 }
             // Issue on both without waiting: each sub-communicator keeps its own program order.
             coroutineScope {
-                val a = async(start = CoroutineStart.UNDISPATCHED) { halves.allReduce(Tensor.of(longArrayOf(1L shl me))) }
-                val b = async(start = CoroutineStart.UNDISPATCHED) { pairs.allReduce(Tensor.of(longArrayOf(1L shl me))) }
-                val ha = a.await().getLong(0)
-                val pb = b.await().getLong(0)
+                val p = ctx.options.placement
+                val a = async(start = CoroutineStart.UNDISPATCHED) { halves.allReduce(p.toBackend(Tensor.of(longArrayOf(1L shl me)))) }
+                val b = async(start = CoroutineStart.UNDISPATCHED) { pairs.allReduce(p.toBackend(Tensor.of(longArrayOf(1L shl me)))) }
+                val ha = p.toHost(a.await()).getLong(0)
+                val pb = p.toHost(b.await()).getLong(0)
                 ctx.expect(ha == halfMembers.sumOf { 1L shl it }) { "nested split: half allReduce gave ${ha.toString(2)}, expected members $halfMembers" }
                 ctx.expect(pb == pairMembers.sumOf { 1L shl it }) { "nested split: pair allReduce gave ${pb.toString(2)}, expected members $pairMembers" }
             }
