@@ -2,6 +2,7 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
+import dev.tpcomm.coroutines.local.LocalCommunicator
 import kotlinx.coroutines.ExperimentalCoroutinesApi
 import kotlinx.coroutines.async
 import kotlinx.coroutines.supervisorScope
@@ -15,7 +16,9 @@ import kotlinx.coroutines.supervisorScope
  * and later calls fail with a `CommunicationException` instead of hanging, and that original
  * exception is rethrown (the other ranks' exceptions attached as suppressed). If the caller is
  * cancelled, the ranks are cancelled and the world aborts. The communicators are closed when the
- * ranks end. See [LocalWorld] for the semantics of the communicators.
+ * ranks end: each rank's communicator (and those it split from it) is closed as soon as its block
+ * returns, so a rank still waiting for it in a collective or a receive fails at once with
+ * `CommunicatorAbortedException` instead of waiting for the timeout. See [LocalWorld] for the semantics of the communicators.
  */
 public suspend fun <R> runLocalWorld(
     worldSize: Int,
@@ -27,8 +30,12 @@ public suspend fun <R> runLocalWorld(
         return supervisorScope {
             val ranks = List(worldSize) { r ->
                 async {
+                    val comm = world.communicator(r)
                     try {
-                        block(world.communicator(r))
+                        block(comm).also {
+                            // A rank that is done can no longer take part: peers that wait for it fail at once.
+                            (comm as? LocalCommunicator)?.closeTree()
+                        }
                     } catch (t: Throwable) {
                         world.abort(t)
                         throw t

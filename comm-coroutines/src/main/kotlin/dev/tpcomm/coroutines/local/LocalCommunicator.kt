@@ -44,8 +44,17 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     // ---------------------------------------------------------------- lifecycle
 
+    /** Communicators this rank obtained from split/group on this one, closed by [closeTree]. */
+    private val children = java.util.concurrent.CopyOnWriteArrayList<LocalCommunicator>()
+
     fun markClosed() {
         closed = true
+    }
+
+    /** Closes this communicator and, first, every communicator split from it (recursively). */
+    fun closeTree() {
+        for (c in children) c.closeTree()
+        close()
     }
 
     /**
@@ -145,8 +154,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.device(output, Device.Host, "scatter")
         CollectiveChecks.root(root, worldSize, "scatter")
         CollectiveChecks.dim(output, dim, "scatter")
-        if (rank == root) {
-            requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
+        if (rank == root) requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
+        if (input != null) {
+            // Checked wherever given (it is read on the root only), so one program gives one answer on every rank.
             CollectiveChecks.device(input, Device.Host, "scatter")
             CollectiveChecks.sameDtype(input, output, "scatter")
             CollectiveChecks.shape(input, CollectiveShapes.allGather(output, worldSize, dim), "the root's input", "scatter")
@@ -169,14 +179,14 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
-        return collective(OpKind.SPLIT, null, null, null, null, -1, 0, extra) as Communicator?
+        return (collective(OpKind.SPLIT, null, null, null, null, -1, 0, extra) as LocalCommunicator?)?.also { children.add(it) }
     }
 
     override suspend fun group(ranks: List<Int>): Communicator? {
         require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
         require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
         require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
-        return collective(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList()) as Communicator?
+        return (collective(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList()) as LocalCommunicator?)?.also { children.add(it) }
     }
 
     private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
@@ -188,6 +198,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     private suspend fun collective(
         kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?,
     ): Any? {
+        // A coroutine already cancelled does not issue: nothing is in flight yet.
+        currentCoroutineContext().ensureActive()
         val name = OpKind.name(kind)
         val entry: FlightRecorder.Entry
         val seq: Long
@@ -219,6 +231,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         if (slot.firstArrivalNanos == 0L) slot.firstArrivalNanos = System.nanoTime()
         if (slot.arrived.incrementAndGet() == group.size) {
             runAsLast(slot, seq)
+            // An abort may be failing the slot concurrently: wait the few instructions until it is final.
+            while (!slot.isFinal) Thread.onSpinWait()
         } else {
             world.abortCause?.let { slot.fail(genericFailure(it)) }
             await(slot)

@@ -50,6 +50,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
             val it = posted.iterator()
             while (it.hasNext()) {
                 val p = it.next()
+                if (!p.cont.isActive) { it.remove(); continue } // cancelled receive: never consume for it
                 if (!matches(p.source, p.tag, source, tag)) continue
                 if (p.target == null) {
                     it.remove()

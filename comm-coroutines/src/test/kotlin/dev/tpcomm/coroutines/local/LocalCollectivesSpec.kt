@@ -110,6 +110,41 @@ class LocalCollectivesSpec : FunSpec({
         }
     }
 
+    test("plain threads with runBlocking drive the ranks") {
+        dev.tpcomm.coroutines.LocalWorld(4).use { world ->
+            val sums = java.util.concurrent.ConcurrentHashMap<Int, Long>()
+            val threads = (0 until 4).map { r ->
+                Thread {
+                    kotlinx.coroutines.runBlocking {
+                        var acc = 0L
+                        repeat(500) { k ->
+                            val t = Tensor.of(IntArray(1 + k % 3) { r })
+                            acc += world.communicator(r).allReduce(t).getLong(0)
+                        }
+                        sums[r] = acc
+                    }
+                }.also { it.start() }
+            }
+            threads.forEach { it.join(30_000) }
+            sums shouldBe (0 until 4).associateWith { 500L * 6 }
+        }
+    }
+
+    test("runLocalWorld: a rank returning early makes a peer waiting for it fail fast") {
+        val e = io.kotest.assertions.throwables.shouldThrow<dev.tpcomm.CommunicatorAbortedException> {
+            runLocalWorld(2) { comm -> if (comm.rank == 0) comm.barrier() }
+        }
+        e.message!!.contains("closed") shouldBe true
+    }
+
+    test("Comm.create rejects a rank joining twice and a different world size") {
+        val config = CommConfig(worldSize = 2, options = mapOf("local.world" to "spec-errors"))
+        Comm.create("local", config)
+        io.kotest.assertions.throwables.shouldThrow<IllegalArgumentException> { Comm.create("local", config) }
+        io.kotest.assertions.throwables.shouldThrow<IllegalArgumentException> { Comm.create("local", CommConfig(worldSize = 3, rank = 1, options = config.options)) }
+        Comm.create("local", config.copy(rank = 1)).close()
+    }
+
     test("Comm.create joins threads into one world") {
         val config = CommConfig(worldSize = 3, options = mapOf("local.world" to "spec-threads"))
         val sums = withContext(Dispatchers.Default) {
