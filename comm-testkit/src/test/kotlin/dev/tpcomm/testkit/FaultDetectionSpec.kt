@@ -7,6 +7,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.runLocalWorld
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldContain
+import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.awaitCancellation
@@ -99,6 +100,25 @@ class FaultDetectionSpec : FunSpec({
             }
         }
         results.failureText() shouldContain "split"
+    }
+
+    test("ops a backend declares unsupported must be refused: a refusing backend passes, an accepting one fails") {
+        val noBitwise = options.copy(ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg))
+        val case = ConformanceCases.named("arguments: ops the backend does not perform are refused")
+        suspend fun runWith(refuse: Boolean) = withContext(Dispatchers.Default) {
+            runLocalWorld(2, CommConfig(worldSize = 2, timeout = options.timeout)) { c ->
+                val comm = object : Faulty(c) {
+                    fun check(op: ReduceOp) = require(!refuse || !op.isBitwise) { "this backend has no $op" }
+                    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor { check(op); return delegate.allReduce(tensor, op) }
+                    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor { check(op); return delegate.reduce(tensor, root, op) }
+                    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor { check(op); return delegate.reduceScatterInto(output, input, op, dim) }
+                    override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor { check(op); return delegate.reduceScatter(input, op, dim) }
+                }
+                SpmdConformanceRunner.runCase(case, comm, noBitwise)
+            }
+        }
+        runWith(refuse = true).filter { it.status != CaseResult.Status.Passed }.map { it.message } shouldBe emptyList()
+        runWith(refuse = false).failureText() shouldContain "expected IllegalArgumentException, the call succeeded"
     }
 
     test("a barrier that never returns fails the case by its guard instead of hanging") {
