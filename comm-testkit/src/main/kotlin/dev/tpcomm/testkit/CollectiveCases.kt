@@ -102,9 +102,10 @@ internal object CollectiveCases {
                 scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtypes(ctx)[it % ctx.options.dtypes.size], listOf(1), salt = ctx.random.nextLong()))
             }
         },
-        collective("large tensors: allReduce, allGather and reduceScatter of maxElements") { comm, ctx ->
+        collective("large tensors: allReduce, allGather and reduceScatter of 4 x maxElements") { comm, ctx ->
             val n = comm.worldSize
-            val length = ctx.options.maxElements / n * n
+            // Big enough for backends that split reductions and copies into parallel pieces.
+            val length = ctx.options.maxElements * 4 / n * n
             val dtype = if (DType.Float32 in ctx.options.dtypes) DType.Float32 else dtypes(ctx)[0]
             val intType = if (DType.Int64 in ctx.options.dtypes) DType.Int64 else dtypes(ctx).last()
             scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtype, listOf(length), salt = ctx.random.nextLong()))
