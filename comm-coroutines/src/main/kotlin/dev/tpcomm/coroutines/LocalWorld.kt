@@ -18,8 +18,22 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * call or [abort] aborts the whole world (including communicators split from it), so every pending
  * and later call on every rank fails with a `CommunicationException` instead of hanging.
  *
- * Point-to-point sends are buffered: `send` copies straight into a receive already posted, or
- * into a private buffer, and returns without waiting for the receiver.
+ * Point-to-point: `send` is buffered. It copies straight into a matching receive already posted
+ * (no staging copy), or else into a private buffer queued for the receiver, and returns without
+ * waiting, so exchange patterns (both ranks send, then receive) never deadlock. Messages of one
+ * (source, tag) pair are received in the order sent; `ANY_SOURCE`/`ANY_TAG` take the oldest
+ * matching message. A receive whose buffer size differs from the message's throws
+ * [IllegalArgumentException] on the receiver and leaves the message queued (use `probe` to learn
+ * the size); the sender, already returned, sees nothing. A receive or probe that waits past the
+ * timeout aborts the world; cancelling a waiting receive or probe only withdraws it (nothing is in
+ * flight), it does not abort the world.
+ *
+ * Deadlines and cancellation: a waiting rank suspends without registering a cancellation handler
+ * (the fast path), and a watchdog thread checks every world each tenth of [CommConfig.timeout]
+ * (between 2 and 50 ms): a call past its deadline fails with `CommunicationTimeoutException`
+ * naming the ranks that never arrived, and a coroutine cancelled while waiting in a collective
+ * aborts the world within one such period (the cancelled call then throws `CancellationException`).
+ * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
  *
  * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
  * copies run in parallel pieces on [kotlinx.coroutines.Dispatchers.Default] together with the

@@ -297,7 +297,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         }
     }
 
-    private suspend fun await(slot: OpSlot) {
+    @Suppress("NOTHING_TO_INLINE")
+    private suspend inline fun await(slot: OpSlot) {
         var spins = SPIN
         while (!slot.isFinal) {
             if (spins-- > 0) { Thread.onSpinWait(); continue }

@@ -38,7 +38,10 @@ internal abstract class ParallelWork(private val units: Int) : Runnable {
     /** Runs every piece with up to [helpers] helper tasks; returns when all pieces are done. */
     fun execute(helpers: Int) {
         val h = minOf(helpers, units - 1)
-        for (i in 0 until h) Dispatchers.Default.dispatch(EmptyCoroutineContext, this)
+        // One task more than helpers wanted: dispatched from a Default worker, the most recent task
+        // waits in that worker's own slot (others may steal it only after ~100 µs), while the earlier
+        // ones sit in its queue where idle workers take them at once. The spare finds nothing to do.
+        if (h > 0) for (i in 0..h) Dispatchers.Default.dispatch(EmptyCoroutineContext, this)
         drain()
         var spins = 0
         while (finished.get() < units) {

@@ -15,7 +15,8 @@ import java.lang.foreign.ValueLayout
  * index is computed from all inputs before any output at that index is written, so an output may
  * be one of the inputs (in place).
  *
- * Float32 goes through [VectorKernels] when the `jdk.incubator.vector` module is present. The other
+ * Float32, Float64, Int32 and Int64 go through [VectorKernels] when the `jdk.incubator.vector`
+ * module is present (see [VectorKernels.supports] for the few ops left to the scalar path). The other
  * paths move blocks of [BLOCK] elements between the segments and small per-thread heap arrays (which
  * stay in L1 and which the JIT vectorizes), combine there, and copy the result out.
  * Float16/BFloat16 compute in float32 and round once to nearest even at the end.
@@ -60,6 +61,20 @@ internal object ReduceKernels {
             VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
+        if (vectorAvailable && VectorKernels.supports(dtype, op)) {
+            VectorKernels.other(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+            return
+        }
+        reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+    }
+
+    /** [reduce] without the Vector API (the path taken when the module is absent). */
+    fun reduceScalar(
+        dtype: DType, op: ReduceOp, w: Int,
+        ins: Array<MemorySegment?>, inOff: Long,
+        outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
+        count: Long,
+    ) {
         val s = scratch.get()
         when (dtype) {
             DType.Float32 -> float32(s, op, w, ins, inOff, outs, nOuts, outOff, count)

@@ -28,6 +28,33 @@ object LocalBench {
             }
             return@runBlocking
         }
+        if (mode == "kernel") {
+            for (bytes in listOf(1L shl 20, 64L shl 20)) {
+                val n = bytes / 4
+                val ts = List(4) { Tensor.zeros(DType.Float32, n.toInt()) }
+                val segs = Array<java.lang.foreign.MemorySegment?>(4) { ts[it].segment }
+                val iters = if (bytes < (8 shl 20)) 2000 else 20
+                for (threads in listOf(1, 2)) {
+                    val times = ArrayList<Double>()
+                    repeat(7) {
+                        val s = System.nanoTime()
+                        repeat(iters) {
+                            if (threads == 1) ReduceKernels.reduce(DType.Float32, dev.tpcomm.ReduceOp.Sum, 4, segs, 0, segs, 4, 0, n)
+                            else object : ParallelWork(((n + 16383) / 16384).toInt()) {
+                                override fun runUnit(unit: Int) {
+                                    val from = unit * 16384L
+                                    ReduceKernels.reduce(DType.Float32, dev.tpcomm.ReduceOp.Sum, 4, segs, from, segs, 4, from, minOf(16384L, n - from))
+                                }
+                            }.execute(1)
+                        }
+                        times.add((System.nanoTime() - s) / 1000.0 / iters)
+                    }
+                    times.sort()
+                    println("kernel bytes=$bytes threads=$threads us/op median=${"%.1f".format(times[3])} min=${"%.1f".format(times[0])}")
+                }
+            }
+            return@runBlocking
+        }
         println("vector=${ReduceKernels.vectorAvailable} threads=${ParallelWork.parallelism} mode=$mode world=$world")
         for (bytes in sizes) {
             val n = (bytes / 4).toInt()

@@ -82,6 +82,23 @@ class LocalFailureSpec : FunSpec({
         }
     }
 
+    test("group with different member lists is a mismatch naming the field ranks") {
+        val errors = runLocalWorld(3) { comm ->
+            runCatching { comm.group(if (comm.rank == 2) listOf(0, 2) else listOf(0, 1)) }.exceptionOrNull()
+        }
+        errors.forEach {
+            val m = it.shouldBeInstanceOf<CollectiveMismatchException>()
+            m.ranks shouldContainExactly listOf(2)
+            m.fields shouldContainExactly listOf("ranks")
+        }
+    }
+
+    test("the local backend is registered for ServiceLoader with priority 10") {
+        val local = dev.tpcomm.Comm.backends().single { it.name == "local" }
+        local.priority shouldBe 10
+        local.isAvailable() shouldBe true
+    }
+
     test("an exception in one rank aborts the world and is rethrown by runLocalWorld") {
         val boom = IllegalStateException("boom")
         val thrown = shouldThrow<IllegalStateException> {
