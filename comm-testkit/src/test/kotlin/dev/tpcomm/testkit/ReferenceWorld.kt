@@ -42,6 +42,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
 
     class Call(
         val rank: Int,
+        val seq: Long,
         val operation: String,
         val signature: Map<String, Any?>,
         val args: List<Any?>,
@@ -61,7 +62,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             for (s in slots.values) s.calls.filterNotNullTo(pending)
             slots.clear()
         }
-        for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, -1, cause))
+        for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, cause))
         mailVersion.value++
     }
 
@@ -70,7 +71,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
         var ready: List<Call>? = null
         synchronized(lock) {
             mismatch?.let { (s, e) ->
-                if (s == seq) throw CollectiveMismatchException(e.reason, call.rank, BACKEND, call.operation, seq, e.ranks, e.fields)
+                if (s == seq) throw CollectiveMismatchException(e.reason, call.rank, BACKEND, call.operation, seq, e.ranks, e.fields, dump(call.rank, seq, call.operation))
             }
             abortCause?.let { throw aborted(call.rank, call.operation, seq, it) }
             val slot = slots.getOrPut(seq) { Slot(arrayOfNulls(size)) }
@@ -80,15 +81,15 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 else (first.signature.keys + call.signature.keys).filter { first.signature[it] != call.signature[it] }
                 if (fields.isNotEmpty()) {
                     val message = "rank ${call.rank} called ${call.operation}${call.signature} but rank ${first.rank} called ${first.operation}${first.signature}"
-                    val e = CollectiveMismatchException(message, call.rank, BACKEND, call.operation, seq, listOf(call.rank), fields)
+                    val e = CollectiveMismatchException(message, call.rank, BACKEND, call.operation, seq, listOf(call.rank), fields, dump(call.rank, seq, call.operation))
                     mismatch = seq to e
                     val others = slot.calls.filterNotNull()
                     slots.remove(seq)
                     abortCause = e
                     val pending = slots.values.flatMap { it.calls.filterNotNull() }
                     slots.clear()
-                    for (c in others) c.result.completeExceptionally(CollectiveMismatchException(message, c.rank, BACKEND, c.operation, seq, listOf(call.rank), fields))
-                    for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, -1, e))
+                    for (c in others) c.result.completeExceptionally(CollectiveMismatchException(message, c.rank, BACKEND, c.operation, seq, listOf(call.rank), fields, dump(c.rank, seq, c.operation)))
+                    for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, e))
                     mailVersion.value++
                     throw e
                 }
@@ -110,12 +111,16 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             throw e
         }
         if (value == null && !call.result.isCompleted) {
-            val e = CommunicationTimeoutException("no match within ${config.timeout}", call.rank, BACKEND, call.operation, seq)
+            val e = CommunicationTimeoutException("no match within ${config.timeout}", call.rank, BACKEND, call.operation, seq, null, dump(call.rank, seq, call.operation))
             abort(e)
             throw e
         }
         return call.result.await()
     }
+
+    /** This world keeps no history: its "dump" describes only the failing call. */
+    private fun dump(rank: Int, seq: Long, operation: String) =
+        "{\"backend\":\"$BACKEND\",\"rank\":$rank,\"entries\":[{\"sequence\":$seq,\"operation\":\"$operation\"}]}"
 
     private fun perform(calls: List<Call>): List<Any?> {
         val n = size
@@ -262,7 +267,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
         next(operation)
         // Collectives are matched by their own count: point-to-point calls in between do not shift them.
         val seq = collectiveSequence.incrementAndGet()
-        return world.collective(seq, ReferenceWorld.Call(rank, operation, signature, args.toList()))
+        return world.collective(seq, ReferenceWorld.Call(rank, seq, operation, signature, args.toList()))
     }
 
     private fun sig(t: Tensor, vararg extra: Pair<String, Any?>) = mapOf("dtype" to t.dtype, "shape" to t.shape) + extra
