@@ -83,7 +83,7 @@ object LocalBench {
                 val block: suspend () -> Double = {
                     runLocalWorld(world, CommConfig(flightRecorderSize = 256)) { comm ->
                         val t = Tensor.zeros(DType.Float32, n)
-                        repeat(if (bytes <= 65536) 20_000 else 3) { comm.allReduce(t) } // warm-up
+                        repeat(if (bytes <= 65536) 20_000 else if (bytes <= (1 shl 20)) 1000 else 3) { comm.allReduce(t) } // warm-up (JIT)
                         comm.barrier()
                         val start = System.nanoTime()
                         repeat(iters) { comm.allReduce(t) }
