@@ -1,0 +1,51 @@
+package dev.tpcomm
+
+import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.CollectiveShapes
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldContainExactly
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import io.kotest.matchers.types.shouldBeInstanceOf
+import kotlinx.coroutines.runBlocking
+
+class ApiSpec : FunSpec({
+    test("exceptions carry and print rank, backend, operation and sequence number") {
+        val e = CommunicationTimeoutException("rank 3 never arrived", 1, "local", "allReduce", 17, flightRecorderDump = "{}")
+        e.message shouldBe "[local rank 1, allReduce #17] rank 3 never arrived"
+        e.reason shouldBe "rank 3 never arrived"
+        e.flightRecorderDump shouldBe "{}"
+        e.shouldBeInstanceOf<CommunicationException>()
+        val m = CollectiveMismatchException("differs", 0, "mpi", "broadcast", 2, listOf(1, 3), listOf("root"))
+        m.ranks shouldContainExactly listOf(1, 3)
+        m.fields shouldContainExactly listOf("root")
+        BackendUnavailableException("nccl", "libnccl.so.2 not found").shouldBeInstanceOf<CommunicationException>()
+    }
+
+    test("ReduceOp support table: bitwise on integers only") {
+        for (op in ReduceOp.entries) for (dt in DType.entries) {
+            op.supports(dt) shouldBe (!op.isBitwise || dt.isInteger)
+        }
+    }
+
+    test("argument checks say what to change") {
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.root(4, 4, "broadcast") }.message shouldContain "0 until 4"
+        val t = Tensor.zeros(DType.Float32, 6, 2)
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.dim(t, 2, "allGather") }.message shouldContain "-2..1"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.divisible(t, 0, 4, "reduceScatter") }.message shouldContain "multiple of 4"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.BitwiseXor, DType.Float32, "allReduce") }.message shouldContain "integer"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.device(t, Device.Cuda(0), "allReduce") }.message shouldContain "host tensor"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.peer(5, 2, "send", allowAny = false) }
+        CollectiveChecks.peer(Communicator.ANY_SOURCE, 2, "recv", allowAny = true)
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.tag(-1, "send", allowAny = false) }
+        CollectiveShapes.allGather(t, 3, 1) shouldContainExactly listOf(6, 6)
+        CollectiveShapes.reduceScatter(t, 3, -2) shouldContainExactly listOf(2, 2)
+    }
+
+    test("Comm.create names what is missing") {
+        val e = shouldThrow<BackendUnavailableException> { runBlocking { Comm.create("nosuch", CommConfig()) } }
+        e.message shouldContain "no backend named 'nosuch'"
+        e.message shouldContain "comm-nosuch"
+    }
+})

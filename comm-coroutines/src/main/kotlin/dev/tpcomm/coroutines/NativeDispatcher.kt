@@ -1,0 +1,221 @@
+package dev.tpcomm.coroutines
+
+import kotlinx.coroutines.CancellableContinuation
+import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.cancel
+import kotlinx.coroutines.suspendCancellableCoroutine
+import kotlinx.coroutines.withContext
+import java.util.ArrayDeque
+import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.concurrent.locks.LockSupport
+import kotlin.coroutines.CoroutineContext
+import kotlin.coroutines.resume
+import kotlin.coroutines.resumeWithException
+
+/**
+ * One dedicated platform thread for a native communicator (MPI, NCCL, RCCL): it runs the
+ * coroutines dispatched to it in FIFO order and, between them, drives a progress loop over the
+ * in-flight [NativeRequest]s, resuming each waiting coroutine when its request completes.
+ *
+ * **Ordering.** Work dispatched from one thread runs in the order it was dispatched, so
+ * `withContext(dispatcher) { startNonBlockingCall() }` issues native calls in program order.
+ * Every native call of a communicator should go through its dispatcher: the thread is the only
+ * one that touches the native handles, which is what libraries initialised below
+ * `MPI_THREAD_MULTIPLE` require.
+ *
+ * **Progress loop.** While requests are in flight the thread polls them; when a pass makes no
+ * progress it spins ([spinIterations] passes), then yields, then parks with an exponential backoff
+ * from 1 µs up to [maxParkNanos], re-polling after every wake-up. With nothing in flight it parks
+ * until work is dispatched. It never sleeps a fixed interval per poll.
+ *
+ * **No hop.** Callers already on the thread ([isNativeThread]) run [execute] inline and [await]
+ * polls once inline, returning without suspending when the request has already completed (the
+ * small-message fast path).
+ *
+ * **Thread-safety.** [dispatch], [execute], [await] and [close] may be called from any thread.
+ * [NativeRequest.poll] and the blocks given to [execute] run on the dispatcher's thread only.
+ *
+ * **Cancellation.** Cancelling a coroutine suspended in [await] resumes it at once with
+ * `CancellationException`, but the request stays in the progress loop until it completes, fails or
+ * the dispatcher closes, because the native library may still use the memory it references.
+ *
+ * **Shutdown.** [close] lets already-queued work run, fails every pending [await] with
+ * [NativeDispatcherClosedException], and ends the thread. Work dispatched afterwards is cancelled
+ * and runs on `Dispatchers.IO` so that its coroutine can complete exceptionally.
+ */
+public class NativeDispatcher @JvmOverloads constructor(
+    /** Name of the thread (shown in thread dumps). */
+    public val name: String,
+    /** Passes over the in-flight requests without progress before the thread starts yielding. */
+    public val spinIterations: Int = 2_000,
+    /** Longest park between polls while requests are in flight, in nanoseconds. */
+    public val maxParkNanos: Long = 200_000,
+) : CoroutineDispatcher(), AutoCloseable {
+    private class Waiter(val request: NativeRequest, @Volatile var continuation: CancellableContinuation<Unit>?)
+
+    private val queue = ConcurrentLinkedQueue<Runnable>()
+    private val inFlight = ArrayDeque<Waiter>() // touched on the native thread only
+
+    @Volatile private var parked = false
+
+    @Volatile private var closed = false
+
+    private val thread: Thread = Thread.ofPlatform().name(name).daemon(true).unstarted(::loop)
+
+    init {
+        require(spinIterations >= 0) { "spinIterations must be >= 0, got $spinIterations" }
+        require(maxParkNanos >= 1_000) { "maxParkNanos must be >= 1000, got $maxParkNanos" }
+        thread.start()
+    }
+
+    /** True when the calling thread is this dispatcher's thread. */
+    public val isNativeThread: Boolean get() = Thread.currentThread() === thread
+
+    /** True once [close] was called. */
+    public val isClosed: Boolean get() = closed
+
+    override fun isDispatchNeeded(context: CoroutineContext): Boolean = Thread.currentThread() !== thread
+
+    override fun dispatch(context: CoroutineContext, block: Runnable) {
+        if (closed) {
+            context.cancel(NativeDispatcherClosedException.closed(name).asCancellation())
+            Dispatchers.IO.dispatch(context, block)
+            return
+        }
+        queue.add(block)
+        if (parked) LockSupport.unpark(thread)
+    }
+
+    /**
+     * Runs [block] on the dispatcher's thread, after the work dispatched before it, and returns its
+     * result; inline when already on that thread. Exceptions thrown by [block] propagate.
+     *
+     * @throws NativeDispatcherClosedException when the dispatcher is closed.
+     */
+    public suspend fun <T> execute(block: () -> T): T {
+        if (closed) throw NativeDispatcherClosedException.closed(name)
+        return if (isNativeThread) block() else withContext(this) { block() }
+    }
+
+    /**
+     * Suspends until [request] completes, polling it on the dispatcher's thread; called from that
+     * thread, the first poll is inline and a completed request returns without suspending.
+     * If [NativeRequest.poll] throws, so does this function.
+     *
+     * @throws NativeDispatcherClosedException when the dispatcher closes first.
+     */
+    public suspend fun await(request: NativeRequest) {
+        if (closed) throw NativeDispatcherClosedException.closed(name)
+        if (!isNativeThread) return withContext(this) { await(request) }
+        if (request.poll()) return
+        suspendCancellableCoroutine { cont ->
+            val waiter = Waiter(request, cont)
+            inFlight.addLast(waiter)
+            cont.invokeOnCancellation { waiter.continuation = null }
+        }
+    }
+
+    /** Number of requests the progress loop polls right now (for diagnostics and tests). */
+    public val inFlightCount: Int get() = inFlightSize
+
+    @Volatile private var inFlightSize = 0
+
+    /**
+     * Closes the dispatcher: already queued work runs, pending [await]s fail with
+     * [NativeDispatcherClosedException], and the thread ends. Waits for the thread to end unless
+     * called from it. Idempotent.
+     */
+    override fun close() {
+        if (closed) return
+        closed = true
+        LockSupport.unpark(thread)
+        if (!isNativeThread) thread.join()
+    }
+
+    override fun toString(): String = "NativeDispatcher($name)"
+
+    private fun loop() {
+        var idle = 0
+        while (true) {
+            var progressed = runQueued()
+            if (pollInFlight()) progressed = true
+            if (closed) {
+                runQueued()
+                break
+            }
+            if (progressed) {
+                idle = 0
+                continue
+            }
+            idle++
+            if (inFlight.isEmpty()) {
+                park(0)
+            } else if (idle <= spinIterations) {
+                Thread.onSpinWait()
+            } else if (idle <= spinIterations + 16) {
+                Thread.yield()
+            } else {
+                val shift = (idle - spinIterations - 16).coerceAtMost(30)
+                park((1_000L shl shift).coerceAtMost(maxParkNanos))
+            }
+        }
+        val error = NativeDispatcherClosedException.closed(name)
+        while (inFlight.isNotEmpty()) inFlight.pollFirst()?.continuation?.resumeWithException(error)
+        inFlightSize = 0
+    }
+
+    private fun runQueued(): Boolean {
+        var ran = false
+        while (true) {
+            val task = queue.poll() ?: return ran
+            ran = true
+            try {
+                task.run()
+            } catch (t: Throwable) {
+                // A dispatched task never throws unless the coroutine machinery itself failed: report and go on.
+                thread.uncaughtExceptionHandler?.uncaughtException(thread, t)
+            }
+        }
+    }
+
+    private fun pollInFlight(): Boolean {
+        var progressed = false
+        var n = inFlight.size
+        while (n-- > 0) {
+            val waiter = inFlight.pollFirst() ?: break
+            val done = try {
+                waiter.request.poll()
+            } catch (t: Throwable) {
+                progressed = true
+                waiter.continuation?.resumeWithException(t)
+                continue
+            }
+            if (done) {
+                progressed = true
+                waiter.continuation?.resume(Unit)
+            } else {
+                inFlight.addLast(waiter)
+            }
+        }
+        inFlightSize = inFlight.size
+        return progressed
+    }
+
+    private fun park(nanos: Long) {
+        parked = true
+        try {
+            if (queue.isEmpty() && !closed) {
+                if (nanos == 0L) LockSupport.park(this) else LockSupport.parkNanos(this, nanos)
+            }
+        } finally {
+            parked = false
+        }
+    }
+}
+
+private fun NativeDispatcherClosedException.asCancellation(): kotlinx.coroutines.CancellationException =
+    kotlinx.coroutines.CancellationException(message, this)
+
+internal fun NativeDispatcherClosedException.Companion.closed(name: String): NativeDispatcherClosedException =
+    NativeDispatcherClosedException("native dispatcher '$name' is closed; create a new communicator")
