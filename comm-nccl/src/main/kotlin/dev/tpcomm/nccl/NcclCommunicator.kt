@@ -17,6 +17,11 @@ import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.withContext
+import kotlinx.serialization.KSerializer
+import kotlinx.serialization.json.Json
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
 import java.lang.ref.Cleaner
 import java.util.ArrayDeque
 import java.util.concurrent.CountDownLatch
@@ -206,8 +211,8 @@ public class NcclCommunicator internal constructor(
         checkTensor(output, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.dim(output, dim, name)
-        if (rank == root) {
-            requireNotNull(input) { "$name: the root (rank $root) must pass the input to scatter, got null" }
+        if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input to scatter, got null" }
+        if (input != null) { // read on the root only, but checked wherever given so every rank refuses the same mistake
             checkTensor(input, name)
             CollectiveChecks.sameDtype(input, output, name)
             CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", name)
@@ -257,6 +262,65 @@ public class NcclCommunicator internal constructor(
             }
             if (outer != 1L) blocksToColumns(out.address, recvBlocks, chunk, outer)
             out
+        }
+    }
+
+    /**
+     * Every rank's [value] in rank order. Objects live on the host, so this encodes them as JSON
+     * (kotlinx-serialization) and moves the bytes through temporary device buffers on this
+     * communicator's stream (the only host staging this class does): lengths first, then the padded payloads.
+     */
+    override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> {
+        val bytes = JSON.encodeToString(serializer, value).encodeToByteArray()
+        val lengths = stagedAllGather("allGatherObject", longBytes(bytes.size.toLong()))
+        val sizes = List(worldSize) { r -> readLong(lengths, r * 8) }
+        val max = sizes.max().toInt()
+        val all = stagedAllGather("allGatherObject", bytes.copyOf(max))
+        return List(worldSize) { r -> JSON.decodeFromString(serializer, String(all, r * max, sizes[r].toInt(), Charsets.UTF_8)) }
+    }
+
+    /** [root]'s [value] on every rank, moved as JSON bytes through temporary device buffers (see [allGatherObject]). */
+    override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T {
+        CollectiveChecks.root(root, worldSize, "broadcastObject")
+        if (rank == root) requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
+        @Suppress("UNCHECKED_CAST")
+        val bytes = if (rank == root) JSON.encodeToString(serializer, value as T).encodeToByteArray() else ByteArray(0)
+        val length = readLong(stagedBroadcast("broadcastObject", longBytes(bytes.size.toLong()), root), 0)
+        val payload = stagedBroadcast("broadcastObject", if (rank == root) bytes else ByteArray(length.toInt()), root)
+        return JSON.decodeFromString(serializer, String(payload, Charsets.UTF_8))
+    }
+
+    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null, detail = "bytes=${bytes.size}") {
+        val n = bytes.size.toLong()
+        val host = Arena.ofShared()
+        try {
+            val seg = host.allocate((n * worldSize).coerceAtLeast(1))
+            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
+            val dev = temp(n * worldSize)
+            cuda(runtime.memcpyAsync(dev + rank * n, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
+            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
+        } finally {
+            if (failure.get() == null) host.close() // after a failure the device may still write into it: leave it to the GC
+        }
+    }
+
+    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, peers = "root=$root", detail = "bytes=${bytes.size}") {
+        val n = bytes.size.toLong()
+        val host = Arena.ofShared()
+        try {
+            val seg = host.allocate(n.coerceAtLeast(1))
+            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
+            val dev = temp(n)
+            if (rank == root) cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            nccl(api.broadcast(dev, dev, n, BYTES, root, comm, stream), "ncclBroadcast")
+            cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
+        } finally {
+            if (failure.get() == null) host.close()
         }
     }
 
@@ -465,6 +529,9 @@ public class NcclCommunicator internal constructor(
         onStream: Boolean = true,
         issue: Op.() -> T,
     ): T {
+        if (closed.get()) {
+            throw CommunicatorAbortedException("the communicator was closed; create a new one", rank, backendName, name, -1, null, recorder.dumpJson())
+        }
         val issued = AtomicBoolean(false)
         try {
             return withContext(dispatcher) {
@@ -518,7 +585,11 @@ public class NcclCommunicator internal constructor(
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
         failure.get()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
         when (val q = runtime.eventQuery(event)) {
-            DeviceRuntime.SUCCESS -> return@NativeRequest true
+            DeviceRuntime.SUCCESS -> {
+                // A kernel that gave up on a failed peer also lets the event complete: check before reporting success.
+                checkAsync(comm, op)
+                return@NativeRequest true
+            }
             DeviceRuntime.ERROR_NOT_READY -> Unit
             else -> throw fail(op, runtimeError(q, "eventQuery", op))
         }
@@ -548,6 +619,16 @@ public class NcclCommunicator internal constructor(
             }
             if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
         }
+    }
+
+    /** Waits on the native thread (inside an operation) until the stream's work so far is done; used only by the object collectives. */
+    private fun awaitStream(op: Op) {
+        val event = acquireEvent(op)
+        op.cuda(runtime.eventRecord(event, stream), "eventRecord")
+        val request = completion(op, event)
+        var spins = 0
+        while (!request.poll()) if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
+        events.addLast(event)
     }
 
     private fun checkAsync(handle: Long, op: Op) {
@@ -680,6 +761,15 @@ public class NcclCommunicator internal constructor(
     private companion object {
         /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
         const val BYTES = NcclDataType.UINT8
+        val JSON = Json { encodeDefaults = true }
+
+        fun longBytes(v: Long): ByteArray = ByteArray(8) { i -> (v ushr (8 * i)).toByte() }
+
+        fun readLong(b: ByteArray, offset: Int): Long {
+            var v = 0L
+            for (i in 7 downTo 0) v = (v shl 8) or (b[offset + i].toLong() and 0xFF)
+            return v
+        }
         val CLEANER: Cleaner = Cleaner.create()
 
         fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim

@@ -52,6 +52,17 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     public val version: Int = 23007,
     /** The name [NcclApi.libraryName] reports. */
     public val libraryName: String = "NCCL (simulated)",
+    /**
+     * As NCCL, refuse (`ncclInvalidUsage`) two ranks of one communicator on the same device. False lets
+     * every rank of a world use device 0, for harnesses that cannot tell which rank a tensor is for.
+     */
+    public val rejectSharedDevices: Boolean = true,
+    /**
+     * When true, a rank's `ncclCommAbort`/`ncclCommDestroy` makes its peers' pending and later calls
+     * fail with `ncclRemoteError`, as NCCL's network transports report a closed connection. When false
+     * (default, as intra-node transports behave) peers wait until their own deadline.
+     */
+    public val detectPeerFailure: Boolean = false,
 ) : AutoCloseable {
     private val handles = ConcurrentHashMap<Long, Any>()
     private val nextHandle = AtomicLong(0x1000)
@@ -236,7 +247,10 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
 
     /** Waits for [latch]; gives up (and records the error) when the communicator is aborted or a peer failed. */
     private fun awaitPeers(latch: CountDownLatch, comm: SimComm) {
-        while (!latch.await(1, TimeUnit.MILLISECONDS)) checkAlive(comm)
+        while (!latch.await(1, TimeUnit.MILLISECONDS)) {
+            if (latch.count == 0L) return
+            checkAlive(comm)
+        }
     }
 
     private fun checkAlive(comm: SimComm) {
@@ -416,7 +430,7 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
             synchronized(clique) {
                 if (clique.size != nranks) return NcclResult.INVALID_ARGUMENT
                 if (clique.members[rank] != null) return NcclResult.INVALID_USAGE
-                if (clique.members.any { it != null && it.device == c.device }) return NcclResult.INVALID_USAGE // NCCL: duplicate GPU
+                if (rejectSharedDevices && clique.members.any { it != null && it.device == c.device }) return NcclResult.INVALID_USAGE // NCCL: duplicate GPU
                 c.clique = clique
                 c.rank = rank
                 clique.members[rank] = c
@@ -466,13 +480,14 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
         override fun commAbort(comm: Long): Int {
             val c = handles.remove(comm) as? SimComm ?: return NcclResult.INVALID_ARGUMENT
             c.aborted = true
-            runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
+            if (detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
             return NcclResult.SUCCESS
         }
 
         override fun commDestroy(comm: Long): Int {
             val c = handles.remove(comm) as? SimComm ?: return NcclResult.INVALID_ARGUMENT
             c.aborted = true
+            if (detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
             return NcclResult.SUCCESS
         }
 
@@ -552,8 +567,8 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
                     val box = sc.clique.mailbox(peer, sc.rank)
                     var msg: ByteArray? = null
                     while (msg == null) {
-                        checkAlive(sc)
                         msg = box.poll(1, TimeUnit.MILLISECONDS)
+                        if (msg == null) checkAlive(sc)
                     }
                     if (msg.size.toLong() != bytes) {
                         throw SimFault(NcclResult.INVALID_USAGE, CUDA_LAUNCH_FAILURE, "simulated NCCL: rank $peer sent ${msg.size} bytes, rank ${sc.rank} receives $bytes")
