@@ -20,7 +20,7 @@ public class NcclBackendFactory : CommBackendFactory {
     override val name: String get() = "nccl"
     override val priority: Int get() = 100
 
-    private val probe: GpuProbe by lazy { probeSafely() }
+    private val probe: GpuProbe get() = PROBE
 
     override fun isAvailable(): Boolean = probe.available
 
@@ -53,31 +53,40 @@ public class NcclBackendFactory : CommBackendFactory {
         }
     }
 
-    private fun probeSafely(): GpuProbe = try {
-        JavaCppPlatform.probe()
-    } catch (e: UnsatisfiedLinkError) {
-        unavailable(e)
-    } catch (e: ExceptionInInitializerError) {
-        unavailable(e)
-    } catch (e: NoClassDefFoundError) {
-        GpuProbe(
-            false,
-            "the JavaCPP CUDA presets are not on the classpath (${e.message}); add org.bytedeco:cuda:13.3-9.25-1.5.14 with its " +
-                "linux-x86_64 classifier and org.bytedeco:javacpp, or use the rccl backend on AMD GPUs",
-            0, 0,
-        )
-    } catch (e: LinkageError) {
-        unavailable(e)
-    }
+    private companion object {
+        /** Loading is attempted once per process: a failed static initialiser cannot be retried anyway. */
+        val PROBE: GpuProbe by lazy { probeSafely() }
 
-    private fun unavailable(e: Throwable): GpuProbe {
-        val causes = generateSequence(e) { it.cause }.joinToString(" <- ") { "${it.javaClass.simpleName}: ${it.message}" }
-        return GpuProbe(
-            false,
-            "NCCL or the CUDA runtime could not be loaded ($causes). Install the NVIDIA driver, and NCCL 2.14+ and the CUDA " +
-                "runtime from your distribution or NVIDIA's repository (libnccl2, cuda-cudart), or add the JavaCPP artifact " +
-                "org.bytedeco:cuda-redist (see docs/gpu.md)",
-            0, 0,
-        )
+        fun probeSafely(): GpuProbe = try {
+            JavaCppPlatform.probe()
+        } catch (e: UnsatisfiedLinkError) {
+            unavailable(e)
+        } catch (e: ExceptionInInitializerError) {
+            unavailable(e)
+        } catch (e: NoClassDefFoundError) {
+            if (e.message?.startsWith("Could not initialize class") == true) {
+                unavailable(e)
+            } else {
+                GpuProbe(
+                    false,
+                    "the JavaCPP CUDA presets are not on the classpath (${e.message}); add org.bytedeco:cuda:13.3-9.25-1.5.14 with its " +
+                        "linux-x86_64 classifier and org.bytedeco:javacpp, or use the rccl backend on AMD GPUs",
+                    0, 0,
+                )
+            }
+        } catch (e: LinkageError) {
+            unavailable(e)
+        }
+
+        fun unavailable(e: Throwable): GpuProbe {
+            val causes = generateSequence(e) { it.cause }.joinToString(" <- ") { "${it.javaClass.simpleName}: ${it.message}" }
+            return GpuProbe(
+                false,
+                "NCCL or the CUDA runtime could not be loaded ($causes). Install the NVIDIA driver, and NCCL 2.14+ and the CUDA " +
+                    "runtime from your distribution or NVIDIA's repository (libnccl2, cuda-cudart), or add the JavaCPP artifact " +
+                    "org.bytedeco:cuda-redist (see docs/gpu.md)",
+                0, 0,
+            )
+        }
     }
 }

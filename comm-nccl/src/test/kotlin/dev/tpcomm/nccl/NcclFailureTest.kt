@@ -88,6 +88,7 @@ class NcclFailureTest : FunSpec({
         val c = p.connect(timeout = 300.milliseconds)
         coroutineScope {
             val first = async(start = CoroutineStart.UNDISPATCHED) { runCatching { c.allReduce(dev(A, DType.Float32, 4)) } }
+            delay(100) // so the first call's deadline passes clearly before the second's
             val second = async(start = CoroutineStart.UNDISPATCHED) { runCatching { c.broadcast(dev(A, DType.Float32, 4), 0) } }
             val t = first.await().exceptionOrNull()
             t.shouldBeInstanceOf<CommunicationTimeoutException>()

@@ -39,7 +39,9 @@ public class SimulatedWorld @JvmOverloads constructor(
                 }
             }
         }.awaitAll()
-        val failed = attempts.firstOrNull { it.isFailure }
+        // The root cause first: a rank that failed outright makes the others wait until their deadline.
+        val failed = attempts.firstOrNull { it.isFailure && it.exceptionOrNull() !is dev.tpcomm.CommunicationTimeoutException }
+            ?: attempts.firstOrNull { it.isFailure }
         if (failed != null) {
             attempts.forEach { a -> a.getOrNull()?.close() }
             throw failed.exceptionOrNull()!!
