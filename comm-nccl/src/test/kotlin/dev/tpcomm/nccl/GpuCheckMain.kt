@@ -54,7 +54,7 @@ internal suspend fun conformance(comm: Communicator, copies: DeviceCopies, confi
     )
     val scratch = ScratchCommunicatorFactory { _, timeout -> Comm.create(comm.backendName, config.copy(timeout = timeout)) }
     val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
-        println("rank ${r.rank}: ${r.status} ${r.name}" + (r.message?.let { " — $it" } ?: ""))
+        println("rank ${r.rank}: ${r.status} ${r.case}" + (r.message?.let { " — $it" } ?: ""))
     })
     val failed = results.count { it.status == CaseResult.Status.Failed }
     println("rank ${comm.rank}: ${results.count { it.status == CaseResult.Status.Passed }} passed, $failed failed, ${results.count { it.status == CaseResult.Status.Skipped }} skipped")

@@ -58,7 +58,7 @@ fun main(args: Array<String>) {
                 )
                 val scratch = ScratchCommunicatorFactory { _, timeout -> Comm.create("rccl", config.copy(timeout = timeout)) }
                 val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
-                    println("rank ${r.rank}: ${r.status} ${r.name}" + (r.message?.let { " — $it" } ?: ""))
+                    println("rank ${r.rank}: ${r.status} ${r.case}" + (r.message?.let { " — $it" } ?: ""))
                 })
                 if (results.none { it.status == CaseResult.Status.Failed }) 0 else 1
             }
