@@ -1,5 +1,6 @@
 package dev.tpcomm.nccl
 
+import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -16,6 +17,7 @@ import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.Job
 import kotlinx.coroutines.withContext
 import kotlinx.serialization.KSerializer
 import kotlinx.serialization.json.Json
@@ -102,7 +104,7 @@ public class NcclCommunicator internal constructor(
         val name = "allReduce"
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, detail = "op=$op") {
+        return run(name, tensor, detail = "op=$op", signature = sig(name, tensor, op)) {
             nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, comm, stream), "ncclAllReduce")
             tensor
         }
@@ -112,7 +114,7 @@ public class NcclCommunicator internal constructor(
         val name = "broadcast"
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
-        return run(name, tensor, peers = "root=$root") {
+        return run(name, tensor, peers = "root=$root", signature = sig(name, tensor, root = root)) {
             nccl(api.broadcast(tensor.address, tensor.address, tensor.numel, dt(tensor), root, comm, stream), "ncclBroadcast")
             tensor
         }
@@ -123,7 +125,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, peers = "root=$root", detail = "op=$op") {
+        return run(name, tensor, peers = "root=$root", detail = "op=$op", signature = sig(name, tensor, op, root)) {
             nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, root, comm, stream), "ncclReduce")
             tensor
         }
@@ -133,7 +135,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         checkTensor(input, name)
         val shape = CollectiveShapes.allGather(input, worldSize, dim)
-        return run(name, input, detail = "dim=$dim") {
+        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueAllGather(out, input, dim)
             out
@@ -146,7 +148,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, CollectiveShapes.allGather(input, worldSize, dim), "output", name)
-        return run(name, input, detail = "dim=$dim") {
+        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
             issueAllGather(output, input, dim)
             output
         }
@@ -157,7 +159,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(input, name)
         val shape = CollectiveShapes.reduceScatter(input, worldSize, dim)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim") {
+        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueReduceScatter(out, input, red, dim)
             out
@@ -171,7 +173,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim") {
+        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
             issueReduceScatter(output, input, red, dim)
             output
         }
@@ -183,7 +185,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.root(root, worldSize, name)
         val shape = CollectiveShapes.allGather(input, worldSize, dim)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, peers = "root=$root", detail = "dim=$dim") {
+        return run(name, input, peers = "root=$root", detail = "dim=$dim", signature = sig(name, input, root = root, dim = dim)) {
             if (rank == root) {
                 val out = allocateOutput(input.dtype, shape)
                 val blocks = if (outer == 1L) out.address else temp(out.byteSize)
@@ -218,7 +220,7 @@ public class NcclCommunicator internal constructor(
             CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", name)
         }
         val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, peers = "root=$root", detail = "dim=$dim") {
+        run(name, output, peers = "root=$root", detail = "dim=$dim", signature = sig(name, output, root = root, dim = dim)) {
             if (rank == root) {
                 val src = input!!
                 val chunk = output.byteSize
@@ -245,7 +247,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.dim(input, dim, name)
         CollectiveChecks.divisible(input, dim, worldSize, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, detail = "dim=$dim") {
+        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, input.shape)
             val chunk = input.byteSize / worldSize
             val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
@@ -325,7 +327,7 @@ public class NcclCommunicator internal constructor(
     }
 
     override suspend fun barrier() {
-        run("barrier", null) {
+        run("barrier", null, signature = sig("barrier", null)) {
             if (scratch == 0L) {
                 val p = LongArray(1)
                 cuda(runtime.malloc(p, 4), "malloc")
@@ -437,7 +439,7 @@ public class NcclCommunicator internal constructor(
     // ---------------------------------------------------------------- machinery
 
     /** State of one operation while it is being issued (native thread only). */
-    private inner class Op(val name: String, val entry: FlightRecorder.Entry, val deadline: Long) {
+    private inner class Op(val name: String, val entry: FlightRecorder.Entry, val deadline: Long, val job: Job?) {
         val temps = ArrayList<Long>()
 
         fun nccl(code: Int, call: String) {
@@ -503,6 +505,30 @@ public class NcclCommunicator internal constructor(
             }
         }
 
+        /**
+         * checkConsistency: all-gathers every rank's signature of this call (staged through device
+         * memory) and fails with [CollectiveMismatchException] naming the differing ranks and fields.
+         */
+        fun checkSignature(sig: LongArray) {
+            val n = sig.size * 8L
+            val host = Arena.ofShared()
+            val seg = host.allocate(n * worldSize, 8)
+            MemorySegment.copy(sig, 0, seg, ValueLayout.JAVA_LONG, rank * n, sig.size)
+            val dev = temp(n * worldSize)
+            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
+            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            val all = List(worldSize) { r -> LongArray(sig.size) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, (r * sig.size + i).toLong()) } }
+            host.close()
+            val bad = (0 until worldSize).filter { !all[it].contentEquals(all[0]) }
+            if (bad.isEmpty()) return
+            val fields = bad.flatMap { r -> SIG_FIELDS.indices.filter { all[r][it] != all[0][it] }.map { SIG_FIELDS[it] } }.distinct()
+            val message = "collective mismatch (checkConsistency): ranks $bad differ from rank 0 in $fields; " +
+                (listOf(0) + bad).joinToString("; ") { r -> "rank $r called ${describeSig(all[r])}" } + ". The communicator was aborted."
+            throw fail(this, CollectiveMismatchException(message, rank, backendName, name, entry.sequence, bad, fields, dumpWith(this, message)))
+        }
+
         fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
             val outer = outerCount(input.shape, norm(input, dim))
             if (outer == 1L) {
@@ -527,6 +553,7 @@ public class NcclCommunicator internal constructor(
         peers: String? = null,
         detail: String? = null,
         onStream: Boolean = true,
+        signature: LongArray? = null,
         issue: Op.() -> T,
     ): T {
         if (closed.get()) {
@@ -541,10 +568,11 @@ public class NcclCommunicator internal constructor(
                     entry.fail(e)
                     throw e
                 }
-                val op = Op(name, entry, System.nanoTime() + timeoutNanos)
+                val op = Op(name, entry, System.nanoTime() + timeoutNanos, coroutineContext[Job])
                 issued.set(true)
                 inFlight++
                 try {
+                    if (signature != null && config.checkConsistency && worldSize > 1) op.checkSignature(signature)
                     val result = op.issue()
                     if (onStream) {
                         val event = acquireEvent(op)
@@ -627,7 +655,11 @@ public class NcclCommunicator internal constructor(
         op.cuda(runtime.eventRecord(event, stream), "eventRecord")
         val request = completion(op, event)
         var spins = 0
-        while (!request.poll()) if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
+        while (!request.poll()) {
+            // Blocking here keeps the issue order of the communicator's calls; a cancelled caller still gets out.
+            if (op.job?.isActive == false) throw CancellationException("${op.name} was cancelled while waiting for the device")
+            if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
+        }
         events.addLast(event)
     }
 
@@ -771,6 +803,24 @@ public class NcclCommunicator internal constructor(
             return v
         }
         val CLEANER: Cleaner = Cleaner.create()
+
+        val SIG_OPS = listOf("allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier")
+        val SIG_FIELDS = listOf("operation", "dtype", "op", "root", "dim", "shape", "shape")
+
+        /** What every rank must agree on for one collective, as 7 longs (see [SIG_FIELDS]). */
+        fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray = longArrayOf(
+            SIG_OPS.indexOf(operation).toLong(),
+            t?.dtype?.ordinal?.toLong() ?: -1,
+            op?.ordinal?.toLong() ?: -1,
+            root.toLong(),
+            if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim).toLong(),
+            t?.shape?.hashCode()?.toLong() ?: -1,
+            t?.numel ?: -1,
+        )
+
+        fun describeSig(v: LongArray): String =
+            "${SIG_OPS.getOrElse(v[0].toInt()) { "?" }}(dtype=${DType.entries.getOrNull(v[1].toInt()) ?: "-"}, " +
+                "op=${ReduceOp.entries.getOrNull(v[2].toInt()) ?: "-"}, root=${v[3]}, dim=${v[4]}, elements=${v[6]})"
 
         fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
 

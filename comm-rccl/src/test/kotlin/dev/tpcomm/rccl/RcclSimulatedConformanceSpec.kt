@@ -30,13 +30,13 @@ private object RocmSimLauncher : WorldLauncher {
         override fun toHost(tensor: Tensor): Tensor = platform.download(tensor)
     }
 
-    // As comm-nccl's run (see its SimulatedWorldLauncher for why p2p, groups and consistency are off), smaller.
+    // As comm-nccl's run (see its SimulatedWorldLauncher for why p2p and groups are off), smaller.
     val options = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
         pointToPoint = false,
         groups = false,
-        checksConsistency = false,
+        checksConsistency = true,
         maxWorldSize = 3,
         worldSizes = listOf(2, 3),
         propertyIterations = 3,
