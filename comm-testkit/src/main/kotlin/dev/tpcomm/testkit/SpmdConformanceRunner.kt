@@ -75,7 +75,7 @@ public object SpmdConformanceRunner {
     /** The guard timeout of [case]: past it the case is failed as hung. */
     public fun guard(case: ConformanceCase, options: ConformanceOptions): Duration = when (case.kind) {
         CaseKind.Failure -> options.failureTimeout * 6 + 10.seconds
-        CaseKind.Collective -> options.timeout + 30.seconds
+        CaseKind.Collective -> options.timeout * 2 + 5.seconds
         CaseKind.Soak -> options.timeout + 10.minutes
     }
 
