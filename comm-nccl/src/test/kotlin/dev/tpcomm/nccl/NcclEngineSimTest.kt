@@ -207,6 +207,8 @@ class NcclEngineSimTest : FunSpec({
             c.barrier()
             platform.liveAllocations shouldBe before
             c.barrier()
+            java.lang.ref.Reference.reachabilityFence(input) // else their cleaners may free them mid-count
+            java.lang.ref.Reference.reachabilityFence(out)
         }
     }
 })

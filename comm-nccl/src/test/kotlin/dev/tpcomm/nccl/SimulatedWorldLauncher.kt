@@ -38,14 +38,11 @@ class SimulatedWorldLauncher(
      * What NCCL does: every dtype, no bitwise ops (they must be refused with IllegalArgumentException).
      * Point-to-point is tested in [NcclEngineSimTest] instead: the suite's cases use tags, ANY_SOURCE
      * and probe, which NCCL cannot provide. Mismatches are detected with checkConsistency (a signature all-gather).
-     * split/group are tested in [NcclEngineSimTest] too: the suite's split/group cases pass host
-     * tensors straight to the communicator (not through [TensorPlacement]), which a GPU backend must refuse.
      */
     fun options(): ConformanceOptions = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
         pointToPoint = false,
-        groups = false,
         checksConsistency = true,
         maxWorldSize = 4,
         worldSizes = listOf(1, 2, 3, 4),

@@ -32,9 +32,10 @@ class RcclBackendFactoryTest : FunSpec({
         val nccl = Comm.backends().single { it.name == "nccl" }
         nccl.isAvailable() shouldBe false
         nccl.unavailableReason()!! shouldContain "JavaCPP CUDA presets are not on the classpath"
-        val e = shouldThrow<BackendUnavailableException> { Comm.create("auto", CommConfig()) }
-        e.message!! shouldContain "rccl ("
-        e.message!! shouldContain "nccl ("
+        // "auto" falls through to a CPU backend (comm-coroutines' local backend is on this classpath).
+        val auto = Comm.create("auto", CommConfig())
+        (auto.backendName in setOf("nccl", "rccl")) shouldBe false
+        auto.close()
     }
 
     test("bad rccl.* options are refused with what to change") {

@@ -30,12 +30,11 @@ private object RocmSimLauncher : WorldLauncher {
         override fun toHost(tensor: Tensor): Tensor = platform.download(tensor)
     }
 
-    // As comm-nccl's run (see its SimulatedWorldLauncher for why p2p and groups are off), smaller.
+    // As comm-nccl's run (see its SimulatedWorldLauncher for why p2p is off), smaller.
     val options = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
         pointToPoint = false,
-        groups = false,
         checksConsistency = true,
         maxWorldSize = 3,
         worldSizes = listOf(2, 3),

@@ -61,7 +61,9 @@ public class SimulatedWorld @JvmOverloads constructor(
                 jobs.joinAll()
                 jobs.map { j -> runCatching { j.await() } }
             }
-            results.firstOrNull { it.isFailure }?.let { throw it.exceptionOrNull()!! }
+            // The root cause first: one rank's own exception makes the others fail with a CommunicationException later.
+            (results.firstOrNull { it.isFailure && it.exceptionOrNull() !is dev.tpcomm.CommunicationException } ?: results.firstOrNull { it.isFailure })
+                ?.let { throw it.exceptionOrNull()!! }
             return results.map { it.getOrThrow() }
         } finally {
             comms.forEach { runCatching { it.close() } }
