@@ -36,9 +36,11 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
  *
  * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
- * copies run in parallel pieces on [kotlinx.coroutines.Dispatchers.Default] together with the
- * calling thread. Float32 reductions use the Vector API when the JVM runs with
- * `--add-modules=jdk.incubator.vector` (about 4x faster on data in cache), scalar loops otherwise.
+ * copies run in parallel pieces on the calling thread together with `min(8, availableProcessors) - 1` helper
+ * threads (`tpcomm-local-kernel-N`, daemon; they spin up to 200 µs between kernels so back-to-back
+ * collectives find them awake, then park). Float32, Float64, Int32 and Int64 reductions use the
+ * Vector API when the JVM runs with `--add-modules=jdk.incubator.vector` (about 4x faster on data
+ * in cache), scalar loops otherwise.
  *
  * [config]'s `worldSize` and `rank` are ignored ([worldSize] is used); its timeout,
  * flight-recorder size and options apply. [close] closes every rank's communicator.

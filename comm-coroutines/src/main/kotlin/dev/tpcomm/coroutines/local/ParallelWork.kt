@@ -1,17 +1,14 @@
 package dev.tpcomm.coroutines.local
 
-import kotlinx.coroutines.Dispatchers
 import java.util.concurrent.atomic.AtomicInteger
-import kotlin.coroutines.EmptyCoroutineContext
 
 /**
- * Work split into [units] independent pieces, run by the calling thread together with helper tasks
- * on [Dispatchers.Default]. Pieces are claimed from an atomic counter, so the caller never waits for
+ * Work split into [units] independent pieces, run by the calling thread together with the
+ * [KernelPool] helpers. Pieces are claimed from an atomic counter, so the caller never waits for
  * a helper that has not started: it runs unclaimed pieces itself and only waits for pieces already
- * running on another thread. Hence no deadlock even when every Default thread is the caller of such
- * work. The first exception of a piece is rethrown by [execute] after all pieces ended.
+ * running on another thread (which never block). Hence no deadlock, whatever threads the callers use. The first exception of a piece is rethrown by [execute] after all pieces ended.
  */
-internal abstract class ParallelWork(private val units: Int) : Runnable {
+internal abstract class ParallelWork(private val units: Int) {
     private val next = AtomicInteger()
     private val finished = AtomicInteger()
     @Volatile private var error: Throwable? = null
@@ -19,7 +16,11 @@ internal abstract class ParallelWork(private val units: Int) : Runnable {
     /** Runs piece [unit]; called at most once per piece, from any thread. */
     abstract fun runUnit(unit: Int)
 
-    override fun run() = drain()
+    /** Runs unclaimed pieces; returns false once every piece is claimed. */
+    fun help(): Boolean {
+        drain()
+        return false
+    }
 
     private fun drain() {
         while (true) {
@@ -35,14 +36,11 @@ internal abstract class ParallelWork(private val units: Int) : Runnable {
         }
     }
 
-    /** Runs every piece with up to [helpers] helper tasks; returns when all pieces are done. */
+    /** Runs every piece, with the [KernelPool] helpers when [helpers] > 0; returns when all pieces are done. */
     fun execute(helpers: Int) {
-        val h = minOf(helpers, units - 1)
-        // One task more than helpers wanted: dispatched from a Default worker, the most recent task
-        // waits in that worker's own slot (others may steal it only after ~100 µs), while the earlier
-        // ones sit in its queue where idle workers take them at once. The spare finds nothing to do.
-        if (h > 0) for (i in 0..h) Dispatchers.Default.dispatch(EmptyCoroutineContext, this)
+        if (helpers > 0 && units > 1) KernelPool.submit(this)
         drain()
+        if (helpers > 0 && units > 1) KernelPool.done(this)
         var spins = 0
         while (finished.get() < units) {
             if (++spins < 2000) Thread.onSpinWait() else Thread.yield()
@@ -51,7 +49,11 @@ internal abstract class ParallelWork(private val units: Int) : Runnable {
     }
 
     companion object {
-        /** Threads that run big kernels: the caller plus helpers. `-Dtpcomm.local.threads=N` overrides. */
-        val parallelism: Int = Integer.getInteger("tpcomm.local.threads", Runtime.getRuntime().availableProcessors()).coerceAtLeast(1)
+        /**
+         * Threads that run big kernels: the caller plus helpers. Defaults to the processor count, at
+         * most 8 (memory bandwidth is saturated well before). `-Dtpcomm.local.threads=N` overrides.
+         */
+        val parallelism: Int =
+            Integer.getInteger("tpcomm.local.threads", minOf(8, Runtime.getRuntime().availableProcessors())).coerceAtLeast(1)
     }
 }
