@@ -100,23 +100,20 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         CollectiveChecks.device(tensor, Device.Host, "allReduce")
         CollectiveChecks.op(op, tensor.dtype, "allReduce")
-        collective(OpKind.ALL_REDUCE, tensor, null, tensor, op, -1, 0, null)
-        return tensor
+        return collective(OpKind.ALL_REDUCE, tensor, null, tensor, op, -1, 0, null, tensor)
     }
 
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
         CollectiveChecks.device(tensor, Device.Host, "broadcast")
         CollectiveChecks.root(root, worldSize, "broadcast")
-        collective(OpKind.BROADCAST, tensor, null, tensor, null, root, 0, null)
-        return tensor
+        return collective(OpKind.BROADCAST, tensor, null, tensor, null, root, 0, null, tensor)
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         CollectiveChecks.device(tensor, Device.Host, "reduce")
         CollectiveChecks.root(root, worldSize, "reduce")
         CollectiveChecks.op(op, tensor.dtype, "reduce")
-        collective(OpKind.REDUCE, tensor, null, tensor, op, root, 0, null)
-        return tensor
+        return collective(OpKind.REDUCE, tensor, null, tensor, op, root, 0, null, tensor)
     }
 
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
@@ -125,8 +122,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.dim(input, dim, "allGather")
         CollectiveChecks.sameDtype(input, output, "allGather")
         CollectiveChecks.shape(output, CollectiveShapes.allGather(input, worldSize, dim), "output", "allGather")
-        collective(OpKind.ALL_GATHER, input, output, input, null, -1, norm(input, dim), null)
-        return output
+        return collective(OpKind.ALL_GATHER, input, output, input, null, -1, norm(input, dim), null, output)
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
@@ -137,8 +133,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.divisible(input, dim, worldSize, "reduceScatter")
         CollectiveChecks.sameDtype(input, output, "reduceScatter")
         CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "reduceScatter")
-        collective(OpKind.REDUCE_SCATTER, input, output, input, op, -1, norm(input, dim), null)
-        return output
+        return collective(OpKind.REDUCE_SCATTER, input, output, input, op, -1, norm(input, dim), null, output)
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
@@ -146,8 +141,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.root(root, worldSize, "gather")
         CollectiveChecks.dim(input, dim, "gather")
         val output = if (rank == root) Tensor.zeros(input.dtype, CollectiveShapes.allGather(input, worldSize, dim)) else null
-        collective(OpKind.GATHER, input, output, input, null, root, norm(input, dim), null)
-        return output
+        return collective(OpKind.GATHER, input, output, input, null, root, norm(input, dim), null, output)
     }
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
@@ -161,7 +155,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             CollectiveChecks.sameDtype(input, output, "scatter")
             CollectiveChecks.shape(input, CollectiveShapes.allGather(output, worldSize, dim), "the root's input", "scatter")
         }
-        collective(OpKind.SCATTER, if (rank == root) input else null, output, output, null, root, norm(output, dim), null)
+        return collective(OpKind.SCATTER, if (rank == root) input else null, output, output, null, root, norm(output, dim), null, Unit)
     }
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
@@ -169,35 +163,34 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         CollectiveChecks.dim(input, dim, "allToAll")
         CollectiveChecks.divisible(input, dim, worldSize, "allToAll")
         val output = Tensor.zeros(input.dtype, input.shape)
-        collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, norm(input, dim), null)
-        return output
+        return collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, norm(input, dim), null, output)
     }
 
     override suspend fun barrier() {
-        collective(OpKind.BARRIER, null, null, null, null, -1, 0, null)
+        return collective(OpKind.BARRIER, null, null, null, null, -1, 0, null, Unit)
     }
 
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
-        return (collective(OpKind.SPLIT, null, null, null, null, -1, 0, extra) as LocalCommunicator?)?.also { children.add(it) }
+        return collective<Any?>(OpKind.SPLIT, null, null, null, null, -1, 0, extra, null).let { it as LocalCommunicator? }?.also { children.add(it) }
     }
 
     override suspend fun group(ranks: List<Int>): Communicator? {
         require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
         require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
         require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
-        return (collective(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList()) as LocalCommunicator?)?.also { children.add(it) }
+        return collective<Any?>(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList(), null).let { it as LocalCommunicator? }?.also { children.add(it) }
     }
 
     private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
 
     /**
      * Issues, arrives at and completes one collective. [sig] is the tensor whose dtype and shape form
-     * the signature. Returns the rank's result for split/group, null otherwise.
+     * the signature. Returns the rank's result for split/group, [ret] otherwise.
      */
-    private suspend fun collective(
-        kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?,
-    ): Any? {
+    private suspend fun <T> collective(
+        kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
+    ): T {
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         currentCoroutineContext().ensureActive()
         val name = OpKind.name(kind)
@@ -241,7 +234,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             val result = slot.results[r]
             slot.depart()
             entry.complete()
-            return result
+            @Suppress("UNCHECKED_CAST")
+            return (result ?: ret) as T
         }
         val f = slot.failure!!
         slot.depart()

@@ -48,35 +48,89 @@ internal object VectorKernels {
     ) {
         when (dtype) {
             DType.Float64 -> when (op) {
-                ReduceOp.Sum -> f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.add(b) }, { x, y -> x + y })
-                ReduceOp.Avg -> f64(w, ins, inOff, outs, nOuts, outOff, count, true, { a, b -> a.add(b) }, { x, y -> x + y })
-                ReduceOp.Product -> f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.mul(b) }, { x, y -> x * y })
-                ReduceOp.Min -> f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
-                ReduceOp.Max -> f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
+                ReduceOp.Sum -> f64Sum(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Avg -> f64Avg(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Product -> f64Product(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Min -> f64Min(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Max -> f64Max(w, ins, inOff, outs, nOuts, outOff, count)
                 else -> throw IllegalArgumentException("$op is not defined on Float64")
             }
             DType.Int32 -> when (op) {
-                ReduceOp.Sum -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.add(b) }, { x, y -> x + y })
-                ReduceOp.Product -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.mul(b) }, { x, y -> x * y })
-                ReduceOp.Min -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
-                ReduceOp.Max -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
-                ReduceOp.BitwiseAnd -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.and(b) }, { x, y -> x and y })
-                ReduceOp.BitwiseOr -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.or(b) }, { x, y -> x or y })
-                ReduceOp.BitwiseXor -> i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.lanewise(jdk.incubator.vector.VectorOperators.XOR, b) }, { x, y -> x xor y })
+                ReduceOp.Sum -> i32Sum(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Product -> i32Product(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Min -> i32Min(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Max -> i32Max(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseAnd -> i32BitwiseAnd(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseOr -> i32BitwiseOr(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseXor -> i32BitwiseXor(w, ins, inOff, outs, nOuts, outOff, count)
                 else -> throw IllegalArgumentException("no vector kernel for $op on Int32")
             }
             DType.Int64 -> when (op) {
-                ReduceOp.Sum -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.add(b) }, { x, y -> x + y })
-                ReduceOp.Min -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
-                ReduceOp.Max -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
-                ReduceOp.BitwiseAnd -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.and(b) }, { x, y -> x and y })
-                ReduceOp.BitwiseOr -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.or(b) }, { x, y -> x or y })
-                ReduceOp.BitwiseXor -> i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.lanewise(jdk.incubator.vector.VectorOperators.XOR, b) }, { x, y -> x xor y })
+                ReduceOp.Sum -> i64Sum(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Min -> i64Min(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.Max -> i64Max(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseAnd -> i64BitwiseAnd(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseOr -> i64BitwiseOr(w, ins, inOff, outs, nOuts, outOff, count)
+                ReduceOp.BitwiseXor -> i64BitwiseXor(w, ins, inOff, outs, nOuts, outOff, count)
                 else -> throw IllegalArgumentException("no vector kernel for $op on Int64")
             }
             else -> throw IllegalArgumentException("no vector kernel for $dtype")
         }
     }
+
+    private fun f64Sum(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun f64Avg(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        f64(w, ins, inOff, outs, nOuts, outOff, count, true, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun f64Product(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.mul(b) }, { x, y -> x * y })
+
+    private fun f64Min(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
+
+    private fun f64Max(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        f64(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
+
+    private fun i32Sum(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun i32Product(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.mul(b) }, { x, y -> x * y })
+
+    private fun i32Min(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
+
+    private fun i32Max(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
+
+    private fun i32BitwiseAnd(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.and(b) }, { x, y -> x and y })
+
+    private fun i32BitwiseOr(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.or(b) }, { x, y -> x or y })
+
+    private fun i32BitwiseXor(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i32(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.lanewise(jdk.incubator.vector.VectorOperators.XOR, b) }, { x, y -> x xor y })
+
+    private fun i64Sum(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun i64Min(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
+
+    private fun i64Max(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
+
+    private fun i64BitwiseAnd(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.and(b) }, { x, y -> x and y })
+
+    private fun i64BitwiseOr(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.or(b) }, { x, y -> x or y })
+
+    private fun i64BitwiseXor(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        i64(w, ins, inOff, outs, nOuts, outOff, count, { a, b -> a.lanewise(jdk.incubator.vector.VectorOperators.XOR, b) }, { x, y -> x xor y })
 
     private inline fun f64(
         w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long, avg: Boolean,
@@ -165,15 +219,32 @@ internal object VectorKernels {
         outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
         count: Long,
     ) {
+        // One small method per op (each holding one inlined copy of the loop), so the JIT compiles
+        // and intrinsifies each on its own instead of one huge method holding every variant.
         when (op) {
-            ReduceOp.Sum -> loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.add(b) }, { x, y -> x + y })
-            ReduceOp.Avg -> loop(w, ins, inOff, outs, nOuts, outOff, count, true, { a, b -> a.add(b) }, { x, y -> x + y })
-            ReduceOp.Product -> loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.mul(b) }, { x, y -> x * y })
-            ReduceOp.Min -> loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
-            ReduceOp.Max -> loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
+            ReduceOp.Sum -> f32Sum(w, ins, inOff, outs, nOuts, outOff, count)
+            ReduceOp.Avg -> f32Avg(w, ins, inOff, outs, nOuts, outOff, count)
+            ReduceOp.Product -> f32Prod(w, ins, inOff, outs, nOuts, outOff, count)
+            ReduceOp.Min -> f32Min(w, ins, inOff, outs, nOuts, outOff, count)
+            ReduceOp.Max -> f32Max(w, ins, inOff, outs, nOuts, outOff, count)
             else -> throw IllegalArgumentException("$op is not defined on Float32")
         }
     }
+
+    private fun f32Sum(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun f32Avg(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        loop(w, ins, inOff, outs, nOuts, outOff, count, true, { a, b -> a.add(b) }, { x, y -> x + y })
+
+    private fun f32Prod(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.mul(b) }, { x, y -> x * y })
+
+    private fun f32Min(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.min(b) }, { x, y -> Math.min(x, y) })
+
+    private fun f32Max(w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) =
+        loop(w, ins, inOff, outs, nOuts, outOff, count, false, { a, b -> a.max(b) }, { x, y -> Math.max(x, y) })
 
     private inline fun loop(
         w: Int,

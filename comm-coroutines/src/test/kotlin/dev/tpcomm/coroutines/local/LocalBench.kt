@@ -19,6 +19,20 @@ object LocalBench {
         val mode = args.getOrElse(0) { "default" }
         val world = args.getOrElse(1) { "4" }.toInt()
         val sizes = args.drop(2).map { it.toLong() }.ifEmpty { listOf(8L, 1024L, 65536L, 1L shl 20, 16L shl 20, 64L shl 20) }
+        if (mode == "alloc") {
+            // bytes allocated per 8-byte all-reduce (per collective, all 4 ranks on this thread)
+            val mx = java.lang.management.ManagementFactory.getThreadMXBean() as com.sun.management.ThreadMXBean
+            runLocalWorld(4) { comm ->
+                val t = Tensor.zeros(DType.Float32, 2)
+                repeat(50_000) { comm.allReduce(t) }
+                comm.barrier()
+                val before = mx.getThreadAllocatedBytes(Thread.currentThread().threadId())
+                repeat(100_000) { comm.allReduce(t) }
+                comm.barrier()
+                if (comm.rank == 0) println("bytes allocated per collective (4 ranks): ${(mx.getThreadAllocatedBytes(Thread.currentThread().threadId()) - before) / 100_000.0}")
+            }
+            return@runBlocking
+        }
         if (mode == "recorder") {
             val rec = dev.tpcomm.coroutines.FlightRecorder(256, 0, "local")
             repeat(5) {
@@ -69,7 +83,7 @@ object LocalBench {
                 val block: suspend () -> Double = {
                     runLocalWorld(world, CommConfig(flightRecorderSize = 256)) { comm ->
                         val t = Tensor.zeros(DType.Float32, n)
-                        repeat(if (bytes <= 65536) 20_000 else 3) { comm.allReduce(t) } // warm-up
+                        repeat(if (bytes <= 65536) 20_000 else if (bytes <= (1 shl 20)) 1000 else 3) { comm.allReduce(t) } // warm-up (JIT)
                         comm.barrier()
                         val start = System.nanoTime()
                         repeat(iters) { comm.allReduce(t) }

@@ -152,6 +152,32 @@ class LocalFailureSpec : FunSpec({
         }
     }
 
+    test("a tensor closed while its collective is in flight fails the collective on every rank") {
+        LocalWorld(2, CommConfig(timeout = 30.seconds)).use { world ->
+            withContext(Dispatchers.Default) {
+                val t0 = Tensor.of(floatArrayOf(1f))
+                val first = async { runCatching { world.communicator(0).allReduce(t0) }.exceptionOrNull() }
+                delay(50) // rank 0 is waiting in the collective
+                t0.close()
+                val second = runCatching { world.communicator(1).allReduce(Tensor.of(floatArrayOf(2f))) }.exceptionOrNull()
+                first.await().shouldBeInstanceOf<CommunicatorAbortedException>()
+                second.shouldBeInstanceOf<CommunicatorAbortedException>().message shouldContain "closed"
+                world.isAborted shouldBe true
+            }
+        }
+    }
+
+    test("receiving from a rank that closed its communicator fails at once") {
+        LocalWorld(2).use { world ->
+            world.communicator(1).send(Tensor.of(intArrayOf(7)), 0)
+            world.communicator(1).close()
+            val t = Tensor.zeros(DType.Int32, 1)
+            world.communicator(0).recv(t, 1).source shouldBe 1 // queued before the close: still delivered
+            t.getLong(0) shouldBe 7
+            shouldThrow<CommunicatorAbortedException> { world.communicator(0).recv(t, 1) }.message shouldContain "closed"
+        }
+    }
+
     test("bad arguments fail before any data moves, buffers unchanged, communicator still usable") {
         runLocalWorld(2) { comm ->
             val t = Tensor.of(floatArrayOf(1f, 2f))
