@@ -12,7 +12,7 @@ import java.util.concurrent.atomic.AtomicInteger
  * MPI cannot be initialised again after `MPI_Finalize`: a communicator created after the last
  * one closed fails with a clear [IllegalStateException].
  */
-internal class MpiRuntime private constructor(
+internal class MpiRuntime(
     val library: MpiLibrary,
     val binding: MpiBinding,
     /** Thread level MPI provided. */
