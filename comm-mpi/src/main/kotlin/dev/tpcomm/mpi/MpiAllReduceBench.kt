@@ -26,6 +26,8 @@ public object MpiAllReduceBench {
     private const val REPS = 3
     private const val KMAX = 200_000L
     private const val CAL_S = 0.03
+    private val WARMUP_SMALL = System.getenv("BENCH_WARMUP")?.toInt() ?: 30_000
+    private val WARMUP_MEDIUM = (WARMUP_SMALL / 50).coerceAtLeast(1)
 
     /** Entry point; see the object's documentation. */
     @JvmStatic
@@ -46,6 +48,11 @@ public object MpiAllReduceBench {
                     comm.allReduce(tmax, ReduceOp.Max)
                     return tmax.getDouble(0)
                 }
+                // JIT warm-up of the whole call path (C has none to do): small and medium all-reduces.
+                val warmSmall = Tensor.zeros(DType.Float32, 2)
+                val warmMedium = Tensor.zeros(DType.Float32, 16384)
+                repeat(WARMUP_SMALL) { comm.allReduce(warmSmall) }
+                repeat(WARMUP_MEDIUM) { comm.allReduce(warmMedium) }
                 for (bytes in SIZES) {
                     if (only != null && only != bytes) continue
                     val count = (bytes / 4).toInt()
