@@ -161,7 +161,7 @@ public class MpiCommunicator internal constructor(
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
-        val entry = start(name, tensor, "op=$op")
+        val entry = start(name, tensor, OP_DETAILS[op.ordinal])
         val flip = flipsUnsignedBytes(tensor, op)
         val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
         if (flip) flipTopBits(tensor)
@@ -538,7 +538,7 @@ public class MpiCommunicator internal constructor(
     ) {
         try {
             ensureUsable(operation, entry.sequence)
-            val callerJob = currentCoroutineContext()[Job]
+            val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
@@ -983,6 +983,7 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
+        val OP_DETAILS: Array<String> = ReduceOp.entries.map { "op=$it" }.toTypedArray()
         const val SIG_LEN: Int = 8
         const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
         val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")
