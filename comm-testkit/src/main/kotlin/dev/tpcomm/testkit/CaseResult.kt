@@ -19,7 +19,16 @@ public data class CaseResult(
     public val durationMillis: Long = 0,
 ) {
     /** Outcome of a case. */
-    public enum class Status { Passed, Failed, Skipped }
+    public enum class Status {
+        /** Every check held on this rank. */
+        Passed,
+
+        /** A check failed, the case threw, or it hung past its guard timeout. */
+        Failed,
+
+        /** The case does not apply (world too small, capability missing, no scratch communicator). */
+        Skipped,
+    }
 
     /** True when the case passed or was skipped. */
     public val ok: Boolean get() = status != Status.Failed

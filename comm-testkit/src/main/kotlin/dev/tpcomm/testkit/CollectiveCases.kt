@@ -102,9 +102,10 @@ internal object CollectiveCases {
                 scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtypes(ctx)[it % ctx.options.dtypes.size], listOf(1), salt = ctx.random.nextLong()))
             }
         },
-        collective("large tensors: allReduce, allGather and reduceScatter of maxElements") { comm, ctx ->
+        collective("large tensors: allReduce, allGather and reduceScatter of 4 x maxElements") { comm, ctx ->
             val n = comm.worldSize
-            val length = ctx.options.maxElements / n * n
+            // Big enough for backends that split reductions and copies into parallel pieces.
+            val length = ctx.options.maxElements * 4 / n * n
             val dtype = if (DType.Float32 in ctx.options.dtypes) DType.Float32 else dtypes(ctx)[0]
             val intType = if (DType.Int64 in ctx.options.dtypes) DType.Int64 else dtypes(ctx).last()
             scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtype, listOf(length), salt = ctx.random.nextLong()))
@@ -139,26 +140,31 @@ internal object CollectiveCases {
 internal object GroupCases {
     private fun skip(o: ConformanceOptions, @Suppress("UNUSED_PARAMETER") n: Int) = if (!o.groups) "the backend does not support split/group" else null
 
-    private suspend fun worldRanksInOrder(sub: Communicator, worldRank: Int): List<Long> =
-        sub.allGather(Tensor.of(longArrayOf(worldRank.toLong()))).toLongArray().toList()
+    private suspend fun worldRanksInOrder(sub: Communicator, worldRank: Int, p: TensorPlacement): List<Long> =
+        p.toHost(sub.allGather(p.toBackend(Tensor.of(longArrayOf(worldRank.toLong()))))).toLongArray().toList()
 
     val all: List<ConformanceCase> = listOf(
         ConformanceCase("split: colors and keys order the sub-communicators", CaseKind.Collective, 1, ::skip) { comm, ctx ->
             val n = comm.worldSize
-            val colors = List(n) { ctx.random.nextInt(1 + n / 2) }
-            val keys = List(n) { ctx.random.nextInt(3) }
+            // Keys fall as ranks rise (with ties, broken by rank), so every group is reordered.
+            val groups = maxOf(1, n / 2)
+            val shift = ctx.random.nextInt(n)
+            val colors = List(n) { (it + shift) % groups + ctx.random.nextInt(2) * groups }
+            val keys = List(n) { (n - it) / 2 }
             val me = comm.rank
             val sub = comm.split(colors[me], keys[me])
             if (sub == null) { ctx.fail("split with color ${colors[me]} returned null on rank $me"); return@ConformanceCase }
             val members = (0 until n).filter { colors[it] == colors[me] }.sortedWith(compareBy({ keys[it] }, { it }))
             ctx.expect(sub.worldSize == members.size) { "split: sub-communicator of color ${colors[me]} has ${sub.worldSize} ranks, expected ${members.size} $members" }
             ctx.expect(sub.rank == members.indexOf(me)) { "split: world rank $me has sub-rank ${sub.rank}, expected ${members.indexOf(me)} (members by key: $members)" }
-            val order = worldRanksInOrder(sub, me)
+            val p = ctx.options.placement
+            val order = worldRanksInOrder(sub, me, p)
             ctx.expect(order == members.map { it.toLong() }) { "split: allGather of world ranks in the sub-communicator gave $order, expected $members" }
-            val t = Tensor.of(longArrayOf(me + 1L, 1))
+            val t = p.toBackend(Tensor.of(longArrayOf(me + 1L, 1)))
             sub.allReduce(t)
+            val sums = p.toHost(t).toLongArray().toList()
             val expected = listOf(members.sumOf { it + 1L }, members.size.toLong())
-            ctx.expect(t.toLongArray().toList() == expected) { "split: allReduce over members $members gave ${t.toLongArray().toList()}, expected $expected" }
+            ctx.expect(sums == expected) { "split: allReduce over members $members gave $sums, expected $expected" }
             sub.close()
             comm.barrier()
         },
@@ -202,7 +208,7 @@ internal object GroupCases {
                     ctx.expect(g.worldSize == size && g.rank == members.indexOf(me)) {
                         "group($members): rank $me got sub-rank ${g.rank} of ${g.worldSize}, expected ${members.indexOf(me)} of $size"
                     }
-                    ctx.expect(worldRanksInOrder(g, me) == members.map { it.toLong() }) { "group($members): ranks are not in the given order" }
+                    ctx.expect(worldRanksInOrder(g, me, p) == members.map { it.toLong() }) { "group($members): ranks are not in the given order" }
                     g.allReduce(t)
                     ScenarioRunner.run(g, scenario, ctx)
                     g.close()
@@ -223,10 +229,11 @@ internal object GroupCases {
             val pairMembers = halfMembers.filter { halfMembers.indexOf(it) / 2 == halfMembers.indexOf(me) / 2 }
             // Issue on both without waiting: each sub-communicator keeps its own program order.
             coroutineScope {
-                val a = async(start = CoroutineStart.UNDISPATCHED) { halves.allReduce(Tensor.of(longArrayOf(1L shl me))) }
-                val b = async(start = CoroutineStart.UNDISPATCHED) { pairs.allReduce(Tensor.of(longArrayOf(1L shl me))) }
-                val ha = a.await().getLong(0)
-                val pb = b.await().getLong(0)
+                val p = ctx.options.placement
+                val a = async(start = CoroutineStart.UNDISPATCHED) { halves.allReduce(p.toBackend(Tensor.of(longArrayOf(1L shl me)))) }
+                val b = async(start = CoroutineStart.UNDISPATCHED) { pairs.allReduce(p.toBackend(Tensor.of(longArrayOf(1L shl me)))) }
+                val ha = p.toHost(a.await()).getLong(0)
+                val pb = p.toHost(b.await()).getLong(0)
                 ctx.expect(ha == halfMembers.sumOf { 1L shl it }) { "nested split: half allReduce gave ${ha.toString(2)}, expected members $halfMembers" }
                 ctx.expect(pb == pairMembers.sumOf { 1L shl it }) { "nested split: pair allReduce gave ${pb.toString(2)}, expected members $pairMembers" }
             }
@@ -268,6 +275,7 @@ internal object PointToPointCases {
             val me = comm.rank
             val p = ctx.options.placement
             fun payload(src: Int, k: Int) = TestData.input(ctx.seed, 100L + k, src, DType.Int32, listOf(src + 1))
+            // Phase 1: every other rank sends one message (its own size and tag); rank 0 probes with both wildcards.
             if (me == 0) {
                 val seen = mutableSetOf<Int>()
                 repeat(n - 1) {
@@ -280,16 +288,20 @@ internal object PointToPointCases {
                     TestData.exactMismatch(payload(info.source, 0), p.toHost(buf))?.let { ctx.fail("message from ${info.source}: $it") }
                 }
                 ctx.expect(seen == (1 until n).toSet()) { "ANY_SOURCE received from $seen, expected ${(1 until n).toSet()}" }
-                // Three messages from rank 1 with one tag arrive in the order sent.
+            } else {
+                comm.send(p.toBackend(payload(me, 0)), 0, me * 10)
+            }
+            comm.barrier()
+            // Phase 2: three messages from rank 1 with one tag arrive in the order sent.
+            if (me == 0) {
                 repeat(3) { k ->
                     val buf = p.toBackend(Tensor.zeros(DType.Int32, 2))
                     val info = comm.recv(buf, Communicator.ANY_SOURCE, 5)
-                    ctx.expect(info.source == 1) { "ordered message $k came from ${info.source}" }
+                    ctx.expect(info == MessageInfo(1, 5, 8)) { "ordered message $k: recv returned $info" }
                     TestData.exactMismatch(payload(1, k + 1), p.toHost(buf))?.let { ctx.fail("ordered message $k: $it") }
                 }
-            } else {
-                comm.send(p.toBackend(payload(me, 0)), 0, me * 10)
-                if (me == 1) repeat(3) { k -> comm.send(p.toBackend(payload(1, k + 1)), 0, 5) }
+            } else if (me == 1) {
+                repeat(3) { k -> comm.send(p.toBackend(payload(1, k + 1)), 0, 5) }
             }
             comm.barrier()
         },

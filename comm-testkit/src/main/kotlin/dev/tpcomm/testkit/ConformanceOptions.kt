@@ -35,7 +35,7 @@ import kotlin.time.Duration.Companion.seconds
  * @property soakCollectives collectives the soak issues on every rank.
  * @property soakConcurrency coroutines per rank the soak keeps in flight.
  * @property soakWorldSize world size of the in-process soak.
- * @property maxElements upper bound on the element count of generated tensors (an occasional large tensor exercises chunked reductions).
+ * @property maxElements upper bound on the element count of randomly generated tensors (an occasional large tensor exercises chunked reductions); the `large tensors` case uses four times this.
  * @property seed seed of every generated input; all ranks of an SPMD run must use the same one.
  * @property propertySeed seed of the Kotest property tests; null lets Kotest pick one (it prints it on failure).
  * @property placement how test data reaches the backend's memory.
@@ -51,8 +51,8 @@ public data class ConformanceOptions(
     public val worldSizes: List<Int> = listOf(1, 2, 3, 4, 8),
     public val timeout: Duration = 60.seconds,
     public val failureTimeout: Duration = 1.seconds,
-    public val propertyIterations: Int = 20,
-    public val randomCollectives: Int = 40,
+    public val propertyIterations: Int = 100,
+    public val randomCollectives: Int = 100,
     public val soakCollectives: Int = 10_000,
     public val soakConcurrency: Int = 64,
     public val soakWorldSize: Int = 4,

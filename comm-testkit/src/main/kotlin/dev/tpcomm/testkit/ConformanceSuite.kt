@@ -58,19 +58,18 @@ internal class ConformanceSuite(private val launcher: WorldLauncher, private val
 
     fun register(spec: FunSpec): Unit = with(spec) {
         val cases = ConformanceCases.all.filter { it.kind != CaseKind.Soak }
+        // Flat test names (no containers): Surefire then counts every test in the report's header.
         for (n in options.effectiveWorldSizes) {
-            context("world of $n") {
-                for (case in cases) {
-                    if (case.whyNotRun(options, n) != null) {
-                        xtest("${case.name} (skipped: ${case.whyNotRun(options, n)})") {}
-                    } else {
-                        test(case.name).config(timeout = SpmdConformanceRunner.guard(case, options) + 20.seconds) { runInWorld(case, n) }
-                    }
+            for (case in cases) {
+                if (case.whyNotRun(options, n) != null) {
+                    xtest("[world of $n] ${case.name} (skipped: ${case.whyNotRun(options, n)})") {}
+                } else {
+                    test("[world of $n] ${case.name}").config(timeout = SpmdConformanceRunner.guard(case, options) + 20.seconds) { runInWorld(case, n) }
                 }
             }
         }
 
-        context("properties") {
+        run {
             val propertyTimeout = (options.timeout + 30.seconds) * 2 + 60.seconds
             val properties = listOf(
                 "allReduce equals the sequential reference" to listOf(Collective.AllReduce),
@@ -82,7 +81,7 @@ internal class ConformanceSuite(private val launcher: WorldLauncher, private val
                 "allToAll exchanges chunk i with rank i" to listOf(Collective.AllToAll),
             )
             for ((name, kinds) in properties) {
-                test(name).config(timeout = propertyTimeout) { scenarioProperty(kinds) }
+                test("property: $name").config(timeout = propertyTimeout) { scenarioProperty(kinds) }
             }
             val caseProperties = listOf(
                 "split: colors and keys order the sub-communicators",
@@ -97,9 +96,9 @@ internal class ConformanceSuite(private val launcher: WorldLauncher, private val
             }
         }
 
-        context("in-process failure modes") {
+        run {
             for (n in options.effectiveWorldSizes.filter { it >= 2 }) {
-                test("an exception in one rank's code ends every rank (world of $n)").config(timeout = options.failureTimeout * 6 + 20.seconds) {
+                test("[world of $n] failure: an exception in one rank's code ends every rank").config(timeout = options.failureTimeout * 6 + 20.seconds) {
                     exceptionInOneRank(n)
                 }
             }

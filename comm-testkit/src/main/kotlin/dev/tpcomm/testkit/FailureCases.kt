@@ -37,17 +37,27 @@ internal object FailureCases {
         expectFailure(ctx, "a call after $after", later, timeout(ctx), "CommunicatorAbortedException") { it is CommunicatorAbortedException }
     }
 
+    /**
+     * The failure of the call that failed first must say where it happened (this rank, the
+     * backend, the operation, its sequence number) and carry the flight recorder's dump.
+     */
+    private fun diagnostics(ctx: CaseContext, what: String, comm: Communicator, error: Throwable?) {
+        val e = error as? CommunicationException ?: return
+        ctx.expect(e.backend == comm.backendName && e.rank == comm.rank && e.sequenceNumber >= 1 && e.operation.isNotBlank()) {
+            "$what: the exception must name this rank, the backend, the operation and its sequence number, got rank ${e.rank}, backend '${e.backend}', operation '${e.operation}', #${e.sequenceNumber}"
+        }
+        ctx.expect(e.chain().any { it is CommunicationException && !it.flightRecorderDump.isNullOrBlank() }) {
+            "$what: the exception (or its cause) must carry the flight recorder's dump"
+        }
+    }
+
     private fun mismatch(name: String, field: String, minWorldSize: Int = 2, call: suspend (Communicator, CaseContext, Boolean) -> Unit) =
         failure("failure: mismatched $name", minWorldSize, { o, _ -> if (!o.checksConsistency) "the backend does not check consistency" else null }) { comm, ctx ->
             val r = attempt { call(comm, ctx, comm.rank == 0) }
             expectFailure(ctx, "mismatched $name on rank ${comm.rank}", r, timeout(ctx), "CollectiveMismatchException naming field '$field'") { e ->
                 e is CollectiveMismatchException && field in e.fields && e.ranks.isNotEmpty()
             }
-            (r.error as? CommunicationException)?.let { e ->
-                ctx.expect(e.backend == comm.backendName && e.rank == comm.rank && e.sequenceNumber >= 1 && e.operation.isNotBlank()) {
-                    "mismatched $name: the exception must name this rank, the backend, the operation and its sequence number, got rank ${e.rank}, backend '${e.backend}', operation '${e.operation}', #${e.sequenceNumber}"
-                }
-            }
+            diagnostics(ctx, "mismatched $name", comm, r.error)
             laterCallFails(comm, ctx, "a mismatch")
         }
 
@@ -58,6 +68,7 @@ internal object FailureCases {
             if (comm.rank != victim) {
                 val r = attempt { comm.allReduce(t) }
                 expectFailure(ctx, "allReduce on rank ${comm.rank} while rank $victim never calls", r, timeout(ctx), "CommunicationTimeoutException", timeoutLike)
+                diagnostics(ctx, "allReduce on rank ${comm.rank} while rank $victim never calls", comm, r.error)
                 laterCallFails(comm, ctx, "a timeout")
             } else {
                 // Stay away past the others' deadline, then find the communicator aborted.

@@ -20,7 +20,9 @@ public fun interface ScratchCommunicatorFactory {
          * `parent.split(0)`: a sub-communicator of every rank. It inherits the parent's timeout
          * (it cannot honour [create]'s), so use it when the parent itself was created with
          * `timeout = ConformanceOptions.failureTimeout`, and only with backends where aborting a
-         * split communicator leaves its parent usable.
+         * split communicator leaves its parent usable. The local backend is not one of them: an
+         * abort there ends the whole world, parent included (in-process harnesses create a fresh
+         * world per failure case instead).
          */
         @JvmField
         public val Split: ScratchCommunicatorFactory = ScratchCommunicatorFactory { parent, _ ->

@@ -16,7 +16,8 @@ import kotlin.time.Duration.Companion.seconds
  *
  * Cases run in order: [CaseKind.Collective] cases on [run]'s communicator, then the
  * [CaseKind.Failure] cases, each on a fresh communicator from a [ScratchCommunicatorFactory] (they
- * abort their communicator on purpose; without a factory they are reported skipped), then the soak
+ * abort their communicator on purpose; without a factory they are reported skipped) after a
+ * barrier on the main communicator that lines the ranks up, then the soak
  * when the filter admits it. Every case runs under a guard timeout, so a hang fails the case
  * (cancelling its calls, which aborts the communicator) instead of hanging the process; a case that
  * throws or records a wrong result fails without stopping the run. Not thread-safe: one run per
@@ -59,11 +60,14 @@ public object SpmdConformanceRunner {
         }
         val start = System.nanoTime()
         val fresh = try {
+            // Line the ranks up first: the previous failure case may end at different times on
+            // different ranks (a rank that "never calls" sleeps past the others' deadline).
+            withTimeout(guard(case, options)) { comm.barrier() }
             scratch.create(comm, options.failureTimeout)
         } catch (e: Throwable) {
             if (e is CancellationException && !currentCoroutineContext().isActive) throw e
             return CaseResult(case.name, comm.rank, comm.worldSize, CaseResult.Status.Failed,
-                "creating a scratch communicator failed: ${e.stackTraceToString()}", (System.nanoTime() - start) / 1_000_000)
+                "the barrier before the case or creating its scratch communicator failed: ${e.stackTraceToString()}", (System.nanoTime() - start) / 1_000_000)
         }
         try {
             return runCase(case, fresh, options)
@@ -75,7 +79,7 @@ public object SpmdConformanceRunner {
     /** The guard timeout of [case]: past it the case is failed as hung. */
     public fun guard(case: ConformanceCase, options: ConformanceOptions): Duration = when (case.kind) {
         CaseKind.Failure -> options.failureTimeout * 6 + 10.seconds
-        CaseKind.Collective -> options.timeout + 30.seconds
+        CaseKind.Collective -> options.timeout * 2 + 5.seconds
         CaseKind.Soak -> options.timeout + 10.minutes
     }
 

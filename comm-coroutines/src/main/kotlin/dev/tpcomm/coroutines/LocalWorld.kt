@@ -1,0 +1,98 @@
+package dev.tpcomm.coroutines
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.coroutines.local.LocalGroup
+import dev.tpcomm.coroutines.local.LocalWorldState
+
+/**
+ * An in-process world of [worldSize] ranks whose communicators ("local" backend) are used from
+ * coroutines or threads of this JVM: the ranks' tensors are reduced and copied directly, without
+ * serialization or staging copies.
+ *
+ * Get each rank's communicator with [communicator] and drive each from its own coroutine (or
+ * thread); every rank must call the same collectives in the same order, as in any backend.
+ * Collectives follow all the semantics of [Communicator]: issue order is call order, every call
+ * has the deadline [CommConfig.timeout], and a missed deadline, a mismatch, a cancelled in-flight
+ * call or [abort] aborts the whole world (including communicators split from it), so every pending
+ * and later call on every rank fails with a `CommunicationException` instead of hanging.
+ *
+ * Point-to-point: `send` is buffered. It copies straight into a matching receive already posted
+ * (no staging copy), or else into a private buffer queued for the receiver, and returns without
+ * waiting, so exchange patterns (both ranks send, then receive) never deadlock. Messages of one
+ * (source, tag) pair are received in the order sent; `ANY_SOURCE`/`ANY_TAG` take the oldest
+ * matching message. A receive whose buffer size differs from the message's throws
+ * [IllegalArgumentException] on the receiver and leaves the message queued (use `probe` to learn
+ * the size); the sender, already returned, sees nothing. A receive or probe that waits past the
+ * timeout aborts the world; cancelling a waiting receive or probe only withdraws it (nothing is in
+ * flight), it does not abort the world.
+ *
+ * Deadlines and cancellation: a waiting rank suspends without registering a cancellation handler
+ * (the fast path), and a watchdog thread checks every world each tenth of [CommConfig.timeout]
+ * (between 2 and 50 ms): a call past its deadline fails with `CommunicationTimeoutException`
+ * naming the ranks that never arrived, and a coroutine cancelled while waiting in a collective
+ * aborts the world within one such period (the cancelled call then throws `CancellationException`).
+ * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
+ *
+ * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
+ * copies run in parallel pieces on the calling thread together with `min(8, availableProcessors) - 1` helper
+ * threads (`tpcomm-local-kernel-N`, daemon; they spin up to 200 µs between kernels so back-to-back
+ * collectives find them awake, then park). Float32, Float64, Int32 and Int64 reductions use the
+ * Vector API when the JVM runs with `--add-modules=jdk.incubator.vector` (about 4x faster on data
+ * in cache), scalar loops otherwise.
+ *
+ * [config]'s `worldSize` and `rank` are ignored ([worldSize] is used); its timeout,
+ * flight-recorder size and options apply. [close] closes every rank's communicator.
+ */
+public class LocalWorld(
+    /** Number of ranks (>= 1). */
+    public val worldSize: Int,
+    /** Timeout, flight-recorder size and options of every communicator of this world. */
+    public val config: CommConfig = CommConfig(),
+) : AutoCloseable {
+    private val state: LocalWorldState
+    private val root: LocalGroup
+
+    init {
+        require(worldSize >= 1) { "LocalWorld: worldSize must be >= 1, got $worldSize" }
+        state = LocalWorldState(config)
+        root = LocalGroup(state, worldSize, "local world of $worldSize")
+        state.rootGroup = root
+        state.startWatchdog()
+    }
+
+    /** Rank [rank]'s communicator; the same instance on every call. */
+    public fun communicator(rank: Int): Communicator {
+        require(rank in 0 until worldSize) { "LocalWorld.communicator: rank $rank is out of range; pass a rank in 0 until $worldSize" }
+        return root.communicators[rank]
+    }
+
+    /** Every rank's communicator, in rank order. */
+    public val communicators: List<Communicator> get() = root.communicators.toList()
+
+    /** True once the world was aborted or closed. */
+    public val isAborted: Boolean get() = state.abortCause != null
+
+    /** The cause of the abort (the first failure), or null while the world is healthy. */
+    public val abortCause: Throwable? get() = state.abortCause
+
+    /**
+     * Aborts the world: every pending and later call on every rank (of this world and of the
+     * communicators split from it) fails with a `CommunicationException` whose cause is [cause].
+     * Idempotent: the first cause wins.
+     */
+    public fun abort(cause: Throwable) {
+        state.abort(cause)
+    }
+
+    /**
+     * Closes every communicator of the world and of its sub-groups. Pending calls fail; later calls
+     * throw [CommunicatorAbortedException]. Idempotent.
+     */
+    override fun close() {
+        state.close(CommunicatorAbortedException("the local world was closed", -1, "local", "close", -1))
+    }
+
+    override fun toString(): String = "LocalWorld(worldSize=$worldSize)"
+}

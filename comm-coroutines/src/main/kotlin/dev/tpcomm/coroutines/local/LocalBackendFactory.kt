@@ -1,0 +1,65 @@
+package dev.tpcomm.coroutines.local
+
+import dev.tpcomm.CommBackendFactory
+import dev.tpcomm.CommConfig
+import dev.tpcomm.Communicator
+import dev.tpcomm.coroutines.LocalWorld
+
+/**
+ * The `local` backend for [dev.tpcomm.Comm.create]: ranks in this JVM. Priority 10, always available.
+ *
+ * With `config.worldSize == 1` it returns the single rank of a new one-rank world. With a larger
+ * world size, the callers that pass the same world name join one world: each of `worldSize`
+ * callers (typically threads or coroutines) calls `Comm.create("local", config.copy(rank = r))`
+ * with its own rank and gets that rank's communicator. The name is the option
+ * `local.world` of [CommConfig.options] (default `"default"`). The first caller creates the world
+ * with its config (timeout, flight recorder size); once every rank has joined, the name is free
+ * again for a new world. Joining with another world size, or a rank that already joined, throws
+ * [IllegalArgumentException]. `create` does not wait for the other ranks: the first collective does.
+ */
+public class LocalBackendFactory : CommBackendFactory {
+    override val name: String get() = "local"
+    override val priority: Int get() = 10
+    override fun isAvailable(): Boolean = true
+
+    override suspend fun create(config: CommConfig): Communicator =
+        if (config.worldSize == 1) LocalWorld(1, config).communicator(0) else LocalWorldRegistry.join(config)
+
+    public companion object {
+        /** The option naming the world that callers of `Comm.create("local", ...)` join. */
+        public const val WORLD_OPTION: String = "local.world"
+    }
+}
+
+/** Worlds being joined through [LocalBackendFactory], by name, until every rank has joined. */
+internal object LocalWorldRegistry {
+    private class Pending(val world: LocalWorld, val joined: BooleanArray, var count: Int)
+
+    private val pending = HashMap<String, Pending>()
+
+    fun join(config: CommConfig): Communicator {
+        val name = config.options[LocalBackendFactory.WORLD_OPTION] ?: "default"
+        synchronized(this) {
+            var p = pending[name]
+            if (p != null && p.world.isAborted) {
+                pending.remove(name)
+                p = null
+            }
+            if (p == null) {
+                p = Pending(LocalWorld(config.worldSize, config), BooleanArray(config.worldSize), 0)
+                pending[name] = p
+            }
+            require(p.world.worldSize == config.worldSize) {
+                "local world '$name' is being joined with worldSize ${p.world.worldSize} but this caller passed ${config.worldSize}; " +
+                    "pass the same worldSize on every rank or another '${LocalBackendFactory.WORLD_OPTION}' name"
+            }
+            require(!p.joined[config.rank]) {
+                "rank ${config.rank} already joined local world '$name'; give every caller its own rank in 0 until ${config.worldSize}"
+            }
+            p.joined[config.rank] = true
+            p.count++
+            if (p.count == config.worldSize) pending.remove(name)
+            return p.world.communicator(config.rank)
+        }
+    }
+}

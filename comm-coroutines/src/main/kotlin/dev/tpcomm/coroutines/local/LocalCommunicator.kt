@@ -1,0 +1,369 @@
+package dev.tpcomm.coroutines.local
+
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.Device
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.CollectiveShapes
+import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.ensureActive
+import kotlinx.coroutines.suspendCancellableCoroutine
+import kotlin.coroutines.intrinsics.COROUTINE_SUSPENDED
+import kotlin.coroutines.intrinsics.suspendCoroutineUninterceptedOrReturn
+
+/**
+ * One rank of a [LocalGroup]: the in-process backend's [Communicator].
+ *
+ * A collective assigns its sequence number under [issueLock] synchronously in the call (so issue
+ * order is call order, also for concurrent callers and `CoroutineStart.UNDISPATCHED`), records
+ * itself in the flight recorder, writes its signature into the group's slot for that number and
+ * arrives. The last arriver checks the signatures, moves the data and resumes the others; a
+ * waiting rank suspends without a cancellation handler (cheap), and the watchdog turns a
+ * cancellation or a missed deadline into an abort of the world.
+ */
+internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator {
+    private val world = group.world
+    override val worldSize: Int get() = group.size
+    override val backendName: String get() = BACKEND
+    override val device: Device get() = Device.Host
+
+    val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND)
+    private val issueLock = Any()
+    private var collectiveSeq = 0L
+    @Volatile private var closed = false
+    private val rootNames = Array(group.size) { "root=$it" }
+
+    // ---------------------------------------------------------------- lifecycle
+
+    /** Communicators this rank obtained from split/group on this one, closed by [closeTree]. */
+    private val children = java.util.concurrent.CopyOnWriteArrayList<LocalCommunicator>()
+
+    fun markClosed() {
+        closed = true
+    }
+
+    /** Closes this communicator and, first, every communicator split from it (recursively). */
+    fun closeTree() {
+        for (c in children) c.closeTree()
+        close()
+    }
+
+    /**
+     * Closes this rank. Later calls throw [CommunicatorAbortedException]. If other ranks already wait
+     * for this one, the world aborts so they fail at once instead of timing out.
+     */
+    override fun close() {
+        if (closed) return
+        closed = true
+        group.rankClosed(rank)
+    }
+
+    override fun toString(): String = "LocalCommunicator(rank $rank of ${group.size}, ${group.description})"
+
+    // ---------------------------------------------------------------- exceptions
+
+    fun abortedException(operation: String, seq: Long, cause: Throwable): CommunicatorAbortedException =
+        CommunicatorAbortedException(
+            "the communicator was aborted: ${LocalWorldState.describe(cause)}", rank, BACKEND, operation, seq, cause, recorder.dumpJson(),
+        )
+
+    fun failureException(f: SlotFailure, operation: String, seq: Long): CommunicationException = when (f.kind) {
+        SlotFailure.MISMATCH -> CollectiveMismatchException(f.message, rank, BACKEND, operation, seq, f.ranks, f.fields, recorder.dumpJson())
+        SlotFailure.TIMEOUT -> CommunicationTimeoutException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
+        else -> CommunicatorAbortedException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
+    }
+
+    private fun unusable(operation: String, seq: Long): CommunicationException? {
+        if (closed) {
+            return CommunicatorAbortedException(
+                "this communicator is closed; create a new one to communicate again", rank, BACKEND, operation, seq, world.abortCause,
+            )
+        }
+        world.abortCause?.let { return abortedException(operation, seq, it) }
+        return null
+    }
+
+    private fun genericFailure(cause: Throwable) =
+        SlotFailure(SlotFailure.ABORTED, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
+
+    // ---------------------------------------------------------------- collectives
+
+    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+        CollectiveChecks.device(tensor, Device.Host, "allReduce")
+        CollectiveChecks.op(op, tensor.dtype, "allReduce")
+        return collective(OpKind.ALL_REDUCE, tensor, null, tensor, op, -1, 0, null, tensor)
+    }
+
+    override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
+        CollectiveChecks.device(tensor, Device.Host, "broadcast")
+        CollectiveChecks.root(root, worldSize, "broadcast")
+        return collective(OpKind.BROADCAST, tensor, null, tensor, null, root, 0, null, tensor)
+    }
+
+    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        CollectiveChecks.device(tensor, Device.Host, "reduce")
+        CollectiveChecks.root(root, worldSize, "reduce")
+        CollectiveChecks.op(op, tensor.dtype, "reduce")
+        return collective(OpKind.REDUCE, tensor, null, tensor, op, root, 0, null, tensor)
+    }
+
+    override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
+        CollectiveChecks.device(input, Device.Host, "allGather")
+        CollectiveChecks.device(output, Device.Host, "allGather")
+        CollectiveChecks.dim(input, dim, "allGather")
+        CollectiveChecks.sameDtype(input, output, "allGather")
+        CollectiveChecks.shape(output, CollectiveShapes.allGather(input, worldSize, dim), "output", "allGather")
+        return collective(OpKind.ALL_GATHER, input, output, input, null, -1, norm(input, dim), null, output)
+    }
+
+    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        CollectiveChecks.device(input, Device.Host, "reduceScatter")
+        CollectiveChecks.device(output, Device.Host, "reduceScatter")
+        CollectiveChecks.op(op, input.dtype, "reduceScatter")
+        CollectiveChecks.dim(input, dim, "reduceScatter")
+        CollectiveChecks.divisible(input, dim, worldSize, "reduceScatter")
+        CollectiveChecks.sameDtype(input, output, "reduceScatter")
+        CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "reduceScatter")
+        return collective(OpKind.REDUCE_SCATTER, input, output, input, op, -1, norm(input, dim), null, output)
+    }
+
+    override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
+        CollectiveChecks.device(input, Device.Host, "gather")
+        CollectiveChecks.root(root, worldSize, "gather")
+        CollectiveChecks.dim(input, dim, "gather")
+        val output = if (rank == root) Tensor.zeros(input.dtype, CollectiveShapes.allGather(input, worldSize, dim)) else null
+        return collective(OpKind.GATHER, input, output, input, null, root, norm(input, dim), null, output)
+    }
+
+    override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
+        CollectiveChecks.device(output, Device.Host, "scatter")
+        CollectiveChecks.root(root, worldSize, "scatter")
+        CollectiveChecks.dim(output, dim, "scatter")
+        if (rank == root) requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
+        if (input != null) {
+            // Checked wherever given (it is read on the root only), so one program gives one answer on every rank.
+            CollectiveChecks.device(input, Device.Host, "scatter")
+            CollectiveChecks.sameDtype(input, output, "scatter")
+            CollectiveChecks.shape(input, CollectiveShapes.allGather(output, worldSize, dim), "the root's input", "scatter")
+        }
+        return collective(OpKind.SCATTER, if (rank == root) input else null, output, output, null, root, norm(output, dim), null, Unit)
+    }
+
+    override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
+        CollectiveChecks.device(input, Device.Host, "allToAll")
+        CollectiveChecks.dim(input, dim, "allToAll")
+        CollectiveChecks.divisible(input, dim, worldSize, "allToAll")
+        val output = Tensor.zeros(input.dtype, input.shape)
+        return collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, norm(input, dim), null, output)
+    }
+
+    override suspend fun barrier() {
+        return collective(OpKind.BARRIER, null, null, null, null, -1, 0, null, Unit)
+    }
+
+    override suspend fun split(color: Int?, key: Int): Communicator? {
+        val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
+        return collective<Any?>(OpKind.SPLIT, null, null, null, null, -1, 0, extra, null).let { it as LocalCommunicator? }?.also { children.add(it) }
+    }
+
+    override suspend fun group(ranks: List<Int>): Communicator? {
+        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
+        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
+        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
+        return collective<Any?>(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList(), null).let { it as LocalCommunicator? }?.also { children.add(it) }
+    }
+
+    private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
+
+    /**
+     * Issues, arrives at and completes one collective. [sig] is the tensor whose dtype and shape form
+     * the signature. Returns the rank's result for split/group, [ret] otherwise.
+     */
+    private suspend fun <T> collective(
+        kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
+    ): T {
+        // A coroutine already cancelled does not issue: nothing is in flight yet.
+        currentCoroutineContext().ensureActive()
+        val name = OpKind.name(kind)
+        val entry: FlightRecorder.Entry
+        val seq: Long
+        synchronized(issueLock) {
+            entry = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
+            unusable(name, entry.sequence)?.let { entry.fail(it); throw it }
+            if (group.anyClosed) {
+                val e = CommunicatorAbortedException(
+                    "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
+                    rank, BACKEND, name, entry.sequence,
+                )
+                entry.fail(e); throw e
+            }
+            seq = ++collectiveSeq
+        }
+        val slot = group.slotFor(seq) ?: awaitSlot(seq, name, entry)
+        val r = rank
+        slot.kinds[r] = kind
+        slot.dtypes[r] = sig?.dtype
+        slot.shapes[r] = sig?.shape
+        slot.ops[r] = op
+        slot.roots[r] = root
+        slot.dims[r] = dim
+        slot.extras[r] = extra
+        slot.inputs[r] = input
+        slot.outputs[r] = output
+        slot.recorderSeqs[r] = entry.sequence
+        slot.present[r] = true
+        if (slot.firstArrivalNanos == 0L) slot.firstArrivalNanos = System.nanoTime()
+        if (slot.arrived.incrementAndGet() == group.size) {
+            runAsLast(slot, seq)
+            // An abort may be failing the slot concurrently: wait the few instructions until it is final.
+            while (!slot.isFinal) Thread.onSpinWait()
+        } else {
+            world.abortCause?.let { slot.fail(genericFailure(it)) }
+            await(slot)
+        }
+        if (slot.state.get() == OpSlot.DONE) {
+            val result = slot.results[r]
+            slot.depart()
+            entry.complete()
+            @Suppress("UNCHECKED_CAST")
+            return (result ?: ret) as T
+        }
+        val f = slot.failure!!
+        slot.depart()
+        val ex = failureException(f, name, entry.sequence)
+        entry.fail(ex)
+        currentCoroutineContext().ensureActive()
+        throw ex
+    }
+
+    private fun runAsLast(slot: OpSlot, seq: Long) {
+        val mismatch = Signatures.check(slot, group.size, seq, group.description)
+        if (mismatch != null) {
+            val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
+            if (slot.fail(f)) {
+                world.abort(
+                    CollectiveMismatchException(
+                        mismatch.message, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.ranks, mismatch.fields,
+                        recorder.dumpJson(),
+                    ),
+                )
+            }
+            return
+        }
+        if (!slot.state.compareAndSet(OpSlot.PENDING, OpSlot.RUNNING)) return // failed by an abort meanwhile
+        try {
+            CollectiveExecution.run(slot, group.size, group)
+        } catch (t: Throwable) {
+            // The data movement itself failed (e.g. a tensor was closed while in flight).
+            val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
+            slot.failRunning(SlotFailure(SlotFailure.ABORTED, msg, t))
+            world.abort(CommunicatorAbortedException(msg, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], t))
+            return
+        }
+        slot.complete(rank)
+    }
+
+    /** Waits for the slot of [seq] to be free when this rank ran more than the ring size ahead. */
+    private suspend fun awaitSlot(seq: Long, name: String, entry: FlightRecorder.Entry): OpSlot {
+        try {
+            while (true) {
+                group.slotFor(seq)?.let { return it }
+                world.abortCause?.let {
+                    val e = abortedException(name, entry.sequence, it)
+                    entry.fail(e); throw e
+                }
+                delay(1)
+            }
+        } catch (c: CancellationException) {
+            // The sequence number is taken: without this rank the others could never complete it.
+            world.abort(CommunicatorAbortedException("rank $rank was cancelled while issuing $name", rank, BACKEND, name, entry.sequence, c))
+            entry.fail(c)
+            throw c
+        }
+    }
+
+    @Suppress("NOTHING_TO_INLINE")
+    private suspend inline fun await(slot: OpSlot) {
+        var spins = SPIN
+        while (!slot.isFinal) {
+            if (spins-- > 0) { Thread.onSpinWait(); continue }
+            suspendCoroutineUninterceptedOrReturn<Unit> { cont ->
+                if (slot.waiters.compareAndSet(rank, null, cont)) COROUTINE_SUSPENDED else Unit
+            }
+            if (!slot.isFinal) {
+                // Woken without a result: only possible in an aborted world (a stale wake-up).
+                val cause = world.abortCause
+                if (cause != null) slot.fail(genericFailure(cause)) else Thread.yield()
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- point to point
+
+    override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
+        CollectiveChecks.device(tensor, Device.Host, "send")
+        CollectiveChecks.peer(dst, worldSize, "send", allowAny = false)
+        CollectiveChecks.tag(tag, "send", allowAny = false)
+        val entry = issueP2p("send", tensor, "dst=$dst", tag)
+        try {
+            group.mailboxes[dst].deliver(rank, tag, tensor.segment)
+            entry.complete()
+        } catch (t: Throwable) {
+            entry.fail(t); throw t
+        }
+    }
+
+    override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        CollectiveChecks.device(tensor, Device.Host, "recv")
+        CollectiveChecks.peer(src, worldSize, "recv", allowAny = true)
+        CollectiveChecks.tag(tag, "recv", allowAny = true)
+        val entry = issueP2p("recv", tensor, "src=$src", tag)
+        return receive("recv", src, tag, tensor, entry)
+    }
+
+    override suspend fun probe(src: Int, tag: Int): MessageInfo {
+        CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
+        CollectiveChecks.tag(tag, "probe", allowAny = true)
+        val entry = issueP2p("probe", null, "src=$src", tag)
+        return receive("probe", src, tag, null, entry)
+    }
+
+    private fun issueP2p(name: String, tensor: Tensor?, peer: String, tag: Int): FlightRecorder.Entry {
+        val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0L, peer, "tag=$tag")
+        unusable(name, entry.sequence)?.let { entry.fail(it); throw it }
+        return entry
+    }
+
+    private suspend fun receive(name: String, src: Int, tag: Int, target: Tensor?, entry: FlightRecorder.Entry): MessageInfo {
+        val box = group.mailboxes[rank]
+        try {
+            box.tryTake(src, tag, target, name)?.let { entry.complete(); return it }
+            if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
+                throw CommunicatorAbortedException(
+                    "rank $src closed its communicator and no matching message from it is queued", rank, BACKEND, name, entry.sequence,
+                )
+            }
+            val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }
+            entry.complete()
+            return info
+        } catch (t: Throwable) {
+            entry.fail(t); throw t
+        }
+    }
+
+    companion object {
+        const val BACKEND = "local"
+
+        /** Busy-wait iterations before a waiting rank suspends. `-Dtpcomm.local.spin=N` overrides. */
+        private val SPIN: Int = Integer.getInteger("tpcomm.local.spin", 0)
+    }
+}

@@ -1,0 +1,133 @@
+package dev.tpcomm.coroutines.local
+
+import dev.tpcomm.CommunicationTimeoutException
+import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.atomic.AtomicReferenceArray
+
+/**
+ * One communicator group of a local world (the world itself or a group made by split/group):
+ * [size] ranks, the ring of [OpSlot]s where their collectives meet, and one [Mailbox] per rank
+ * for point-to-point messages. Each group has its own sequence numbers.
+ */
+internal class LocalGroup(val world: LocalWorldState, val size: Int, val description: String) {
+    private val ring = AtomicReferenceArray<OpSlot?>(RING)
+    val mailboxes: Array<Mailbox> = Array(size) { Mailbox(this, it) }
+    val communicators: Array<LocalCommunicator> = Array(size) { LocalCommunicator(this, it) }
+    private val closedCount = AtomicInteger()
+    @Volatile var firstClosedRank: Int = -1
+
+    val anyClosed: Boolean get() = closedCount.get() > 0
+
+    init {
+        world.groups.add(this)
+    }
+
+    /**
+     * The slot serving operation [seq], or null when the ring position still serves an older
+     * operation (a rank is more than the ring size ahead); the caller then waits with [awaitSlot].
+     */
+    fun slotFor(seq: Long): OpSlot? {
+        val i = ((seq - 1) % RING).toInt()
+        while (true) {
+            val s = ring.get(i)
+            if (s == null) {
+                val created = OpSlot(size, seq, RING)
+                if (ring.compareAndSet(i, null, created)) return created
+                continue
+            }
+            return if (s.seq == seq) s else null
+        }
+    }
+
+    /** Fails every pending slot and receive of this group (world abort). */
+    fun failPending(specific: SlotFailure?, generic: SlotFailure, timedOut: Any?) {
+        for (i in 0 until RING) {
+            val s = ring.get(i) ?: continue
+            s.fail(if (specific != null && s === timedOut) specific else generic)
+        }
+        for (m in mailboxes) m.failAll(generic, timedOut, specific)
+    }
+
+    fun rankClosed(rank: Int) {
+        val closedNow = closedCount.incrementAndGet()
+        if (closedNow == 1) firstClosedRank = rank
+        if (closedNow == size && world.rootGroup === this) {
+            world.close(dev.tpcomm.CommunicatorAbortedException("every rank closed its communicator", rank, LocalCommunicator.BACKEND, "close", -1))
+            return
+        }
+        // Somebody already waiting for this rank can never finish: abort rather than let them time out.
+        for (i in 0 until RING) {
+            val s = ring.get(i) ?: continue
+            if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
+                world.abort(
+                    dev.tpcomm.CommunicatorAbortedException(
+                        "rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}",
+                        rank, LocalCommunicator.BACKEND, "close", -1,
+                    ),
+                )
+                return
+            }
+        }
+        for (m in mailboxes) if (m.hasWaiterFor(rank)) {
+            world.abort(
+                dev.tpcomm.CommunicatorAbortedException(
+                    "rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it",
+                    rank, LocalCommunicator.BACKEND, "close", -1,
+                ),
+            )
+            return
+        }
+    }
+
+    private fun IntArray.firstPresent(s: OpSlot): Int {
+        for (r in 0 until size) if (s.present[r]) return this[r]
+        return this[0]
+    }
+
+    fun markAllClosed() {
+        for (c in communicators) c.markClosed()
+    }
+
+    /** Watchdog pass over this group; returns true when it aborted the world. */
+    fun check(now: Long): Boolean {
+        val timeoutNanos = world.config.timeout.inWholeNanoseconds
+        for (i in 0 until RING) {
+            val s = ring.get(i) ?: continue
+            if (s.state.get() != OpSlot.PENDING || s.arrived.get() == 0) continue
+            // Cancelled waiters: the cancellation of an in-flight collective aborts the world.
+            for (r in 0 until size) {
+                val c = s.waiter(r) ?: continue
+                val job = c.context[kotlinx.coroutines.Job]
+                if (job != null && job.isCancelled) {
+                    val comm = communicators[r]
+                    val name = OpKind.name(s.kinds[r])
+                    val reason = dev.tpcomm.CommunicatorAbortedException(
+                        "rank $r was cancelled while in $name; the collective cannot complete without it",
+                        r, LocalCommunicator.BACKEND, name, s.recorderSeqs[r], null, comm.recorder.dumpJson(),
+                    )
+                    if (world.abort(reason)) return true
+                }
+            }
+            val first = s.firstArrivalNanos
+            if (first != 0L && now - first > timeoutNanos) {
+                val waiting = (0 until size).filter { s.present[it] }
+                val missing = (0 until size).filter { !s.present[it] }
+                if (s.state.get() != OpSlot.PENDING || missing.isEmpty()) continue
+                val r0 = waiting.firstOrNull() ?: continue
+                val name = OpKind.name(s.kinds[r0])
+                val msg = "$name timed out after ${world.config.timeout}: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
+                val reason = CommunicationTimeoutException(
+                    msg, r0, LocalCommunicator.BACKEND, name, s.recorderSeqs[r0], null, communicators[r0].recorder.dumpJson(),
+                )
+                if (world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), s)) return true
+            }
+        }
+        for (m in mailboxes) if (m.checkTimeout(now, timeoutNanos)) return true
+        return false
+    }
+
+    companion object {
+        /** Ring size: how many collectives one rank may issue ahead of the slowest before waiting for a slot. */
+        const val RING = 256
+    }
+}

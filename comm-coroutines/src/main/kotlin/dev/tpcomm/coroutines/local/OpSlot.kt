@@ -1,0 +1,140 @@
+package dev.tpcomm.coroutines.local
+
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import java.lang.foreign.MemorySegment
+import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.atomic.AtomicReferenceArray
+import kotlin.coroutines.Continuation
+import kotlin.coroutines.intrinsics.intercepted
+import kotlin.coroutines.resume
+
+/**
+ * The meeting place of one collective: operation number [seq] of every rank of a group arrives here.
+ *
+ * Each arriving rank writes its signature and tensors into its own index of the arrays, then
+ * increments [arrived]. The rank that brings the count to the group size (the last arriver) checks
+ * the signatures, moves the data, sets [state] to [DONE] and wakes the others; a failure (mismatch,
+ * abort, timeout) sets [FAILED] with a [failure] instead. Slots are reused: once every rank has
+ * [depart]ed, the slot is cleared and serves operation `seq + ring size` (a new generation), so the
+ * steady state allocates nothing.
+ */
+internal class OpSlot(private val size: Int, initialSeq: Long, private val ringSize: Int) {
+    /** The operation number this slot currently serves. */
+    @Volatile @JvmField var seq: Long = initialSeq
+
+    @JvmField val state = AtomicInteger(PENDING)
+    @JvmField val arrived = AtomicInteger()
+    private val departed = AtomicInteger()
+    @Volatile @JvmField var firstArrivalNanos: Long = 0L
+    @Volatile @JvmField var failure: SlotFailure? = null
+
+    // Per-rank signature and arguments, written by each rank before it increments [arrived].
+    @JvmField val present = BooleanArray(size)
+    @JvmField val kinds = IntArray(size)
+    @JvmField val dtypes = arrayOfNulls<DType>(size)
+    @JvmField val shapes = arrayOfNulls<List<Int>>(size)
+    @JvmField val ops = arrayOfNulls<ReduceOp>(size)
+    @JvmField val roots = IntArray(size)
+    @JvmField val dims = IntArray(size)
+    @JvmField val extras = arrayOfNulls<Any>(size)
+    @JvmField val inputs = arrayOfNulls<Tensor>(size)
+    @JvmField val outputs = arrayOfNulls<Tensor>(size)
+    @JvmField val recorderSeqs = LongArray(size)
+
+    /** Per-rank results of split/group (the new communicator or null). */
+    @JvmField val results = arrayOfNulls<Any>(size)
+
+    /** Per rank: null (not waiting yet), a suspended continuation, or [WOKEN]. */
+    @JvmField val waiters = AtomicReferenceArray<Any?>(size)
+
+    // Scratch arrays for the kernels, reused by every generation.
+    @JvmField val inSegs = arrayOfNulls<MemorySegment>(size)
+    @JvmField val outSegs = arrayOfNulls<MemorySegment>(size)
+    @JvmField val singleOuts: Array<Array<MemorySegment?>> = Array(size) { arrayOfNulls<MemorySegment>(1) }
+
+    val isFinal: Boolean get() = state.get() >= DONE
+
+    /** Fails this slot with [f] unless the data movement already started or it already failed; wakes every waiter. */
+    fun fail(f: SlotFailure): Boolean {
+        if (!state.compareAndSet(PENDING, FAILING)) return false
+        failure = f
+        state.set(FAILED)
+        wake(-1)
+        return true
+    }
+
+    /** Fails this slot after its data movement started and failed; wakes every waiter. */
+    fun failRunning(f: SlotFailure) {
+        failure = f
+        state.set(FAILED)
+        wake(-1)
+    }
+
+    /** Marks the data movement done and wakes every rank but [self]. */
+    fun complete(self: Int) {
+        state.set(DONE)
+        wake(self)
+    }
+
+    @Suppress("UNCHECKED_CAST")
+    private fun wake(self: Int) {
+        for (r in 0 until size) {
+            if (r == self) continue
+            val prev = waiters.getAndSet(r, WOKEN)
+            if (prev is Continuation<*>) (prev as Continuation<Unit>).intercepted().resume(Unit)
+        }
+    }
+
+    /** The continuation rank [r] is suspended with, if any (for the watchdog's cancellation check). */
+    fun waiter(r: Int): Continuation<*>? = waiters.get(r) as? Continuation<*>
+
+    /** Called by every rank once it no longer reads the slot; the last one recycles it for the next generation. */
+    fun depart() {
+        if (departed.incrementAndGet() != size) return
+        val next = seq + ringSize
+        for (r in 0 until size) {
+            present[r] = false
+            dtypes[r] = null; shapes[r] = null; ops[r] = null; extras[r] = null
+            inputs[r] = null; outputs[r] = null; results[r] = null
+            inSegs[r] = null; outSegs[r] = null; singleOuts[r][0] = null
+            waiters.set(r, null)
+        }
+        failure = null
+        firstArrivalNanos = 0L
+        arrived.set(0)
+        departed.set(0)
+        state.set(PENDING)
+        seq = next // publishes the cleared slot
+    }
+
+    companion object {
+        const val PENDING = 0
+        const val RUNNING = 1
+        const val FAILING = 2
+        const val DONE = 3
+        const val FAILED = 4
+
+        @JvmField val WOKEN = Any()
+    }
+}
+
+/**
+ * Why a slot failed. [kind] picks the exception each rank throws: [MISMATCH] gives
+ * CollectiveMismatchException, [TIMEOUT] CommunicationTimeoutException, [ABORTED]
+ * CommunicatorAbortedException (with [cause]).
+ */
+internal class SlotFailure(
+    val kind: Int,
+    val message: String,
+    val cause: Throwable? = null,
+    val ranks: List<Int> = emptyList(),
+    val fields: List<String> = emptyList(),
+) {
+    companion object {
+        const val MISMATCH = 0
+        const val TIMEOUT = 1
+        const val ABORTED = 2
+    }
+}

@@ -1,0 +1,280 @@
+package dev.tpcomm.java
+
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.Device
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
+import dev.tpcomm.coroutines.DeviceMesh
+import dev.tpcomm.coroutines.allReduceCoalesced
+import kotlinx.coroutines.CoroutineName
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.async
+import kotlinx.coroutines.future.asCompletableFuture
+import kotlinx.coroutines.runBlocking
+import kotlinx.serialization.KSerializer
+import java.util.concurrent.CompletableFuture
+
+/**
+ * A [Communicator] for Java: every collective as a method returning a [CompletableFuture], and a
+ * blocking twin of each (`allReduceBlocking`, ...). Obtain one from [JavaComm].
+ *
+ * **Issue order.** A future-returning method issues its operation before it returns, in the calling
+ * thread: calls made back to back from one thread are issued in that order, as every rank must
+ * issue collectives in the same order. The operation then proceeds while the caller does other work
+ * (compute/communication overlap); the future completes on a tpcomm worker thread.
+ *
+ * **Failure.** Futures never throw at call time. Bad arguments complete the future exceptionally
+ * with [IllegalArgumentException] (buffers unchanged, communicator still usable); a failed, timed-out
+ * or mismatched collective completes it exceptionally with the [CommunicationException] subclass
+ * itself ([dev.tpcomm.CommunicationTimeoutException], [dev.tpcomm.CollectiveMismatchException],
+ * [CommunicatorAbortedException]). `future.get()` wraps it in `ExecutionException` and
+ * `future.join()` in `CompletionException`, as the JDK does; the blocking methods throw it
+ * unwrapped.
+ *
+ * **Cancellation.** Cancelling a future (`cancel`, `orTimeout`, `completeExceptionally`) cancels its
+ * operation. A collective cannot finish without all its ranks, so cancelling one in flight aborts
+ * the communicator: every pending and later call on every rank fails with a
+ * [CommunicationException]. If the thread in a blocking method is interrupted, the operation is
+ * cancelled the same way, the interrupt flag is set again, and [CommunicatorAbortedException] is
+ * thrown.
+ *
+ * **Tensors.** Do not read or write a tensor while an operation on it is in flight.
+ *
+ * Thread-safe. [close] closes the underlying communicator: operations still pending then fail.
+ */
+public class JavaCommunicator internal constructor(private val comm: Communicator) : AutoCloseable {
+    private val scope = CoroutineScope(SupervisorJob() + Dispatchers.Default + CoroutineName("tpcomm-java rank ${comm.rank}"))
+
+    /** This rank, in `0 until worldSize`. */
+    public val rank: Int get() = comm.rank
+
+    /** Number of ranks. */
+    public val worldSize: Int get() = comm.worldSize
+
+    /** Name of the backend: `local`, `mpi`, `nccl`, `rccl`, ... */
+    public val backendName: String get() = comm.backendName
+
+    /** The device whose tensors this communicator moves. */
+    public val device: Device get() = comm.device
+
+    /** The Kotlin [Communicator] behind this facade (for Kotlin code and the coroutine helpers). */
+    public fun unwrap(): Communicator = comm
+
+    // ---- futures -------------------------------------------------------------------------------
+
+    /** Reduces [tensor] across ranks with [op], in place; the future resolves to [tensor]. See [Communicator.allReduce]. */
+    @JvmOverloads
+    public fun allReduce(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): CompletableFuture<Tensor> = issue { comm.allReduce(tensor, op) }
+
+    /** Copies [root]'s [tensor] into every rank's [tensor]; resolves to [tensor]. See [Communicator.broadcast]. */
+    public fun broadcast(tensor: Tensor, root: Int): CompletableFuture<Tensor> = issue { comm.broadcast(tensor, root) }
+
+    /** Reduces [tensor] with [op] into [root]'s [tensor]; resolves to [tensor]. See [Communicator.reduce]. */
+    @JvmOverloads
+    public fun reduce(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): CompletableFuture<Tensor> =
+        issue { comm.reduce(tensor, root, op) }
+
+    /** Every rank's [input] concatenated in rank order along [dim], as a new tensor. See [Communicator.allGather]. */
+    @JvmOverloads
+    public fun allGather(input: Tensor, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allGather(input, dim) }
+
+    /** [allGather] into the caller's [output]; resolves to [output]. See [Communicator.allGatherInto]. */
+    @JvmOverloads
+    public fun allGatherInto(output: Tensor, input: Tensor, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.allGatherInto(output, input, dim) }
+
+    /** This rank's chunk (along [dim]) of [input] reduced across ranks with [op]. See [Communicator.reduceScatter]. */
+    @JvmOverloads
+    public fun reduceScatter(input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.reduceScatter(input, op, dim) }
+
+    /** [reduceScatter] into the caller's [output]; resolves to [output]. See [Communicator.reduceScatterInto]. */
+    @JvmOverloads
+    public fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.reduceScatterInto(output, input, op, dim) }
+
+    /** On [root], every rank's [input] concatenated along [dim]; on other ranks the future resolves to null. See [Communicator.gather]. */
+    @JvmOverloads
+    public fun gather(input: Tensor, root: Int, dim: Int = 0): CompletableFuture<Tensor?> = issue { comm.gather(input, root, dim) }
+
+    /** Writes chunk `rank` of [root]'s [input] (null on other ranks) into [output]; resolves to null. See [Communicator.scatter]. */
+    @JvmOverloads
+    public fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): CompletableFuture<Void?> =
+        issue { comm.scatter(output, input, root, dim); null }
+
+    /** Exchanges the chunks of [input] along [dim] between all ranks; resolves to a new tensor. See [Communicator.allToAll]. */
+    @JvmOverloads
+    public fun allToAll(input: Tensor, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allToAll(input, dim) }
+
+    /** Resolves (to null) once every rank has entered the barrier. */
+    public fun barrier(): CompletableFuture<Void?> = issue { comm.barrier(); null }
+
+    /** Sends [tensor] to [dst] with [tag]; resolves (to null) once [tensor] may be reused. See [Communicator.send]. */
+    @JvmOverloads
+    public fun send(tensor: Tensor, dst: Int, tag: Int = 0): CompletableFuture<Void?> = issue { comm.send(tensor, dst, tag); null }
+
+    /** Receives into [tensor] from [src] (or [Communicator.ANY_SOURCE]) with [tag] (or [Communicator.ANY_TAG]). See [Communicator.recv]. */
+    @JvmOverloads
+    public fun recv(tensor: Tensor, src: Int, tag: Int = 0): CompletableFuture<MessageInfo> = issue { comm.recv(tensor, src, tag) }
+
+    /** Waits for a matching message without receiving it and says its source, tag and size. See [Communicator.probe]. */
+    @JvmOverloads
+    public fun probe(src: Int = Communicator.ANY_SOURCE, tag: Int = Communicator.ANY_TAG): CompletableFuture<MessageInfo> =
+        issue { comm.probe(src, tag) }
+
+    /**
+     * Collective: the sub-communicator of the ranks passing the same [color], ordered by ([key], rank);
+     * resolves to null on ranks passing a null color. The new communicator is owned by the caller.
+     */
+    @JvmOverloads
+    public fun split(color: Int?, key: Int = rank): CompletableFuture<JavaCommunicator?> =
+        issue { comm.split(color, key)?.let(::JavaCommunicator) }
+
+    /** Collective: the sub-communicator of [ranks] (in that order), or null on non-members. See [Communicator.group]. */
+    public fun group(ranks: List<Int>): CompletableFuture<JavaCommunicator?> = issue { comm.group(ranks)?.let(::JavaCommunicator) }
+
+    /** Every rank's [value], in rank order, encoded with [serializer] (kotlinx-serialization). */
+    public fun <T> allGatherObject(value: T, serializer: KSerializer<T>): CompletableFuture<List<T>> =
+        issue { comm.allGatherObject(value, serializer) }
+
+    /** [root]'s [value] on every rank, encoded with [serializer]; other ranks may pass null. */
+    public fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): CompletableFuture<T> =
+        issue { comm.broadcastObject(value, root, serializer) }
+
+    /**
+     * All-reduces many tensors with few collectives (tensor fusion): grouped by dtype, packed into
+     * buffers of at most [thresholdBytes], one all-reduce per buffer; resolves to [tensors], each
+     * reduced in place. See `dev.tpcomm.coroutines.allReduceCoalesced`.
+     */
+    @JvmOverloads
+    public fun allReduceCoalesced(
+        tensors: List<Tensor>,
+        op: ReduceOp = ReduceOp.Sum,
+        thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
+    ): CompletableFuture<List<Tensor>> = issue { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+
+    /**
+     * Collective: lays the ranks out as a mesh of [shape] with dimension [names] and builds one
+     * communicator per dimension (one `split` per dimension). Every rank must call it with the same
+     * arguments. Bad arguments complete the future with [IllegalArgumentException]. See [JavaDeviceMesh].
+     */
+    public fun deviceMesh(shape: List<Int>, names: List<String>): CompletableFuture<JavaDeviceMesh> =
+        issue { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+
+    // ---- blocking twins ------------------------------------------------------------------------
+
+    /** [allReduce], waiting; throws the [CommunicationException] or [IllegalArgumentException] itself. */
+    @JvmOverloads
+    public fun allReduceBlocking(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): Tensor = block("allReduce") { comm.allReduce(tensor, op) }
+
+    /** [broadcast], waiting. */
+    public fun broadcastBlocking(tensor: Tensor, root: Int): Tensor = block("broadcast") { comm.broadcast(tensor, root) }
+
+    /** [reduce], waiting. */
+    @JvmOverloads
+    public fun reduceBlocking(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): Tensor = block("reduce") { comm.reduce(tensor, root, op) }
+
+    /** [allGather], waiting. */
+    @JvmOverloads
+    public fun allGatherBlocking(input: Tensor, dim: Int = 0): Tensor = block("allGather") { comm.allGather(input, dim) }
+
+    /** [allGatherInto], waiting. */
+    @JvmOverloads
+    public fun allGatherIntoBlocking(output: Tensor, input: Tensor, dim: Int = 0): Tensor = block("allGatherInto") { comm.allGatherInto(output, input, dim) }
+
+    /** [reduceScatter], waiting. */
+    @JvmOverloads
+    public fun reduceScatterBlocking(input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
+        block("reduceScatter") { comm.reduceScatter(input, op, dim) }
+
+    /** [reduceScatterInto], waiting. */
+    @JvmOverloads
+    public fun reduceScatterIntoBlocking(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
+        block("reduceScatterInto") { comm.reduceScatterInto(output, input, op, dim) }
+
+    /** [gather], waiting; null on ranks other than [root]. */
+    @JvmOverloads
+    public fun gatherBlocking(input: Tensor, root: Int, dim: Int = 0): Tensor? = block("gather") { comm.gather(input, root, dim) }
+
+    /** [scatter], waiting. */
+    @JvmOverloads
+    public fun scatterBlocking(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): Unit = block("scatter") { comm.scatter(output, input, root, dim) }
+
+    /** [allToAll], waiting. */
+    @JvmOverloads
+    public fun allToAllBlocking(input: Tensor, dim: Int = 0): Tensor = block("allToAll") { comm.allToAll(input, dim) }
+
+    /** [barrier], waiting. */
+    public fun barrierBlocking(): Unit = block("barrier") { comm.barrier() }
+
+    /** [send], waiting. */
+    @JvmOverloads
+    public fun sendBlocking(tensor: Tensor, dst: Int, tag: Int = 0): Unit = block("send") { comm.send(tensor, dst, tag) }
+
+    /** [recv], waiting. */
+    @JvmOverloads
+    public fun recvBlocking(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo = block("recv") { comm.recv(tensor, src, tag) }
+
+    /** [probe], waiting. */
+    @JvmOverloads
+    public fun probeBlocking(src: Int = Communicator.ANY_SOURCE, tag: Int = Communicator.ANY_TAG): MessageInfo = block("probe") { comm.probe(src, tag) }
+
+    /** [split], waiting; null on ranks passing a null color. */
+    @JvmOverloads
+    public fun splitBlocking(color: Int?, key: Int = rank): JavaCommunicator? = block("split") { comm.split(color, key)?.let(::JavaCommunicator) }
+
+    /** [group], waiting; null on non-members. */
+    public fun groupBlocking(ranks: List<Int>): JavaCommunicator? = block("group") { comm.group(ranks)?.let(::JavaCommunicator) }
+
+    /** [allGatherObject], waiting. */
+    public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>): List<T> = block("allGatherObject") { comm.allGatherObject(value, serializer) }
+
+    /** [broadcastObject], waiting. */
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, serializer: KSerializer<T>): T =
+        block("broadcastObject") { comm.broadcastObject(value, root, serializer) }
+
+    /** [allReduceCoalesced], waiting. */
+    @JvmOverloads
+    public fun allReduceCoalescedBlocking(
+        tensors: List<Tensor>,
+        op: ReduceOp = ReduceOp.Sum,
+        thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
+    ): List<Tensor> = block("allReduceCoalesced") { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+
+    /** [deviceMesh], waiting. */
+    public fun deviceMeshBlocking(shape: List<Int>, names: List<String>): JavaDeviceMesh =
+        block("deviceMesh") { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+
+    /** Closes the underlying communicator; operations still pending fail with a [CommunicationException]. Idempotent. */
+    override fun close() {
+        comm.close()
+    }
+
+    override fun toString(): String = "JavaCommunicator($backendName rank $rank of $worldSize)"
+
+    // ---- machinery -----------------------------------------------------------------------------
+
+    /** Starts [operation] undispatched: it is issued in the calling thread before this returns. */
+    private fun <T> issue(operation: suspend () -> T): CompletableFuture<T> =
+        scope.async(start = CoroutineStart.UNDISPATCHED) { operation() }.asCompletableFuture()
+
+    /** Runs [operation] to completion in the calling thread; exceptions come out as thrown, never wrapped. */
+    private fun <T> block(name: String, operation: suspend () -> T): T {
+        try {
+            return runBlocking { operation() }
+        } catch (e: InterruptedException) {
+            Thread.currentThread().interrupt()
+            throw CommunicatorAbortedException(
+                "the thread was interrupted while waiting; the operation was cancelled, which aborts the communicator",
+                comm.rank, comm.backendName, name, -1, e,
+            )
+        }
+    }
+}

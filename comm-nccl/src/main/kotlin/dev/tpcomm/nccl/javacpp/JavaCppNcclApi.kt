@@ -1,0 +1,137 @@
+package dev.tpcomm.nccl.javacpp
+
+import dev.tpcomm.nccl.NcclApi
+import dev.tpcomm.nccl.NcclCommConfig
+import dev.tpcomm.nccl.NcclEngine
+import org.bytedeco.cuda.cudart.CUstream_st
+import org.bytedeco.cuda.global.nccl
+import org.bytedeco.cuda.nccl.ncclComm
+import org.bytedeco.cuda.nccl.ncclConfig_t
+import org.bytedeco.cuda.nccl.ncclUniqueId
+import org.bytedeco.javacpp.BytePointer
+import org.bytedeco.javacpp.IntPointer
+import org.bytedeco.javacpp.Loader
+
+/**
+ * [NcclApi] over NVIDIA NCCL through the JavaCPP presets (`org.bytedeco.cuda.global.nccl`,
+ * preset 13.3-9.25-1.5.14, built against NCCL 2.30.7). Every method is one JNI call into
+ * `libnccl.so`; the first use loads the library (and throws `UnsatisfiedLinkError` when it or the
+ * NVIDIA driver is missing). Stateless and thread-safe as NCCL is.
+ */
+public class JavaCppNcclApi : NcclApi {
+    override val libraryName: String get() = "NCCL"
+
+    override fun getVersion(version: IntArray): Int = nccl.ncclGetVersion(version)
+
+    override fun getUniqueId(uniqueId: ByteArray): Int {
+        require(uniqueId.size == NcclEngine.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclEngine.UNIQUE_ID_BYTES} bytes" }
+        val id = ncclUniqueId()
+        try {
+            val rc = nccl.ncclGetUniqueId(id)
+            id.internal().get(uniqueId, 0, uniqueId.size)
+            return rc
+        } finally {
+            id.close()
+        }
+    }
+
+    override fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
+        val id = ncclUniqueId()
+        val out = ncclComm()
+        val native = NativeConfig(config)
+        try {
+            id.internal().put(uniqueId, 0, uniqueId.size)
+            val rc = nccl.ncclCommInitRankConfig(out, nranks, id, rank, native.struct)
+            comm[0] = out.address()
+            return rc
+        } finally {
+            native.close()
+            id.close()
+        }
+    }
+
+    override fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int {
+        val out = ncclComm()
+        val native = config?.let { NativeConfig(it) }
+        try {
+            val rc = nccl.ncclCommSplit(comm(comm), color, key, out, native?.struct)
+            newComm[0] = out.address()
+            return rc
+        } finally {
+            native?.close()
+        }
+    }
+
+    override fun commAbort(comm: Long): Int = nccl.ncclCommAbort(comm(comm))
+
+    override fun commDestroy(comm: Long): Int = nccl.ncclCommDestroy(comm(comm))
+
+    override fun commGetAsyncError(comm: Long, asyncError: IntArray): Int = nccl.ncclCommGetAsyncError(comm(comm), asyncError)
+
+    override fun commCount(comm: Long, count: IntArray): Int = nccl.ncclCommCount(comm(comm), count)
+
+    override fun commUserRank(comm: Long, rank: IntArray): Int = nccl.ncclCommUserRank(comm(comm), rank)
+
+    override fun allReduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        nccl.ncclAllReduce(RawPointer(sendBuf), RawPointer(recvBuf), count, datatype, op, comm(comm), stream(stream))
+
+    override fun broadcast(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, root: Int, comm: Long, stream: Long): Int =
+        nccl.ncclBroadcast(RawPointer(sendBuf), RawPointer(recvBuf), count, datatype, root, comm(comm), stream(stream))
+
+    override fun reduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, root: Int, comm: Long, stream: Long): Int =
+        nccl.ncclReduce(RawPointer(sendBuf), RawPointer(recvBuf), count, datatype, op, root, comm(comm), stream(stream))
+
+    override fun allGather(sendBuf: Long, recvBuf: Long, sendCount: Long, datatype: Int, comm: Long, stream: Long): Int =
+        nccl.ncclAllGather(RawPointer(sendBuf), RawPointer(recvBuf), sendCount, datatype, comm(comm), stream(stream))
+
+    override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        nccl.ncclReduceScatter(RawPointer(sendBuf), RawPointer(recvBuf), recvCount, datatype, op, comm(comm), stream(stream))
+
+    override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
+        nccl.ncclSend(RawPointer(sendBuf), count, datatype, peer, comm(comm), stream(stream))
+
+    override fun recv(recvBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
+        nccl.ncclRecv(RawPointer(recvBuf), count, datatype, peer, comm(comm), stream(stream))
+
+    override fun groupStart(): Int = nccl.ncclGroupStart()
+
+    override fun groupEnd(): Int = nccl.ncclGroupEnd()
+
+    override fun getErrorString(result: Int): String = nccl.ncclGetErrorString(result)?.string ?: "unknown"
+
+    override fun getLastError(comm: Long): String? = nccl.ncclGetLastError(comm(comm))?.string
+
+    private fun comm(handle: Long): ncclComm = ncclComm(RawPointer(handle))
+
+    private fun stream(handle: Long): CUstream_st = CUstream_st(RawPointer(handle))
+
+    /**
+     * An `ncclConfig_t` filled as `NCCL_CONFIG_INITIALIZER` does: size, `NCCL_API_MAGIC`, the header's
+     * version, every int field `NCCL_CONFIG_UNDEF_INT` and every pointer NULL; then [config]'s fields.
+     */
+    private class NativeConfig(config: NcclCommConfig) : AutoCloseable {
+        val struct = ncclConfig_t()
+        private val netName: BytePointer? = config.netName?.let { BytePointer(it) }
+
+        init {
+            val size = Loader.sizeof(ncclConfig_t::class.java).toLong()
+            val ints = IntPointer(struct)
+            for (i in 4 until size / 4) ints.put(i, NcclCommConfig.UNDEF_INT) // past size(8)+magic(4)+version(4)
+            struct.size(size)
+            struct.magic(nccl.NCCL_API_MAGIC)
+            struct.version(nccl.NCCL_VERSION_CODE)
+            struct.netName(netName)
+            struct.commName(null)
+            struct.blocking(if (config.blocking) 1 else 0)
+            config.minCtas?.let { struct.minCTAs(it) }
+            config.maxCtas?.let { struct.maxCTAs(it) }
+            config.cgaClusterSize?.let { struct.cgaClusterSize(it) }
+            config.splitShare?.let { struct.splitShare(if (it) 1 else 0) }
+        }
+
+        override fun close() {
+            struct.close()
+            netName?.close()
+        }
+    }
+}

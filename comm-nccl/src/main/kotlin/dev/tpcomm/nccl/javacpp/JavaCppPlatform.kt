@@ -1,0 +1,48 @@
+package dev.tpcomm.nccl.javacpp
+
+import dev.tpcomm.nccl.DeviceRuntime
+import dev.tpcomm.nccl.GpuProbe
+import dev.tpcomm.nccl.NcclApi
+import dev.tpcomm.nccl.NcclVersion
+import org.bytedeco.cuda.global.cudart
+import org.bytedeco.cuda.global.nccl
+
+/**
+ * Entry point of the JavaCPP bindings for the factory. Its signatures use only tpcomm types, so a
+ * caller outside this package never links against JavaCPP classes until it calls in (and then gets
+ * `NoClassDefFoundError` when the presets are not on the classpath, which the factory catches).
+ */
+public object JavaCppPlatform {
+    /** The NCCL API over JavaCPP. */
+    @JvmStatic
+    public fun api(): NcclApi = JavaCppNcclApi()
+
+    /** The CUDA runtime over JavaCPP. */
+    @JvmStatic
+    public fun runtime(): DeviceRuntime = JavaCppCudaRuntime()
+
+    /**
+     * Loads CUDA's runtime and NCCL and counts devices. Throws what loading throws
+     * (`UnsatisfiedLinkError`, `ExceptionInInitializerError`, `NoClassDefFoundError`); the caller reports it.
+     */
+    @JvmStatic
+    public fun probe(): GpuProbe {
+        val count = IntArray(1)
+        val rc = cudart.cudaGetDeviceCount(count)
+        if (rc != cudart.cudaSuccess) {
+            val text = cudart.cudaGetErrorString(rc)?.string
+            return GpuProbe(false, "the CUDA runtime loaded but found no usable GPU: cudaGetDeviceCount returned $rc ($text); " +
+                "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES", 0, 0)
+        }
+        val v = IntArray(1)
+        val nrc = nccl.ncclGetVersion(v)
+        if (nrc != nccl.ncclSuccess) return GpuProbe(false, "NCCL loaded but ncclGetVersion returned $nrc", count[0], 0)
+        if (count[0] == 0) {
+            return GpuProbe(false, "no CUDA device is visible (cudaGetDeviceCount = 0); check nvidia-smi and CUDA_VISIBLE_DEVICES", 0, v[0])
+        }
+        if (v[0] < NcclVersion.MINIMUM) {
+            return GpuProbe(false, "NCCL ${NcclVersion.format(v[0])} is too old; tpcomm needs 2.14 or later", count[0], v[0])
+        }
+        return GpuProbe(true, null, count[0], v[0])
+    }
+}

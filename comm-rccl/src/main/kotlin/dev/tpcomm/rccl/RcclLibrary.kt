@@ -1,0 +1,136 @@
+package dev.tpcomm.rccl
+
+import dev.tpcomm.nccl.NcclApi
+import dev.tpcomm.nccl.NcclCommConfig
+import dev.tpcomm.nccl.NcclEngine
+import java.lang.foreign.Arena
+import java.lang.foreign.FunctionDescriptor
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+import java.lang.foreign.ValueLayout.ADDRESS
+import java.lang.foreign.ValueLayout.JAVA_INT
+import java.lang.foreign.ValueLayout.JAVA_LONG
+import java.lang.invoke.MethodHandle
+
+/**
+ * [NcclApi] over RCCL (`librccl.so`), which exports NCCL's C API under NCCL's names, through
+ * `java.lang.foreign` downcalls. Constructing it opens the library (from `TPCOMM_RCCL_LIBRARY`, the
+ * loader's path, `$ROCM_PATH/lib` or `/opt/rocm/lib`) and resolves every symbol, so a missing
+ * library or symbol fails at once with [UnsatisfiedLinkError]. Thread-safe as RCCL is.
+ */
+public class RcclLibrary : NcclApi {
+    private val lib = NativeLibrary("RCCL (librccl.so)", NativeLibrary.candidates("TPCOMM_RCCL_LIBRARY", "librccl.so", "librccl.so.1"))
+
+    /** Where the library was loaded from. */
+    public val loadedFrom: String get() = lib.loadedFrom
+
+    override val libraryName: String get() = "RCCL"
+
+    private fun f(name: String, ret: ValueLayout?, vararg args: java.lang.foreign.MemoryLayout): MethodHandle =
+        lib.function(name, if (ret == null) FunctionDescriptor.ofVoid(*args) else FunctionDescriptor.of(ret, *args))
+
+    private val getVersion = f("ncclGetVersion", JAVA_INT, ADDRESS)
+    private val getUniqueId = f("ncclGetUniqueId", JAVA_INT, ADDRESS)
+    private val commInitRankConfig = f("ncclCommInitRankConfig", JAVA_INT, ADDRESS, JAVA_INT, RcclAbi.UNIQUE_ID_LAYOUT, JAVA_INT, ADDRESS)
+    private val commSplit = f("ncclCommSplit", JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val commAbort = f("ncclCommAbort", JAVA_INT, ADDRESS)
+    private val commDestroy = f("ncclCommDestroy", JAVA_INT, ADDRESS)
+    private val commGetAsyncError = f("ncclCommGetAsyncError", JAVA_INT, ADDRESS, ADDRESS)
+    private val commCount = f("ncclCommCount", JAVA_INT, ADDRESS, ADDRESS)
+    private val commUserRank = f("ncclCommUserRank", JAVA_INT, ADDRESS, ADDRESS)
+    private val allReduce = f("ncclAllReduce", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val broadcast = f("ncclBroadcast", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val reduce = f("ncclReduce", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val allGather = f("ncclAllGather", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS)
+    private val reduceScatter = f("ncclReduceScatter", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val send = f("ncclSend", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val recv = f("ncclRecv", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val groupStart = f("ncclGroupStart", JAVA_INT)
+    private val groupEnd = f("ncclGroupEnd", JAVA_INT)
+    private val getErrorString = f("ncclGetErrorString", ADDRESS, JAVA_INT)
+    private val getLastError = f("ncclGetLastError", ADDRESS, ADDRESS)
+
+    private fun p(address: Long): MemorySegment = MemorySegment.ofAddress(address)
+
+    override fun getVersion(version: IntArray): Int = Arena.ofConfined().use { a ->
+        val out = a.allocate(JAVA_INT)
+        val rc = getVersion.invokeExact(out) as Int
+        version[0] = out.get(JAVA_INT, 0)
+        rc
+    }
+
+    override fun getUniqueId(uniqueId: ByteArray): Int = Arena.ofConfined().use { a ->
+        require(uniqueId.size == NcclEngine.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclEngine.UNIQUE_ID_BYTES} bytes" }
+        val id = a.allocate(RcclAbi.UNIQUE_ID_LAYOUT)
+        val rc = getUniqueId.invokeExact(id) as Int
+        MemorySegment.copy(id, ValueLayout.JAVA_BYTE, 0, uniqueId, 0, uniqueId.size)
+        rc
+    }
+
+    override fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int =
+        Arena.ofConfined().use { a ->
+            val out = a.allocate(ADDRESS)
+            val id = a.allocate(RcclAbi.UNIQUE_ID_LAYOUT)
+            MemorySegment.copy(uniqueId, 0, id, ValueLayout.JAVA_BYTE, 0, uniqueId.size)
+            val rc = commInitRankConfig.invokeExact(out, nranks, id, rank, RcclAbi.config(config, a)) as Int
+            comm[0] = out.get(ADDRESS, 0).address()
+            rc
+        }
+
+    override fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int = Arena.ofConfined().use { a ->
+        val out = a.allocate(ADDRESS)
+        val cfg = config?.let { RcclAbi.config(it, a) } ?: MemorySegment.NULL
+        val rc = commSplit.invokeExact(p(comm), color, key, out, cfg) as Int
+        newComm[0] = out.get(ADDRESS, 0).address()
+        rc
+    }
+
+    override fun commAbort(comm: Long): Int = commAbort.invokeExact(p(comm)) as Int
+
+    override fun commDestroy(comm: Long): Int = commDestroy.invokeExact(p(comm)) as Int
+
+    override fun commGetAsyncError(comm: Long, asyncError: IntArray): Int = intOut(asyncError) { commGetAsyncError.invokeExact(p(comm), it) as Int }
+
+    override fun commCount(comm: Long, count: IntArray): Int = intOut(count) { commCount.invokeExact(p(comm), it) as Int }
+
+    override fun commUserRank(comm: Long, rank: IntArray): Int = intOut(rank) { commUserRank.invokeExact(p(comm), it) as Int }
+
+    override fun allReduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        allReduce.invokeExact(p(sendBuf), p(recvBuf), count, datatype, op, p(comm), p(stream)) as Int
+
+    override fun broadcast(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, root: Int, comm: Long, stream: Long): Int =
+        broadcast.invokeExact(p(sendBuf), p(recvBuf), count, datatype, root, p(comm), p(stream)) as Int
+
+    override fun reduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, root: Int, comm: Long, stream: Long): Int =
+        reduce.invokeExact(p(sendBuf), p(recvBuf), count, datatype, op, root, p(comm), p(stream)) as Int
+
+    override fun allGather(sendBuf: Long, recvBuf: Long, sendCount: Long, datatype: Int, comm: Long, stream: Long): Int =
+        allGather.invokeExact(p(sendBuf), p(recvBuf), sendCount, datatype, p(comm), p(stream)) as Int
+
+    override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        reduceScatter.invokeExact(p(sendBuf), p(recvBuf), recvCount, datatype, op, p(comm), p(stream)) as Int
+
+    override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
+        send.invokeExact(p(sendBuf), count, datatype, peer, p(comm), p(stream)) as Int
+
+    override fun recv(recvBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
+        recv.invokeExact(p(recvBuf), count, datatype, peer, p(comm), p(stream)) as Int
+
+    override fun groupStart(): Int = groupStart.invokeExact() as Int
+
+    override fun groupEnd(): Int = groupEnd.invokeExact() as Int
+
+    override fun getErrorString(result: Int): String = cString(getErrorString.invokeExact(result) as MemorySegment) ?: "unknown"
+
+    override fun getLastError(comm: Long): String? = cString(getLastError.invokeExact(p(comm)) as MemorySegment)
+
+    private inline fun intOut(out: IntArray, call: (MemorySegment) -> Int): Int = Arena.ofConfined().use { a ->
+        val s = a.allocate(JAVA_INT)
+        val rc = call(s)
+        out[0] = s.get(JAVA_INT, 0)
+        rc
+    }
+}
+
+/** The NUL-terminated string at [p], or null for NULL. */
+internal fun cString(p: MemorySegment): String? = if (p.address() == 0L) null else p.reinterpret(Long.MAX_VALUE).getString(0)

@@ -1,0 +1,45 @@
+package dev.tpcomm.rccl
+
+import dev.tpcomm.BackendUnavailableException
+import dev.tpcomm.Comm
+import dev.tpcomm.CommConfig
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+
+/** On this machine (no ROCm) both GPU backends must report unavailable with what to install, and refuse to create. */
+class RcclBackendFactoryTest : FunSpec({
+    test("rccl is found by ServiceLoader with priority 90, nccl's factory too (its engine is on the classpath)") {
+        val backends = Comm.backends()
+        backends.single { it.name == "rccl" }.priority shouldBe 90
+        backends.single { it.name == "nccl" }.priority shouldBe 100
+    }
+
+    test("rccl is unavailable here, naming the library that did not open and how to install ROCm") {
+        val f = RcclBackendFactory()
+        f.isAvailable() shouldBe false
+        val reason = f.unavailableReason()!!
+        reason shouldContain "libamdhip64.so"
+        reason shouldContain "could not be opened"
+        reason shouldContain "hip-runtime-amd rccl"
+        val e = shouldThrow<BackendUnavailableException> { f.create(CommConfig()) }
+        e.backend shouldBe "rccl"
+        e.message!! shouldContain "Install ROCm"
+    }
+
+    test("nccl on an AMD classpath says the JavaCPP presets are absent, and Comm.create(\"auto\") skips both GPU backends") {
+        val nccl = Comm.backends().single { it.name == "nccl" }
+        nccl.isAvailable() shouldBe false
+        nccl.unavailableReason()!! shouldContain "JavaCPP CUDA presets are not on the classpath"
+        // "auto" falls through to a CPU backend (comm-coroutines' local backend is on this classpath).
+        val auto = Comm.create("auto", CommConfig())
+        (auto.backendName in setOf("nccl", "rccl")) shouldBe false
+        auto.close()
+    }
+
+    test("bad rccl.* options are refused with what to change") {
+        shouldThrow<IllegalArgumentException> { RcclBackendFactory().create(CommConfig(options = mapOf("rccl.algorithm" to "nvls"))) }
+            .message shouldContain "ring or tree"
+    }
+})

@@ -1,0 +1,364 @@
+package dev.tpcomm.testkit
+
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.Communicator
+import dev.tpcomm.Device
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.CollectiveShapes
+import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.flow.MutableStateFlow
+import kotlinx.coroutines.flow.first
+import kotlinx.coroutines.supervisorScope
+import kotlinx.coroutines.withTimeoutOrNull
+import java.lang.foreign.MemorySegment
+import java.util.concurrent.atomic.AtomicLong
+
+/**
+ * A deliberately simple in-process backend, used only to check the conformance suite itself:
+ * that every case can pass on a correct backend, and (with [FaultyCommunicator]) that the suite
+ * catches wrong results. Every collective is matched by sequence number in one lock; the last rank
+ * to arrive computes every rank's result with [ReferenceReduction]. Not a product backend: no
+ * overlap, no performance, no flight recorder.
+ */
+internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
+    private val lock = Any()
+    private val slots = HashMap<Long, Slot>()
+    private var abortCause: Throwable? = null
+    private var mismatch: Pair<Long, CollectiveMismatchException>? = null
+    private val mailboxes = List(size) { ArrayList<Message>() }
+    private val mailVersion = MutableStateFlow(0L)
+    val communicators: List<ReferenceCommunicator> = List(size) { ReferenceCommunicator(this, it) }
+
+    private class Message(val src: Int, val tag: Int, val bytes: ByteArray)
+
+    class Call(
+        val rank: Int,
+        val seq: Long,
+        val operation: String,
+        val signature: Map<String, Any?>,
+        val args: List<Any?>,
+        val result: CompletableDeferred<Any?> = CompletableDeferred(),
+    )
+
+    private class Slot(val calls: Array<Call?>) { var count = 0 }
+
+    private fun aborted(rank: Int, operation: String, seq: Long, cause: Throwable?) =
+        CommunicatorAbortedException("the communicator was aborted: ${cause?.message ?: "closed"}", rank, BACKEND, operation, seq, cause)
+
+    fun abort(cause: Throwable) {
+        val pending = ArrayList<Call>()
+        synchronized(lock) {
+            if (abortCause != null) return
+            abortCause = cause
+            for (s in slots.values) s.calls.filterNotNullTo(pending)
+            slots.clear()
+        }
+        for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, cause))
+        mailVersion.value++
+    }
+
+    /** Registers [call] at [seq] (synchronously), then awaits its result under the timeout. */
+    suspend fun collective(seq: Long, call: Call): Any? {
+        var ready: List<Call>? = null
+        synchronized(lock) {
+            mismatch?.let { (s, e) ->
+                if (s == seq) throw CollectiveMismatchException(e.reason, call.rank, BACKEND, call.operation, seq, e.ranks, e.fields, dump(call.rank, seq, call.operation))
+            }
+            abortCause?.let { throw aborted(call.rank, call.operation, seq, it) }
+            val slot = slots.getOrPut(seq) { Slot(arrayOfNulls(size)) }
+            val first = slot.calls.firstOrNull { it != null }
+            if (first != null) {
+                val fields = if (first.operation != call.operation) listOf("operation")
+                else (first.signature.keys + call.signature.keys).filter { first.signature[it] != call.signature[it] }
+                if (fields.isNotEmpty()) {
+                    val message = "rank ${call.rank} called ${call.operation}${call.signature} but rank ${first.rank} called ${first.operation}${first.signature}"
+                    val e = CollectiveMismatchException(message, call.rank, BACKEND, call.operation, seq, listOf(call.rank), fields, dump(call.rank, seq, call.operation))
+                    mismatch = seq to e
+                    val others = slot.calls.filterNotNull()
+                    slots.remove(seq)
+                    abortCause = e
+                    val pending = slots.values.flatMap { it.calls.filterNotNull() }
+                    slots.clear()
+                    for (c in others) c.result.completeExceptionally(CollectiveMismatchException(message, c.rank, BACKEND, c.operation, seq, listOf(call.rank), fields, dump(c.rank, seq, c.operation)))
+                    for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, e))
+                    mailVersion.value++
+                    throw e
+                }
+            }
+            slot.calls[call.rank] = call
+            if (++slot.count == size) {
+                slots.remove(seq)
+                ready = slot.calls.map { it!! }
+            }
+        }
+        ready?.let { calls ->
+            val results = try { perform(calls) } catch (e: Throwable) { abort(e); throw e }
+            calls.forEachIndexed { i, c -> c.result.complete(results[i]) }
+        }
+        val value = try {
+            withTimeoutOrNull(config.timeout) { call.result.await() }
+        } catch (e: CancellationException) {
+            if (!call.result.isCompleted) abort(e)
+            throw e
+        }
+        if (value == null && !call.result.isCompleted) {
+            val e = CommunicationTimeoutException("no match within ${config.timeout}", call.rank, BACKEND, call.operation, seq, null, dump(call.rank, seq, call.operation))
+            abort(e)
+            throw e
+        }
+        return call.result.await()
+    }
+
+    /** This world keeps no history: its "dump" describes only the failing call. */
+    private fun dump(rank: Int, seq: Long, operation: String) =
+        "{\"backend\":\"$BACKEND\",\"rank\":$rank,\"entries\":[{\"sequence\":$seq,\"operation\":\"$operation\"}]}"
+
+    private fun perform(calls: List<Call>): List<Any?> {
+        val n = size
+        @Suppress("UNCHECKED_CAST")
+        fun <T> arg(r: Int, i: Int) = calls[r].args[i] as T
+        return when (calls[0].operation) {
+            "allReduce" -> {
+                val expected = ReferenceReduction.expected(arg(0, 1), List(n) { arg<Tensor>(it, 0).copy() })
+                List(n) { arg<Tensor>(it, 0).copyFrom(expected) }
+            }
+            "broadcast" -> {
+                val root = arg<Int>(0, 1)
+                val data = arg<Tensor>(root, 0).copy()
+                List(n) { arg<Tensor>(it, 0).copyFrom(data) }
+            }
+            "reduce" -> {
+                val root = arg<Int>(0, 1)
+                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 0).copy() })
+                arg<Tensor>(root, 0).copyFrom(expected)
+                List(n) { arg<Tensor>(it, 0) }
+            }
+            "allGather" -> {
+                val all = Tensor.concat(List(n) { arg<Tensor>(it, 1) }, arg(0, 2))
+                List(n) { arg<Tensor>(it, 0).copyFrom(all) }
+            }
+            "reduceScatter" -> {
+                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 1).copy() })
+                val chunks = expected.chunk(n, arg(0, 3))
+                List(n) { arg<Tensor>(it, 0).copyFrom(chunks[it]) }
+            }
+            "gather" -> {
+                val root = arg<Int>(0, 1)
+                val all = Tensor.concat(List(n) { arg<Tensor>(it, 0) }, arg(0, 2))
+                List(n) { if (it == root) all else null }
+            }
+            "scatter" -> {
+                val root = arg<Int>(0, 2)
+                val chunks = arg<Tensor>(root, 1).chunk(n, arg(0, 3))
+                List(n) { arg<Tensor>(it, 0).copyFrom(chunks[it]); Unit }
+            }
+            "allToAll" -> {
+                val dim = arg<Int>(0, 1)
+                val chunks = List(n) { arg<Tensor>(it, 0).chunk(n, dim) }
+                List(n) { r -> Tensor.concat(List(n) { i -> chunks[i][r] }, dim) }
+            }
+            "barrier" -> List(n) { Unit }
+            "split" -> {
+                val out = arrayOfNulls<Communicator>(n)
+                val byColor = (0 until n).filter { arg<Int?>(it, 0) != null }.groupBy { arg<Int>(it, 0) }
+                for ((_, members) in byColor) {
+                    val ordered = members.sortedWith(compareBy({ arg<Int>(it, 1) }, { it }))
+                    val sub = ReferenceWorld(ordered.size, config.copy(worldSize = ordered.size, rank = 0, localRank = 0))
+                    ordered.forEachIndexed { i, r -> out[r] = sub.communicators[i] }
+                }
+                out.toList()
+            }
+            else -> error("unknown operation ${calls[0].operation}")
+        }
+    }
+
+    fun send(from: Int, seq: Long, tensor: Tensor, dst: Int, tag: Int) {
+        val bytes = tensor.segment.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE)
+        synchronized(lock) {
+            abortCause?.let { throw aborted(from, "send", seq, it) }
+            mailboxes[dst] += Message(from, tag, bytes)
+        }
+        mailVersion.value++
+    }
+
+    suspend fun receive(me: Int, seq: Long, src: Int, tag: Int, into: Tensor?, operation: String): MessageInfo {
+        val found = withTimeoutOrNull(config.timeout) {
+            while (true) {
+                val seen = mailVersion.value
+                synchronized(lock) {
+                    abortCause?.let { throw aborted(me, operation, seq, it) }
+                    val box = mailboxes[me]
+                    val i = box.indexOfFirst { (src == Communicator.ANY_SOURCE || it.src == src) && (tag == Communicator.ANY_TAG || it.tag == tag) }
+                    if (i >= 0) {
+                        val m = box[i]
+                        if (into != null) {
+                            require(into.byteSize == m.bytes.size.toLong()) { "$operation: buffer has ${into.byteSize} bytes, the message ${m.bytes.size}" }
+                            box.removeAt(i)
+                            MemorySegment.copy(MemorySegment.ofArray(m.bytes), 0, into.segment, 0, m.bytes.size.toLong())
+                        }
+                        return@withTimeoutOrNull MessageInfo(m.src, m.tag, m.bytes.size.toLong())
+                    }
+                }
+                mailVersion.first { it != seen }
+            }
+            @Suppress("UNREACHABLE_CODE") null
+        }
+        if (found == null) {
+            val e = CommunicationTimeoutException("no message from $src with tag $tag within ${config.timeout}", me, BACKEND, operation, seq)
+            abort(e)
+            throw e
+        }
+        return found
+    }
+
+    companion object {
+        const val BACKEND = "reference"
+
+        /** Runs [block] on every rank concurrently; a rank's exception aborts the world and is rethrown once all ranks ended. */
+        suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> {
+            val world = ReferenceWorld(worldSize, config)
+            return supervisorScope {
+                val jobs = world.communicators.map { c ->
+                    async(Dispatchers.Default) {
+                        try { block(c) } catch (e: Throwable) { world.abort(e); throw e }
+                    }
+                }
+                val results = jobs.map { runCatching { it.await() } }
+                results.firstOrNull { it.isFailure }?.exceptionOrNull()?.let { throw it }
+                results.map { it.getOrThrow() }
+            }
+        }
+
+        val launcher: WorldLauncher = object : WorldLauncher {
+            override suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> =
+                ReferenceWorld.run(worldSize, config, block)
+        }
+    }
+}
+
+/** One rank of a [ReferenceWorld]. */
+internal class ReferenceCommunicator(private val world: ReferenceWorld, override val rank: Int) : Communicator {
+    override val worldSize: Int get() = world.size
+    override val backendName: String get() = ReferenceWorld.BACKEND
+    override val device: Device get() = Device.Host
+    private val sequence = AtomicLong()
+    private val collectiveSequence = AtomicLong()
+    @Volatile private var closed = false
+
+    /** Sequence number of any operation (p2p included), for messages. */
+    private fun next(operation: String): Long {
+        val seq = sequence.incrementAndGet()
+        if (closed) throw CommunicatorAbortedException("the communicator was closed", rank, ReferenceWorld.BACKEND, operation, seq)
+        return seq
+    }
+
+    private fun host(t: Tensor, op: String) = CollectiveChecks.device(t, Device.Host, op)
+
+    private suspend fun call(operation: String, signature: Map<String, Any?>, vararg args: Any?): Any? {
+        next(operation)
+        // Collectives are matched by their own count: point-to-point calls in between do not shift them.
+        val seq = collectiveSequence.incrementAndGet()
+        return world.collective(seq, ReferenceWorld.Call(rank, seq, operation, signature, args.toList()))
+    }
+
+    private fun sig(t: Tensor, vararg extra: Pair<String, Any?>) = mapOf("dtype" to t.dtype, "shape" to t.shape) + extra
+
+    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+        host(tensor, "allReduce"); CollectiveChecks.op(op, tensor.dtype, "allReduce")
+        call("allReduce", sig(tensor, "op" to op), tensor, op)
+        return tensor
+    }
+
+    override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
+        host(tensor, "broadcast"); CollectiveChecks.root(root, worldSize, "broadcast")
+        call("broadcast", sig(tensor, "root" to root), tensor, root)
+        return tensor
+    }
+
+    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        host(tensor, "reduce"); CollectiveChecks.root(root, worldSize, "reduce"); CollectiveChecks.op(op, tensor.dtype, "reduce")
+        call("reduce", sig(tensor, "root" to root, "op" to op), tensor, root, op)
+        return tensor
+    }
+
+    override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
+        host(input, "allGather"); host(output, "allGather")
+        val shape = CollectiveShapes.allGather(input, worldSize, dim)
+        CollectiveChecks.sameDtype(input, output, "allGather"); CollectiveChecks.shape(output, shape, "output", "allGather")
+        call("allGather", sig(input, "dim" to dim), output, input, dim)
+        return output
+    }
+
+    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        host(input, "reduceScatter"); host(output, "reduceScatter"); CollectiveChecks.op(op, input.dtype, "reduceScatter")
+        val shape = CollectiveShapes.reduceScatter(input, worldSize, dim)
+        CollectiveChecks.sameDtype(input, output, "reduceScatter"); CollectiveChecks.shape(output, shape, "output", "reduceScatter")
+        call("reduceScatter", sig(input, "op" to op, "dim" to dim), output, input, op, dim)
+        return output
+    }
+
+    override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
+        host(input, "gather"); CollectiveChecks.root(root, worldSize, "gather"); CollectiveChecks.dim(input, dim, "gather")
+        return call("gather", sig(input, "root" to root, "dim" to dim), input, root, dim) as Tensor?
+    }
+
+    override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
+        host(output, "scatter"); CollectiveChecks.root(root, worldSize, "scatter")
+        val full = output.shape.toMutableList()
+        CollectiveChecks.dim(output, dim, "scatter")
+        val d = if (dim < 0) dim + output.rank else dim
+        full[d] *= worldSize
+        if (rank == root) {
+            requireNotNull(input) { "scatter: the root must pass an input" }
+            host(input, "scatter"); CollectiveChecks.sameDtype(input, output, "scatter")
+            CollectiveChecks.dim(input, dim, "scatter"); CollectiveChecks.divisible(input, dim, worldSize, "scatter")
+            CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "scatter")
+        } else if (input != null) {
+            CollectiveChecks.dim(input, dim, "scatter"); CollectiveChecks.divisible(input, dim, worldSize, "scatter")
+            CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "scatter")
+        }
+        call("scatter", sig(output, "root" to root, "dim" to dim), output, input, root, dim)
+    }
+
+    override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
+        host(input, "allToAll"); CollectiveChecks.dim(input, dim, "allToAll"); CollectiveChecks.divisible(input, dim, worldSize, "allToAll")
+        return call("allToAll", sig(input, "dim" to dim), input, dim) as Tensor
+    }
+
+    override suspend fun barrier() {
+        call("barrier", emptyMap())
+    }
+
+    override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
+        host(tensor, "send"); CollectiveChecks.peer(dst, worldSize, "send", false); CollectiveChecks.tag(tag, "send", false)
+        world.send(rank, next("send"), tensor, dst, tag)
+    }
+
+    override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        host(tensor, "recv"); CollectiveChecks.peer(src, worldSize, "recv", true); CollectiveChecks.tag(tag, "recv", true)
+        return world.receive(rank, next("recv"), src, tag, tensor, "recv")
+    }
+
+    override suspend fun probe(src: Int, tag: Int): MessageInfo {
+        CollectiveChecks.peer(src, worldSize, "probe", true); CollectiveChecks.tag(tag, "probe", true)
+        return world.receive(rank, next("probe"), src, tag, null, "probe")
+    }
+
+    override suspend fun split(color: Int?, key: Int): Communicator? =
+        call("split", emptyMap(), color, key) as Communicator?
+
+    override fun close() {
+        if (closed) return
+        closed = true
+        world.abort(CommunicatorAbortedException("rank $rank closed the communicator", rank, ReferenceWorld.BACKEND, "close", -1))
+    }
+}
