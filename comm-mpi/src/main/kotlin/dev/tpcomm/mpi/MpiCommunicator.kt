@@ -96,13 +96,17 @@ public class MpiCommunicator internal constructor(
     private val noticeBuffer: MemorySegment = arena.allocate(8L, 8)
     private var noticeReceivePosted = false // native thread only
 
-    @Volatile override var currentDeadline: Long = 0L
+    // Written by the communicator's thread around each blocking call, read by the watchdog. The
+    // sequence and operation are plain fields published by the release store of the deadline, so
+    // the fast path pays no full fence.
+    private val deadlineCell = java.util.concurrent.atomic.AtomicLong(0L)
+
+    override val currentDeadline: Long get() = deadlineCell.get()
+
+    override var currentSequence: Long = 0L
         private set
 
-    @Volatile override var currentSequence: Long = 0L
-        private set
-
-    @Volatile private var currentOperation: String = ""
+    private var currentOperation: String = ""
 
     @Volatile private var inFlightOps: Int = 0
 
@@ -703,11 +707,11 @@ public class MpiCommunicator internal constructor(
         currentOperation = operation
         currentSequence = entry.sequence
         val t0 = System.nanoTime()
-        currentDeadline = (t0 + timeoutNanos).let { if (it == 0L) 1L else it }
+        deadlineCell.lazySet((t0 + timeoutNanos).let { if (it == 0L) 1L else it })
         val rc = try {
             call()
         } finally {
-            currentDeadline = 0L
+            deadlineCell.lazySet(0L)
             Reference.reachabilityFence(keepAlive)
         }
         if (mpiConfig.profiling) recordProfile(operation, System.nanoTime() - t0)
