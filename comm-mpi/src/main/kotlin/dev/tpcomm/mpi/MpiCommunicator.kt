@@ -151,8 +151,8 @@ public class MpiCommunicator internal constructor(
         val name = "allReduce"
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
-        if (tensor.dtype.isHalf) {
-            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+        if (hostReduced(tensor.dtype, op)) {
+            checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
             val staging = Tensor.zeros(tensor.dtype, listOf(worldSize * n))
             val entry = start(name, tensor, "op=$op")
@@ -160,7 +160,7 @@ public class MpiCommunicator internal constructor(
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
                 { binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
-            HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
@@ -201,15 +201,15 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
-        if (tensor.dtype.isHalf) {
-            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+        if (hostReduced(tensor.dtype, op)) {
+            checkHost(tensor, name, "this reduction runs on the host")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(worldSize * n)) else null
             val entry = start(name, tensor, "root=$root op=$op")
             val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging),
                 { binding.gather(src, n, t, dst, n, t, root, handle) },
                 { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
-            if (staging != null) HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            if (staging != null) HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
@@ -263,9 +263,9 @@ public class MpiCommunicator internal constructor(
         count(input, name)
         val n = count(output, name)
         val direct = contiguousAlong(input, d)
-        val half = input.dtype.isHalf
+        val half = hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg) {
-            checkHost(input, name, if (half) "Float16/BFloat16 reductions run on the host" else "this reduce-scatter finishes on the host")
+            checkHost(input, name, if (half) "this reduction runs on the host" else "this reduce-scatter finishes on the host")
         }
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val t = abi.datatype(input.dtype)
@@ -277,7 +277,7 @@ public class MpiCommunicator internal constructor(
             collective(entry, name, sig, arrayOf(input, send, blocks),
                 { binding.alltoall(src, n, t, dst, n, t, handle) },
                 { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
-            HostReduction.reduceHalves(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
+            HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
             return output
         }
         val src = addr(send); val dst = addr(output); val o = abi.op(op)
@@ -982,6 +982,14 @@ public class MpiCommunicator internal constructor(
 
     private fun reduceType(t: Tensor, op: ReduceOp): Long =
         abi.datatype(if (flipsUnsignedBytes(t, op)) DType.Int8 else t.dtype)
+
+    /**
+     * Reductions MPI cannot do right, finished on the host after gathering every rank's data:
+     * Float16/BFloat16 (no MPI type), and 8-bit integer sums where the library saturates them
+     * (Open MPI 4.1's AVX kernels: 127 + 1 = 127 instead of wrapping to -128).
+     */
+    private fun hostReduced(dtype: DType, op: ReduceOp): Boolean =
+        dtype.isHalf || (abi.byteSumSaturates && (dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg))
 
     private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
 

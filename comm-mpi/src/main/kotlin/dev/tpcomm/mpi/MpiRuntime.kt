@@ -115,11 +115,6 @@ internal class MpiRuntime(
             synchronized(initLock) {
                 instance?.let { return it }
                 val library = MpiLibrary.load(config.library, env)
-                if (library.implementation == MpiImplementation.OpenMpi) {
-                    // Open MPI 4.1's AVX reduction kernels saturate 8-bit integer sums instead of
-                    // wrapping around; the portable kernels wrap. Kept if the user chose otherwise.
-                    Libc.setenv("OMPI_MCA_op", "^avx", false)
-                }
                 for ((k, v) in config.initEnvironment(library.implementation)) Libc.setenv(k, v, true)
                 val binding = FfmMpiBinding(library.abi)
                 val runtime = Arena.ofConfined().use { a ->

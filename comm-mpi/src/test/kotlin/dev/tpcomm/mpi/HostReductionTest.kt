@@ -46,6 +46,21 @@ class HostReductionTest : FunSpec({
         }
     }
 
+    test("8-bit integer sums wrap around (the host path for libraries that saturate them)") {
+        val blocks = Tensor.zeros(DType.Int8, 4).also { it.setLong(0, 126); it.setLong(1, -100); it.setLong(2, 22); it.setLong(3, -50) }
+        val out = Tensor.zeros(DType.Int8, 2)
+        HostReduction.reduceBlocks(blocks.segment, 2, 2, DType.Int8, ReduceOp.Sum, out.segment)
+        out.toLongArray().toList() shouldBe listOf(-108L, 106L)
+        HostReduction.reduceBlocks(blocks.segment, 2, 2, DType.Int8, ReduceOp.Avg, out.segment)
+        out.toLongArray().toList() shouldBe listOf(-54L, 53L)
+        val u = Tensor.zeros(DType.UInt8, 2).also { it.setLong(0, 200); it.setLong(1, 100) }
+        val uo = Tensor.zeros(DType.UInt8, 1)
+        HostReduction.reduceBlocks(u.segment, 2, 1, DType.UInt8, ReduceOp.Sum, uo.segment)
+        uo.getLong(0) shouldBe 44L
+        HostReduction.reduceBlocks(u.segment, 2, 1, DType.UInt8, ReduceOp.Avg, uo.segment)
+        uo.getLong(0) shouldBe 22L
+    }
+
     test("NaN propagates through Min and Max") {
         val blocks = Tensor.zeros(DType.Float16, 2)
         blocks.segment.setAtIndex(ValueLayout.JAVA_SHORT, 0, HalfPrecision.floatToFloat16(Float.NaN))

@@ -25,6 +25,7 @@ class MpiAbiTest : FunSpec({
         abi.statusIgnore shouldBe 0L
         abi.anySource shouldBe -1
         abi.handleBytes shouldBe 8
+        abi.byteSumSaturates shouldBe true
     }
 
     test("a missing Open MPI symbol is named in the error") {
