@@ -170,9 +170,13 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
         if (flip) flipTopBits(tensor)
         try {
-            collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
-                { binding.allreduce(inPlace, buf, n, t, o, handle) },
-                { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+            if (fastPath()) {
+                inlineBlocking(entry, name, tensor) { binding.allreduce(inPlace, buf, n, t, o, handle) }
+            } else {
+                collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
+                    { binding.allreduce(inPlace, buf, n, t, o, handle) },
+                    { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+            }
         } finally {
             if (flip) flipTopBits(tensor)
         }
@@ -187,6 +191,10 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val entry = start(name, tensor, "root=$root")
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        if (fastPath()) {
+            inlineBlocking(entry, name, tensor) { binding.bcast(buf, n, t, root, handle) }
+            return tensor
+        }
         collective(entry, name, signature(OP_BROADCAST, tensor, root, -1, null), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) })
@@ -530,6 +538,24 @@ public class MpiCommunicator internal constructor(
     override fun toString(): String = "MpiCommunicator($name, rank $rank of $worldSize, ${runtime.implementation})"
 
     // ------------------------------------------------------------------ engine
+
+    /**
+     * The small-message fast path: blocking mode, no consistency check, and the caller already on
+     * this communicator's thread, so the MPI call runs right here with no dispatch, lambda or
+     * continuation of its own (same semantics as [collective]).
+     */
+    private fun fastPath(): Boolean = blockingMode && !config.checkConsistency && dispatcher.isNativeThread && !dispatcher.isClosed
+
+    private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, call: () -> Int) {
+        try {
+            ensureUsable(operation, entry.sequence)
+            runBlockingCall(operation, entry, keepAlive, call)
+            entry.complete()
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        }
+    }
 
     /** Issues a collective (signature exchange first when enabled) and waits for it. */
     private suspend fun collective(
