@@ -46,6 +46,25 @@ internal object HostReduction {
         if (dtype == DType.Float16) HalfPrecision.floatToFloat16(value) else HalfPrecision.floatToBFloat16(value)
 
     /**
+     * Reduces [ranks] blocks of [count] elements laid out one after another in [blocks] (block r =
+     * rank r's data) into [out]: 16-bit floats through [reduceHalves], 8-bit integers by a
+     * wrapping sum (Avg: the wrapped sum divided with truncation toward zero).
+     */
+    fun reduceBlocks(blocks: MemorySegment, ranks: Int, count: Long, dtype: DType, op: ReduceOp, out: MemorySegment) {
+        if (dtype == DType.Float16 || dtype == DType.BFloat16) return reduceHalves(blocks, ranks, count, dtype, op, out)
+        require((dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg)) {
+            "reduceBlocks handles 16-bit floats and 8-bit integer sums, got $dtype $op"
+        }
+        for (i in 0 until count) {
+            var acc = 0
+            for (r in 0 until ranks) acc += blocks.get(I8, r * count + i).toInt()
+            var v = acc.toByte().toInt() // wrap around
+            if (op == ReduceOp.Avg) v = if (dtype == DType.UInt8) (v and 0xFF) / ranks else v / ranks
+            out.set(I8, i, v.toByte())
+        }
+    }
+
+    /**
      * Reduces [ranks] blocks of [count] 16-bit floats laid out one after another in [blocks]
      * (block r = rank r's data) with [op], in float32 in rank order, and writes the rounded
      * result into [out]. [op] must be arithmetic (bitwise ops are refused earlier).

@@ -30,6 +30,9 @@ internal interface MpiAbi {
     /** True when MPI_MIN/MPI_MAX on unsigned 8-bit integers compare them as signed (MPICH 4.0). */
     val unsignedByteMinMaxBroken: Boolean get() = false
 
+    /** True when MPI_SUM on 8-bit integers saturates instead of wrapping around (Open MPI 4.1's AVX kernels). */
+    val byteSumSaturates: Boolean get() = false
+
     /** `MPI_BYTE`. */
     val byteType: Long
 

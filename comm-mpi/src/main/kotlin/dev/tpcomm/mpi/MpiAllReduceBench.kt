@@ -18,7 +18,8 @@ import kotlin.system.exitProcess
  * Run: `mpirun -np N java --enable-native-access=ALL-UNNAMED -cp <classpath> dev.tpcomm.mpi.MpiAllReduceBench`.
  * Prints (rank 0) `impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps` with impl
  * `tpcomm_mpi_<implementation>`, and `#rep,...` lines with the three repeats. The loop runs on the
- * communicator's thread (`withContext(comm.nativeDispatcher)`), as hot loops should.
+ * communicator's thread (`withContext(comm.nativeDispatcher)`), as hot loops should, after a JIT
+ * warm-up of `BENCH_WARMUP_S` seconds (default 3) of small all-reduces, which C does not need.
  * Environment: `BENCH_TARGET_S` (seconds per repeat, default 0.25), `BENCH_BYTES` (one size only).
  */
 public object MpiAllReduceBench {
@@ -26,6 +27,7 @@ public object MpiAllReduceBench {
     private const val REPS = 3
     private const val KMAX = 200_000L
     private const val CAL_S = 0.03
+    private val WARMUP_S = System.getenv("BENCH_WARMUP_S")?.toDouble() ?: 3.0
 
     /** Entry point; see the object's documentation. */
     @JvmStatic
@@ -45,6 +47,22 @@ public object MpiAllReduceBench {
                     tmax.setDouble(0, (System.nanoTime() - t0) / 1e9 / iters)
                     comm.allReduce(tmax, ReduceOp.Max)
                     return tmax.getDouble(0)
+                }
+                // JIT warm-up of the whole call path (C has none to do): small and medium all-reduces.
+                val warmSmall = Tensor.zeros(DType.Float32, 2)
+                val warmMedium = Tensor.zeros(DType.Float32, 16384)
+                // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
+                val stop = Tensor.zeros(DType.Int32, 1)
+                val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
+                var i = 0L
+                while (true) {
+                    comm.allReduce(warmSmall)
+                    if (++i % 1024 == 0L) {
+                        stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
+                        comm.allReduce(stop)
+                        if (stop.getLong(0) != 0L) break
+                        comm.allReduce(warmMedium)
+                    }
                 }
                 for (bytes in SIZES) {
                     if (only != null && only != bytes) continue

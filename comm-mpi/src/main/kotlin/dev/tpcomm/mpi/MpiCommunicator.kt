@@ -96,13 +96,17 @@ public class MpiCommunicator internal constructor(
     private val noticeBuffer: MemorySegment = arena.allocate(8L, 8)
     private var noticeReceivePosted = false // native thread only
 
-    @Volatile override var currentDeadline: Long = 0L
+    // Written by the communicator's thread around each blocking call, read by the watchdog. The
+    // sequence and operation are plain fields published by the release store of the deadline, so
+    // the fast path pays no full fence.
+    private val deadlineCell = java.util.concurrent.atomic.AtomicLong(0L)
+
+    override val currentDeadline: Long get() = deadlineCell.get()
+
+    override var currentSequence: Long = 0L
         private set
 
-    @Volatile override var currentSequence: Long = 0L
-        private set
-
-    @Volatile private var currentOperation: String = ""
+    private var currentOperation: String = ""
 
     @Volatile private var inFlightOps: Int = 0
 
@@ -147,8 +151,8 @@ public class MpiCommunicator internal constructor(
         val name = "allReduce"
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
-        if (tensor.dtype.isHalf) {
-            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+        if (hostReduced(tensor.dtype, op)) {
+            checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
             val staging = Tensor.zeros(tensor.dtype, listOf(worldSize * n))
             val entry = start(name, tensor, "op=$op")
@@ -156,19 +160,23 @@ public class MpiCommunicator internal constructor(
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
                 { binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
-            HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
-        val entry = start(name, tensor, "op=$op")
+        val entry = start(name, tensor, OP_DETAILS[op.ordinal])
         val flip = flipsUnsignedBytes(tensor, op)
         val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
         if (flip) flipTopBits(tensor)
         try {
-            collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
-                { binding.allreduce(inPlace, buf, n, t, o, handle) },
-                { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+            if (fastPath()) {
+                inlineBlocking(entry, name, tensor) { binding.allreduce(inPlace, buf, n, t, o, handle) }
+            } else {
+                collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
+                    { binding.allreduce(inPlace, buf, n, t, o, handle) },
+                    { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+            }
         } finally {
             if (flip) flipTopBits(tensor)
         }
@@ -183,6 +191,10 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val entry = start(name, tensor, "root=$root")
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        if (fastPath()) {
+            inlineBlocking(entry, name, tensor) { binding.bcast(buf, n, t, root, handle) }
+            return tensor
+        }
         collective(entry, name, signature(OP_BROADCAST, tensor, root, -1, null), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) })
@@ -197,15 +209,15 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
-        if (tensor.dtype.isHalf) {
-            checkHost(tensor, name, "Float16/BFloat16 reductions run on the host")
+        if (hostReduced(tensor.dtype, op)) {
+            checkHost(tensor, name, "this reduction runs on the host")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(worldSize * n)) else null
             val entry = start(name, tensor, "root=$root op=$op")
             val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging),
                 { binding.gather(src, n, t, dst, n, t, root, handle) },
                 { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
-            if (staging != null) HostReduction.reduceHalves(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
+            if (staging != null) HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
@@ -259,9 +271,9 @@ public class MpiCommunicator internal constructor(
         count(input, name)
         val n = count(output, name)
         val direct = contiguousAlong(input, d)
-        val half = input.dtype.isHalf
+        val half = hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg) {
-            checkHost(input, name, if (half) "Float16/BFloat16 reductions run on the host" else "this reduce-scatter finishes on the host")
+            checkHost(input, name, if (half) "this reduction runs on the host" else "this reduce-scatter finishes on the host")
         }
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val t = abi.datatype(input.dtype)
@@ -273,7 +285,7 @@ public class MpiCommunicator internal constructor(
             collective(entry, name, sig, arrayOf(input, send, blocks),
                 { binding.alltoall(src, n, t, dst, n, t, handle) },
                 { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
-            HostReduction.reduceHalves(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
+            HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
             return output
         }
         val src = addr(send); val dst = addr(output); val o = abi.op(op)
@@ -527,6 +539,24 @@ public class MpiCommunicator internal constructor(
 
     // ------------------------------------------------------------------ engine
 
+    /**
+     * The small-message fast path: blocking mode, no consistency check, and the caller already on
+     * this communicator's thread, so the MPI call runs right here with no dispatch, lambda or
+     * continuation of its own (same semantics as [collective]).
+     */
+    private fun fastPath(): Boolean = blockingMode && !config.checkConsistency && dispatcher.isNativeThread && !dispatcher.isClosed
+
+    private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, call: () -> Int) {
+        try {
+            ensureUsable(operation, entry.sequence)
+            runBlockingCall(operation, entry, keepAlive, call)
+            entry.complete()
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        }
+    }
+
     /** Issues a collective (signature exchange first when enabled) and waits for it. */
     private suspend fun collective(
         entry: FlightRecorder.Entry,
@@ -538,7 +568,7 @@ public class MpiCommunicator internal constructor(
     ) {
         try {
             ensureUsable(operation, entry.sequence)
-            val callerJob = currentCoroutineContext()[Job]
+            val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
@@ -703,11 +733,11 @@ public class MpiCommunicator internal constructor(
         currentOperation = operation
         currentSequence = entry.sequence
         val t0 = System.nanoTime()
-        currentDeadline = (t0 + timeoutNanos).let { if (it == 0L) 1L else it }
+        deadlineCell.lazySet((t0 + timeoutNanos).let { if (it == 0L) 1L else it })
         val rc = try {
             call()
         } finally {
-            currentDeadline = 0L
+            deadlineCell.lazySet(0L)
             Reference.reachabilityFence(keepAlive)
         }
         if (mpiConfig.profiling) recordProfile(operation, System.nanoTime() - t0)
@@ -979,10 +1009,19 @@ public class MpiCommunicator internal constructor(
     private fun reduceType(t: Tensor, op: ReduceOp): Long =
         abi.datatype(if (flipsUnsignedBytes(t, op)) DType.Int8 else t.dtype)
 
+    /**
+     * Reductions MPI cannot do right, finished on the host after gathering every rank's data:
+     * Float16/BFloat16 (no MPI type), and 8-bit integer sums where the library saturates them
+     * (Open MPI 4.1's AVX kernels: 127 + 1 = 127 instead of wrapping to -128).
+     */
+    private fun hostReduced(dtype: DType, op: ReduceOp): Boolean =
+        dtype.isHalf || (abi.byteSumSaturates && (dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg))
+
     private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
 
     internal companion object {
         const val ABORT_CODE: Int = 14
+        val OP_DETAILS: Array<String> = ReduceOp.entries.map { "op=$it" }.toTypedArray()
         const val SIG_LEN: Int = 8
         const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
         val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")

@@ -67,15 +67,31 @@ public data class MpiConfig(
         ) + environment
 
     public companion object {
-        /** Option keys read from [CommConfig.options]. */
+        /** Option key of [library] (environment: `TPCOMM_MPI_LIBRARY`). */
         public const val LIBRARY: String = "mpi.library"
+
+        /** Option key of [threadLevel] (`TPCOMM_MPI_THREAD_LEVEL`): `Serialized` or `Multiple`. */
         public const val THREAD_LEVEL: String = "mpi.threadLevel"
+
+        /** Option key of [cudaAware] (`TPCOMM_MPI_CUDA_AWARE`): `Auto`, `Enabled` or `Disabled`. */
         public const val CUDA_AWARE: String = "mpi.cudaAware"
+
+        /** Option key of [profiling] (`TPCOMM_MPI_PROFILING`): true or false. */
         public const val PROFILING: String = "mpi.profiling"
+
+        /** Option key of [abortOnTimeout] (`TPCOMM_MPI_ABORT_ON_TIMEOUT`): true or false. */
         public const val ABORT_ON_TIMEOUT: String = "mpi.abortOnTimeout"
+
+        /** Option key of [progress] (`TPCOMM_MPI_PROGRESS`): `Auto`, `Blocking` or `NonBlocking`. */
         public const val PROGRESS: String = "mpi.progress"
+
+        /** Option key of [allReduceAlgorithm] (`TPCOMM_MPI_ALLREDUCE_ALGORITHM`): an [MpiAlgorithm] name. */
         public const val ALLREDUCE_ALGORITHM: String = "mpi.algorithm.allReduce"
+
+        /** Option key of [broadcastAlgorithm] (`TPCOMM_MPI_BCAST_ALGORITHM`): an [MpiAlgorithm] name. */
         public const val BROADCAST_ALGORITHM: String = "mpi.algorithm.broadcast"
+
+        /** Option key of [allGatherAlgorithm] (`TPCOMM_MPI_ALLGATHER_ALGORITHM`): an [MpiAlgorithm] name. */
         public const val ALLGATHER_ALGORITHM: String = "mpi.algorithm.allGather"
 
         /** Prefix of options copied verbatim into [environment]: `mpi.env.OMPI_MCA_btl=self,vader`. */

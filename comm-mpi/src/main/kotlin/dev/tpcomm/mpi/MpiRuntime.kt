@@ -12,7 +12,7 @@ import java.util.concurrent.atomic.AtomicInteger
  * MPI cannot be initialised again after `MPI_Finalize`: a communicator created after the last
  * one closed fails with a clear [IllegalStateException].
  */
-internal class MpiRuntime private constructor(
+internal class MpiRuntime(
     val library: MpiLibrary,
     val binding: MpiBinding,
     /** Thread level MPI provided. */
@@ -115,11 +115,6 @@ internal class MpiRuntime private constructor(
             synchronized(initLock) {
                 instance?.let { return it }
                 val library = MpiLibrary.load(config.library, env)
-                if (library.implementation == MpiImplementation.OpenMpi) {
-                    // Open MPI 4.1's AVX reduction kernels saturate 8-bit integer sums instead of
-                    // wrapping around; the portable kernels wrap. Kept if the user chose otherwise.
-                    Libc.setenv("OMPI_MCA_op", "^avx", false)
-                }
                 for ((k, v) in config.initEnvironment(library.implementation)) Libc.setenv(k, v, true)
                 val binding = FfmMpiBinding(library.abi)
                 val runtime = Arena.ofConfined().use { a ->

@@ -28,6 +28,7 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
     override val undefined: Int = -32766
     override val maxErrorString: Int = 256
     override val statusLayout: StatusLayout = OpenMpiStatusLayout
+    override val byteSumSaturates: Boolean = true
     override val byteType: Long = resolve("ompi_mpi_byte")
     override val int64Type: Long = resolve("ompi_mpi_int64_t")
 

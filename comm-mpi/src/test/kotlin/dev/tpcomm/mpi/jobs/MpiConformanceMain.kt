@@ -23,19 +23,29 @@ import kotlin.time.Duration.Companion.seconds
  * and a JUnit XML per rank into outDir, and exits 0 (results are judged by [MpiJobsTest]).
  */
 object MpiConformanceMain {
+    /**
+     * Cases not run under MPI, with why. "ANY_SOURCE, ANY_TAG, probe and per-pair ordering" assumes
+     * that rank 0's `probe(ANY_SOURCE, ANY_TAG)` sees rank 2's first message before rank 1's second
+     * (tag 5) one, which MPI does not promise: MPICH with 3+ ranks matches rank 1's tag-5 message,
+     * the case then receives it early and waits forever for a third one (reported to the testkit's owner).
+     */
+    val EXCLUDED: Set<String> = (System.getProperty("tpcomm.mpi.excludeCases") ?: "point-to-point: ANY_SOURCE, ANY_TAG, probe and per-pair ordering")
+        .split('|').map { it.trim() }.filter { it.isNotEmpty() }.toSet()
+
     @JvmStatic
     fun main(args: Array<String>) {
         val out = Path.of(args[0])
         val suite = args.getOrElse(1) { "mpi" }
         val code = runBlocking {
             val base = CommConfig.fromEnvironment()
-            val comm = MpiBackendFactory().create(base.copy(checkConsistency = true, timeout = 60.seconds)) as MpiCommunicator
+            val comm = MpiBackendFactory().create(base.copy(checkConsistency = true, timeout = 30.seconds)) as MpiCommunicator
             val options = ConformanceOptions(maxWorldSize = comm.worldSize, worldSizes = listOf(comm.worldSize)).withSystemProperties()
             val scratch = ScratchCommunicatorFactory { parent, timeout ->
                 val p = parent as MpiCommunicator
                 p.duplicate(p.config.copy(timeout = timeout), p.mpiConfig.copy(abortOnTimeout = false, progress = MpiProgress.NonBlocking))
             }
-            val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
+            val filter: (dev.tpcomm.testkit.ConformanceCase) -> Boolean = { SpmdConformanceRunner.notSoak(it) && it.name !in EXCLUDED }
+            val results = SpmdConformanceRunner.run(comm, filter = filter, options = options, scratch = scratch, report = { r ->
                 if (r.status == CaseResult.Status.Failed) System.err.println("FAILED ${r.case} on rank ${r.rank}: ${r.message}")
             })
             Files.createDirectories(out)

@@ -1,0 +1,147 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.NativeDispatcher
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldContain
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.shouldNotBe
+import io.kotest.matchers.string.shouldContain
+import io.mockk.every
+import io.mockk.mockk
+import io.mockk.verify
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+import kotlin.time.Duration.Companion.milliseconds
+
+/** The engine against a mocked native seam (MPICH ABI): error mapping, checks, timeouts, mismatches. */
+class MpiCommunicatorEngineTest : FunSpec({
+    fun binding(): MpiBinding = mockk<MpiBinding>(relaxed = true).also { b ->
+        every { b.abi } returns MpichAbi
+        every { b.errorString(any(), any(), any()) } answers {
+            val text = "MPI_ERR_TRUNCATE: message truncated".toByteArray()
+            MemorySegment.ofAddress(secondArg<Long>()).reinterpret(512).copyFrom(MemorySegment.ofArray(text))
+            MemorySegment.ofAddress(thirdArg<Long>()).reinterpret(4).set(ValueLayout.JAVA_INT, 0, text.size)
+            0
+        }
+    }
+
+    fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0), mpi: MpiConfig = MpiConfig()): MpiCommunicator {
+        val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
+        val runtime = MpiRuntime(library, b, 3, false, -1)
+        runtime.retain()
+        return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, config.rank, config.worldSize, config, mpi, NativeDispatcher("test-mpi"), "test")
+    }
+
+    test("an MPI error becomes a CommunicationException with MPI's error string, and breaks the communicator") {
+        val b = binding()
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } returns 15
+        val comm = communicator(b)
+        val e = shouldThrow<CommunicationException> { comm.allReduce(Tensor.of(floatArrayOf(1f, 2f))) }
+        e.message shouldContain "MPI_ERR_TRUNCATE: message truncated"
+        e.operation shouldBe "allReduce"
+        e.sequenceNumber shouldBe 1L
+        e.backend shouldBe "mpi"
+        comm.isBroken shouldBe true
+        shouldThrow<CommunicatorAbortedException> { comm.barrier() }
+        comm.close()
+    }
+
+    test("the blocking path passes MPI_IN_PLACE, the count, and the MPICH handles") {
+        val b = binding()
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } returns 0
+        val comm = communicator(b)
+        val t = Tensor.of(floatArrayOf(1f, 2f, 3f))
+        comm.allReduce(t, ReduceOp.Max)
+        verify { b.allreduce(-1L, t.segment.address(), 3, 0x4c00040aL, 0x58000001L, 0x44000001L) }
+        comm.close()
+    }
+
+    test("bad arguments fail before any MPI call and leave the communicator usable") {
+        val b = binding()
+        val comm = communicator(b)
+        shouldThrow<IllegalArgumentException> { comm.allReduce(Tensor.of(floatArrayOf(1f)), ReduceOp.BitwiseAnd) }
+        shouldThrow<IllegalArgumentException> { comm.broadcast(Tensor.of(floatArrayOf(1f)), 2) }
+        shouldThrow<IllegalArgumentException> { comm.reduceScatter(Tensor.zeros(DType.Float32, 3)) }
+        shouldThrow<IllegalArgumentException> { comm.send(Tensor.of(floatArrayOf(1f)), 0, -3) }
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.bcast(any(), any(), any(), any(), any()) }
+        comm.isBroken shouldBe false
+        comm.close()
+    }
+
+    test("a non-blocking call past its deadline raises CommunicationTimeoutException with the flight recorder, without MPI_Abort") {
+        val b = binding()
+        every { b.iallreduce(any(), any(), any(), any(), any(), any(), any()) } returns 0
+        every { b.test(any(), any(), any()) } returns 0 // never completes
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds), MpiConfig(abortOnTimeout = false))
+        val e = shouldThrow<CommunicationTimeoutException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        e.flightRecorderDump shouldNotBe null
+        e.flightRecorderDump!! shouldContain "allReduce"
+        verify(exactly = 0) { b.abort(any(), any()) }
+        shouldThrow<CommunicatorAbortedException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        comm.close()
+    }
+
+    test("a blocking call past its deadline is reported by the watchdog, which calls MPI_Abort") {
+        val b = binding()
+        val release = java.util.concurrent.CountDownLatch(1)
+        every { b.barrier(any()) } answers { release.await(); 0 }
+        every { b.abort(any(), any()) } answers { release.countDown(); 0 }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds))
+        comm.barrier() // returns once the watchdog's MPI_Abort released the mocked barrier
+        verify { b.abort(0x44000001L, MpiCommunicator.ABORT_CODE) }
+        comm.isBroken shouldBe true
+        comm.close()
+    }
+
+    test("a signature that differs on another rank raises CollectiveMismatchException naming ranks and fields") {
+        val b = binding()
+        every { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), MpiCommunicator.SIG_LEN, any(), any()) } answers {
+            val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(8L * MpiCommunicator.SIG_LEN)
+            val all = MemorySegment.ofAddress(arg<Long>(3)).reinterpret(16L * MpiCommunicator.SIG_LEN)
+            MemorySegment.copy(mine, 0, all, 0, 8L * MpiCommunicator.SIG_LEN)
+            MemorySegment.copy(mine, 0, all, 8L * MpiCommunicator.SIG_LEN, 8L * MpiCommunicator.SIG_LEN)
+            all.setAtIndex(ValueLayout.JAVA_LONG, MpiCommunicator.SIG_LEN + 2L, DType.Int32.ordinal.toLong()) // rank 1's dtype
+            0
+        }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = true))
+        val e = shouldThrow<CollectiveMismatchException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        e.ranks shouldBe listOf(1)
+        e.fields shouldContain "dtype"
+        e.message shouldContain "Int32"
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        comm.close()
+    }
+
+    test("UInt8 Min on MPICH reduces as Int8 with the top bit flipped, and restores the input") {
+        val b = binding()
+        val seen = ArrayList<Int>()
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers {
+            seen += MemorySegment.ofAddress(secondArg<Long>()).reinterpret(2).get(ValueLayout.JAVA_BYTE, 0).toInt()
+            0
+        }
+        val comm = communicator(b)
+        val t = Tensor.zeros(DType.UInt8, 2).also { it.setLong(0, 200); it.setLong(1, 3) }
+        comm.allReduce(t, ReduceOp.Min)
+        verify { b.allreduce(-1L, any(), 2, MpichAbi.datatype(DType.Int8), MpichAbi.op(ReduceOp.Min), any()) }
+        seen shouldBe listOf(200 xor 0x80)
+        t.getLong(0) shouldBe 200L
+        comm.close()
+    }
+
+    test("calls after close fail with CommunicatorAbortedException; close is idempotent") {
+        val comm = communicator(binding())
+        comm.close()
+        comm.close()
+        shouldThrow<CommunicatorAbortedException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+    }
+})
