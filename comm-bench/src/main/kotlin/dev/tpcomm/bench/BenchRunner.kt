@@ -25,6 +25,14 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
     /** Runs every op and size of the options; calls [onResult] (on every rank) after each point. */
     public suspend fun run(onResult: (BenchResult) -> Unit = {}): List<BenchResult> {
         val out = ArrayList<BenchResult>()
+        // JIT pre-pass: without it the first point of each run measured up to 5x slower than the
+        // same size measured later (code shared by every size is still being compiled).
+        if (options.iters == null && options.warmup == null) {
+            for (op in options.ops) {
+                val b = Buffers(op, (options.sizes.min() / options.dtype.byteSize).toInt())
+                try { warmUp(b) } finally { b.close() }
+            }
+        }
         for (op in options.ops) for (bytes in options.sizes) {
             val r = measure(op, bytes)
             out += r
