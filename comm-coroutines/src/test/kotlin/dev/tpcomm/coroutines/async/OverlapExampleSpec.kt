@@ -60,12 +60,13 @@ class OverlapExampleSpec : FunSpec({
         withContext(Dispatchers.Default) { overlapExample() } shouldBe List(4) { 12f }
     }
 
-    test("docs/overlap.md holds exactly the code compiled above") {
+    test("docs/overlap.md and README.md hold exactly the code compiled above") {
         val source = File("src/test/kotlin/dev/tpcomm/coroutines/async/OverlapExampleSpec.kt").readText()
         val doc = File("../docs/overlap.md").readText()
         val code = snippet(source, "overlap-kotlin")
         (code.length > 500 && code.contains("allReduceAsync")) shouldBe true
         doc.contains(code) shouldBe true
+        File("../README.md").readText().contains(code) shouldBe true
     }
 })
 
