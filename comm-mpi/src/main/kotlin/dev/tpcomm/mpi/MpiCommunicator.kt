@@ -97,11 +97,14 @@ public class MpiCommunicator internal constructor(
     private var noticeReceivePosted = false // native thread only
 
     // Written by the communicator's thread around each blocking call, read by the watchdog. The
-    // sequence and operation are plain fields published by the release store of the deadline, so
-    // the fast path pays no full fence.
-    private val deadlineCell = java.util.concurrent.atomic.AtomicLong(0L)
+    // sequence and operation are plain fields published by the release store of the call token,
+    // so the fast path pays neither a full fence nor a clock read.
+    private val activeCallCell = java.util.concurrent.atomic.AtomicLong(0L)
+    private var callTokens: Long = 0L // native thread only
 
-    override val currentDeadline: Long get() = deadlineCell.get()
+    override val activeCall: Long get() = activeCallCell.get()
+
+    override val callTimeoutNanos: Long get() = timeoutNanos
 
     override var currentSequence: Long = 0L
         private set
@@ -732,15 +735,16 @@ public class MpiCommunicator internal constructor(
     private inline fun runBlockingCall(operation: String, entry: FlightRecorder.Entry, keepAlive: Any?, call: () -> Int) {
         currentOperation = operation
         currentSequence = entry.sequence
-        val t0 = System.nanoTime()
-        deadlineCell.lazySet((t0 + timeoutNanos).let { if (it == 0L) 1L else it })
+        val profiling = mpiConfig.profiling
+        val t0 = if (profiling) System.nanoTime() else 0L
+        activeCallCell.lazySet(++callTokens)
         val rc = try {
             call()
         } finally {
-            deadlineCell.lazySet(0L)
+            activeCallCell.lazySet(0L)
             Reference.reachabilityFence(keepAlive)
         }
-        if (mpiConfig.profiling) recordProfile(operation, System.nanoTime() - t0)
+        if (profiling) recordProfile(operation, System.nanoTime() - t0)
         check(rc, operation, entry)
     }
 

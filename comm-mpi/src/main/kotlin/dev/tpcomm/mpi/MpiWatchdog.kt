@@ -5,24 +5,33 @@ import java.util.concurrent.locks.LockSupport
 
 /**
  * Enforces the deadlines of blocking MPI calls, which cannot be interrupted: a daemon thread looks
- * at the call each communicator is in (if any) every [periodMillis] ms and, past its deadline,
- * hands it to [Watched.onDeadline] (which reports and calls `MPI_Abort`).
+ * at the call each communicator is in (if any) every [periodMillis] ms and, once the same call has
+ * been in progress for longer than the communicator's timeout, hands it to [Watched.onDeadline]
+ * (which reports and calls `MPI_Abort`).
  *
- * The communicator's thread only writes two volatile fields per call ([Watched.beginCall] /
- * [Watched.endCall]), so the fast path costs nothing measurable. Thread-safe.
+ * The communicator's thread reads no clock for this: it only publishes a token for the call in
+ * progress (a release store before and after the call); the watchdog times each token from the
+ * scan that first saw it. A call is therefore reported between its timeout and its timeout plus
+ * one period after it started, as when the deadline was computed by the caller. Thread-safe.
  */
 internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable {
     /** A communicator as the watchdog sees it. */
     interface Watched {
-        /** Deadline (System.nanoTime) of the blocking call in progress, or 0 when none. */
-        val currentDeadline: Long
+        /** Token of the blocking call in progress (unique per call of this communicator), or 0 when none. */
+        val activeCall: Long
 
-        /** Sequence number of the call in progress, to fire once per call. */
+        /** Sequence number of the call in progress (valid while [activeCall] is unchanged). */
         val currentSequence: Long
+
+        /** How long one blocking call may take (nanoseconds; [Long.MAX_VALUE] for no limit). */
+        val callTimeoutNanos: Long
 
         /** Called on the watchdog thread once the call in progress passed its deadline. */
         fun onDeadline(sequence: Long)
     }
+
+    /** What the watchdog thread knows about one communicator's call in progress. */
+    private class Seen(var token: Long, var since: Long, var fired: Boolean)
 
     private val watched = ConcurrentHashMap.newKeySet<Watched>()
     @Volatile private var closed = false
@@ -42,14 +51,24 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
     }
 
     private fun loop() {
-        val fired = HashMap<Watched, Long>()
+        val seen = HashMap<Watched, Seen>()
         while (!closed) {
             val now = System.nanoTime()
+            seen.keys.retainAll(watched)
             for (w in watched) {
-                val deadline = w.currentDeadline
+                val token = w.activeCall
                 val seq = w.currentSequence
-                if (deadline != 0L && now - deadline > 0 && fired[w] != seq) {
-                    fired[w] = seq
+                if (token == 0L || w.activeCall != token) {
+                    seen.remove(w)
+                    continue
+                }
+                val s = seen[w]
+                if (s == null || s.token != token) {
+                    seen[w] = Seen(token, now, false)
+                    continue
+                }
+                if (!s.fired && now - s.since > w.callTimeoutNanos) {
+                    s.fired = true
                     try {
                         w.onDeadline(seq)
                     } catch (t: Throwable) {

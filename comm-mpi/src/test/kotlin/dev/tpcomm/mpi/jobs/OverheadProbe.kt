@@ -2,26 +2,45 @@ package dev.tpcomm.mpi.jobs
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.mpi.MpiBackendFactory
 import dev.tpcomm.mpi.MpiCommunicator
+import dev.tpcomm.mpi.MpiDowncalls
+import dev.tpcomm.mpi.MpiLibrary
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 
-/** Diagnostic: per-call cost of allReduce on the communicator's thread (singleton world). */
+/**
+ * Diagnostic: per-call cost of allReduce on the communicator's thread (singleton world), next to
+ * a raw FFM downcall of MPI_Allreduce on MPI_COMM_WORLD in place and out of place.
+ */
 object OverheadProbe {
     @JvmStatic
     fun main(args: Array<String>) {
         runBlocking {
             val comm = MpiBackendFactory().create(CommConfig()) as MpiCommunicator
             val t = Tensor.zeros(DType.Float32, 2)
+            val out = Tensor.zeros(DType.Float32, 2)
+            val abi = MpiLibrary.loaded!!.abi
+            val world = abi.commWorld
+            val type = abi.datatype(DType.Float32)
+            val sum = abi.op(ReduceOp.Sum)
+            val buf = t.segment.address(); val dst = out.segment.address(); val inPlace = abi.inPlace
+            val h = MpiDowncalls.ALLREDUCE
             withContext(comm.nativeDispatcher) {
                 repeat(5) { round ->
                     val n = 1_000_000
-                    val t0 = System.nanoTime()
+                    var t0 = System.nanoTime()
                     for (i in 0 until n) comm.allReduce(t)
                     val dt = (System.nanoTime() - t0).toDouble() / n
-                    println("round $round: allReduce ${"%.1f".format(dt)} ns/call")
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) { val rc = h.invokeExact(inPlace, buf, 2, type, sum, world) as Int; check(rc == 0) }
+                    val raw = (System.nanoTime() - t0).toDouble() / n
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) { val rc = h.invokeExact(buf, dst, 2, type, sum, world) as Int; check(rc == 0) }
+                    val rawOut = (System.nanoTime() - t0).toDouble() / n
+                    println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}")
                 }
             }
             comm.close()
