@@ -40,6 +40,12 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) { val rc = h.invokeExact(buf, dst, 2, type, sum, world) as Int; check(rc == 0) }
                     val rawOut = (System.nanoTime() - t0).toDouble() / n
+                    val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi")
+                    val shape = t.shape
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) rec.start("allReduce", "Float32", shape, 8L, null, "op=Sum").complete()
+                    val recNs = (System.nanoTime() - t0).toDouble() / n
+                    println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
                     println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}")
                 }
             }
