@@ -430,6 +430,18 @@ internal object VectorKernels {
                 v.intoMemorySegment(o3, ob, ORDER)
                 i += lanes
             }
+        } else if (w == 2 && nOuts == 2 && !avg) {
+            // All-reduce over two ranks, unrolled the same way.
+            val in1 = ins[1]!!
+            val o0 = outs[0]!!; val o1 = outs[1]!!
+            while (i < vectorEnd) {
+                val ib = (inOff + i) * 4
+                val ob = (outOff + i) * 4
+                val v = vcombine(FloatVector.fromMemorySegment(SPECIES, in0, ib, ORDER), FloatVector.fromMemorySegment(SPECIES, in1, ib, ORDER))
+                v.intoMemorySegment(o0, ob, ORDER)
+                v.intoMemorySegment(o1, ob, ORDER)
+                i += lanes
+            }
         } else {
             while (i < vectorEnd) {
                 val ib = (inOff + i) * 4
