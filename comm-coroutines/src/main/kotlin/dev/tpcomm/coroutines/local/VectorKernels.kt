@@ -442,6 +442,48 @@ internal object VectorKernels {
                 v.intoMemorySegment(o1, ob, ORDER)
                 i += lanes
             }
+        } else if (w in 2..4) {
+            // Up to four ranks (reduce, reduce-scatter, three ranks, averages): one straight-line loop
+            // per rank count, so no vector value is carried around an inner loop over ranks (which
+            // the JIT would box).
+            val in1 = ins[1]!!
+            val in2 = if (w > 2) ins[2]!! else in1
+            val in3 = if (w > 3) ins[3]!! else in1
+            when (w) {
+                2 -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 4
+                    var v = vcombine(FloatVector.fromMemorySegment(SPECIES, in0, ib, ORDER), FloatVector.fromMemorySegment(SPECIES, in1, ib, ORDER))
+                    if (avg) v = v.div(div)
+                    val ob = (outOff + i) * 4
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                3 -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 4
+                    var v = vcombine(
+                        vcombine(FloatVector.fromMemorySegment(SPECIES, in0, ib, ORDER), FloatVector.fromMemorySegment(SPECIES, in1, ib, ORDER)),
+                        FloatVector.fromMemorySegment(SPECIES, in2, ib, ORDER),
+                    )
+                    if (avg) v = v.div(div)
+                    val ob = (outOff + i) * 4
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                else -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 4
+                    var v = vcombine(
+                        vcombine(
+                            vcombine(FloatVector.fromMemorySegment(SPECIES, in0, ib, ORDER), FloatVector.fromMemorySegment(SPECIES, in1, ib, ORDER)),
+                            FloatVector.fromMemorySegment(SPECIES, in2, ib, ORDER),
+                        ),
+                        FloatVector.fromMemorySegment(SPECIES, in3, ib, ORDER),
+                    )
+                    if (avg) v = v.div(div)
+                    val ob = (outOff + i) * 4
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+            }
         } else {
             while (i < vectorEnd) {
                 val ib = (inOff + i) * 4
