@@ -147,6 +147,41 @@ internal object VectorKernels {
         val vectorEnd = count - count % lanes
         val f = if (flip) (-128).toByte() else 0
         var i = 0L
+        if (w in 2..4) {
+            // Straight-line per rank count (see the Float32 loop): no vector carried around a rank loop.
+            val in0 = ins[0]!!; val in1 = ins[1]!!
+            val in2 = if (w > 2) ins[2]!! else in1
+            val in3 = if (w > 3) ins[3]!! else in1
+            when (w) {
+                2 -> while (i < vectorEnd) {
+                    val ib = inOff + i
+                    var v = vcombine(i8Load(in0, ib, flip, f), i8Load(in1, ib, flip, f))
+                    if (flip) v = v.lanewise(VectorOperators.XOR, f)
+                    val ob = outOff + i
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                3 -> while (i < vectorEnd) {
+                    val ib = inOff + i
+                    var v = vcombine(vcombine(i8Load(in0, ib, flip, f), i8Load(in1, ib, flip, f)), i8Load(in2, ib, flip, f))
+                    if (flip) v = v.lanewise(VectorOperators.XOR, f)
+                    val ob = outOff + i
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                else -> while (i < vectorEnd) {
+                    val ib = inOff + i
+                    var v = vcombine(
+                        vcombine(vcombine(i8Load(in0, ib, flip, f), i8Load(in1, ib, flip, f)), i8Load(in2, ib, flip, f)),
+                        i8Load(in3, ib, flip, f),
+                    )
+                    if (flip) v = v.lanewise(VectorOperators.XOR, f)
+                    val ob = outOff + i
+                    for (o in 0 until nOuts) v.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+            }
+        }
         while (i < vectorEnd) {
             val ib = inOff + i
             var v = ByteVector.fromMemorySegment(B, ins[0]!!, ib, ORDER)
@@ -171,6 +206,12 @@ internal object VectorKernels {
             for (o in 0 until nOuts) outs[o]!!.set(ValueLayout.JAVA_BYTE, ob, b)
             i++
         }
+    }
+
+    @Suppress("NOTHING_TO_INLINE")
+    private inline fun i8Load(seg: MemorySegment, off: Long, flip: Boolean, f: Byte): ByteVector {
+        val v = ByteVector.fromMemorySegment(B, seg, off, ORDER)
+        return if (flip) v.lanewise(VectorOperators.XOR, f) else v
     }
 
     // ---- BFloat16: widen to float32 lanes, combine, round once to nearest even (as HalfPrecision) ----
@@ -210,6 +251,41 @@ internal object VectorKernels {
         val div = w.toFloat()
         val vectorEnd = count - count % lanes
         var i = 0L
+        if (w in 2..4) {
+            // Straight-line per rank count (see the Float32 loop): no vector carried around a rank loop.
+            val in0 = ins[0]!!; val in1 = ins[1]!!
+            val in2 = if (w > 2) ins[2]!! else in1
+            val in3 = if (w > 3) ins[3]!! else in1
+            when (w) {
+                2 -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 2
+                    var v = vcombine(bfLoad(in0, ib), bfLoad(in1, ib))
+                    if (avg) v = v.div(div)
+                    val h = bfRound(v)
+                    val ob = (outOff + i) * 2
+                    for (o in 0 until nOuts) h.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                3 -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 2
+                    var v = vcombine(vcombine(bfLoad(in0, ib), bfLoad(in1, ib)), bfLoad(in2, ib))
+                    if (avg) v = v.div(div)
+                    val h = bfRound(v)
+                    val ob = (outOff + i) * 2
+                    for (o in 0 until nOuts) h.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+                else -> while (i < vectorEnd) {
+                    val ib = (inOff + i) * 2
+                    var v = vcombine(vcombine(vcombine(bfLoad(in0, ib), bfLoad(in1, ib)), bfLoad(in2, ib)), bfLoad(in3, ib))
+                    if (avg) v = v.div(div)
+                    val h = bfRound(v)
+                    val ob = (outOff + i) * 2
+                    for (o in 0 until nOuts) h.intoMemorySegment(outs[o]!!, ob, ORDER)
+                    i += lanes
+                }
+            }
+        }
         while (i < vectorEnd) {
             val ib = (inOff + i) * 2
             var v = bfLoad(ins[0]!!, ib)
