@@ -187,28 +187,67 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     /**
      * Issues, arrives at and completes one collective. [sig] is the tensor whose dtype and shape form
      * the signature. Returns the rank's result for split/group, [ret] otherwise.
+     *
+     * The common case of the last arriver (which never suspends) runs in the plain function
+     * [issueAndArrive], so it allocates no coroutine state; only a rank that has to wait goes on to
+     * the suspending [finishSlow].
      */
     private suspend fun <T> collective(
         kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
     ): T {
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         currentCoroutineContext().ensureActive()
+        val r = issueAndArrive(kind, input, output, sig, op, root, dim, extra, ret)
+        if (r is Pending) return finishSlow(r, kind, input, output, sig, op, root, dim, extra, ret)
+        @Suppress("UNCHECKED_CAST")
+        return r as T
+    }
+
+    /** A collective issued but not finished without waiting: what [finishSlow] needs. [slot] is null when the ring slot was still busy. */
+    private class Pending(val slot: OpSlot?, val seq: Long, val entry: FlightRecorder.Entry, val name: String)
+
+    /**
+     * Issues the collective (sequence number, flight recorder) and, when its ring slot is free,
+     * arrives. Returns the result when this rank arrived last and the collective succeeded, a
+     * [Pending] otherwise (wait, failure, or busy slot). Never suspends.
+     */
+    private fun issueAndArrive(
+        kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: Any?,
+    ): Any? {
         val name = OpKind.name(kind)
-        val entry: FlightRecorder.Entry
-        val seq: Long
+        var issued: FlightRecorder.Entry? = null
+        var seq = 0L
         synchronized(issueLock) {
-            entry = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
-            unusable(name, entry.sequence)?.let { entry.fail(it); throw it }
+            val e = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
+            unusable(name, e.sequence)?.let { e.fail(it); throw it }
             if (group.anyClosed) {
-                val e = CommunicatorAbortedException(
+                val ex = CommunicatorAbortedException(
                     "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
-                    rank, BACKEND, name, entry.sequence,
+                    rank, BACKEND, name, e.sequence,
                 )
-                entry.fail(e); throw e
+                e.fail(ex); throw ex
             }
             seq = ++collectiveSeq
+            issued = e
         }
-        val slot = group.slotFor(seq) ?: awaitSlot(seq, name, entry)
+        val entry = issued!!
+        val slot = group.slotFor(seq) ?: return Pending(null, seq, entry, name)
+        if (!arrive(slot, seq, kind, input, output, sig, op, root, dim, extra, entry)) return Pending(slot, seq, entry, name)
+        if (slot.state.get() != OpSlot.DONE) return Pending(slot, seq, entry, name) // failed: thrown by finishSlow
+        val result = slot.results[rank]
+        slot.depart()
+        entry.complete()
+        return result ?: ret
+    }
+
+    /**
+     * Writes this rank's arguments into [slot] and arrives. The last arriver runs the collective and
+     * returns true once the slot is final; the others return false (they must wait).
+     */
+    private fun arrive(
+        slot: OpSlot, seq: Long, kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?,
+        entry: FlightRecorder.Entry,
+    ): Boolean {
         val r = rank
         slot.kinds[r] = kind
         slot.dtypes[r] = sig?.dtype
@@ -226,12 +265,26 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             runAsLast(slot, seq)
             // An abort may be failing the slot concurrently: wait the few instructions until it is final.
             while (!slot.isFinal) Thread.onSpinWait()
-        } else {
-            world.abortCause?.let { slot.fail(genericFailure(it)) }
+            return true
+        }
+        world.abortCause?.let { slot.fail(genericFailure(it)) }
+        return false
+    }
+
+    /** The rest of [collective] after [issueAndArrive] returned [p]: waits for a busy slot, arrives, waits, finishes or throws. */
+    private suspend fun <T> finishSlow(
+        p: Pending, kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
+    ): T {
+        val entry = p.entry
+        var slot = p.slot
+        if (slot == null) {
+            slot = awaitSlot(p.seq, p.name, entry)
+            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot)
+        } else if (!slot.isFinal) {
             await(slot)
         }
         if (slot.state.get() == OpSlot.DONE) {
-            val result = slot.results[r]
+            val result = slot.results[rank]
             slot.depart()
             entry.complete()
             @Suppress("UNCHECKED_CAST")
@@ -239,7 +292,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         }
         val f = slot.failure!!
         slot.depart()
-        val ex = failureException(f, name, entry.sequence)
+        val ex = failureException(f, p.name, entry.sequence)
         entry.fail(ex)
         currentCoroutineContext().ensureActive()
         throw ex

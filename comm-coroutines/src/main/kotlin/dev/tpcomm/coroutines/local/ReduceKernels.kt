@@ -15,7 +15,7 @@ import java.lang.foreign.ValueLayout
  * index is computed from all inputs before any output at that index is written, so an output may
  * be one of the inputs (in place).
  *
- * Float32, Float64, Int32 and Int64 go through [VectorKernels] when the `jdk.incubator.vector`
+ * Float32, Float64, Int32, Int64, Int8, UInt8 and BFloat16 go through [VectorKernels] when the `jdk.incubator.vector`
  * module is present (see [VectorKernels.supports] for the few ops left to the scalar path). The other
  * paths move blocks of [BLOCK] elements between the segments and small per-thread heap arrays (which
  * stay in L1 and which the JIT vectorizes), combine there, and copy the result out.

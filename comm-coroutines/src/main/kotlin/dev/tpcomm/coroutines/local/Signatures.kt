@@ -29,11 +29,19 @@ internal object Signatures {
     private fun same(s: OpSlot, a: Int, b: Int): Boolean {
         val k = s.kinds[a]
         if (s.kinds[b] != k) return false
-        if (OpKind.hasTensor(k) && (s.dtypes[a] != s.dtypes[b] || s.shapes[a] != s.shapes[b])) return false
+        if (OpKind.hasTensor(k) && (s.dtypes[a] != s.dtypes[b] || !sameShape(s.shapes[a], s.shapes[b]))) return false
         if (OpKind.hasOp(k) && s.ops[a] != s.ops[b]) return false
         if (OpKind.hasRoot(k) && s.roots[a] != s.roots[b]) return false
         if (OpKind.hasDim(k) && s.dims[a] != s.dims[b]) return false
         if (k == OpKind.GROUP && s.extras[a] != s.extras[b]) return false
+        return true
+    }
+
+    /** List equality without the iterators `==` allocates (shapes are short random-access lists). */
+    private fun sameShape(x: List<Int>?, y: List<Int>?): Boolean {
+        if (x === y) return true
+        if (x == null || y == null || x.size != y.size) return false
+        for (i in x.indices) if (x[i] != y[i]) return false
         return true
     }
 

@@ -119,6 +119,24 @@ class ReduceKernelsSpec : FunSpec({
         }
     }
 
+    test("Int8, UInt8, BFloat16: the Vector API kernels and the scalar fallback agree bit for bit on random bits") {
+        if (!ReduceKernels.vectorAvailable) return@test
+        val rnd = Random(13)
+        for (dtype in listOf(DType.Int8, DType.UInt8, DType.BFloat16)) for (w in listOf(2, 3, 4)) {
+            for (op in ReduceOp.entries.filter { it.supports(dtype) }) {
+                val n = 700 + rnd.nextInt(50)
+                // random bit patterns: every value of the 8-bit types; for BFloat16 also infinities and NaNs
+                val ins = List(w) { Tensor.zeros(dtype, n).also { t -> val b = ByteArray(t.byteSize.toInt()); rnd.nextBytes(b); t.segment.copyFrom(java.lang.foreign.MemorySegment.ofArray(b)) } }
+                val a = List(w) { Tensor.zeros(dtype, n) }
+                val b = List(w) { Tensor.zeros(dtype, n) }
+                val inSegs = Array<java.lang.foreign.MemorySegment?>(w) { ins[it].segment }
+                ReduceKernels.reduce(dtype, op, w, inSegs, 3, Array(w) { a[it].segment }, w, 1, n - 3L)
+                ReduceKernels.reduceScalar(dtype, op, w, inSegs, 3, Array(w) { b[it].segment }, w, 1, n - 3L)
+                for (r in 0 until w) a[r].contentEquals(b[r]) shouldBe true
+            }
+        }
+    }
+
     test("Avg on integers: wrapped sum divided with truncation toward zero") {
         suspend fun avg(dtype: DType, vararg v: Long): Long = runLocalWorld(v.size) { comm ->
             val t = Tensor.zeros(dtype, 1).also { it.setLong(0, v[comm.rank]) }
