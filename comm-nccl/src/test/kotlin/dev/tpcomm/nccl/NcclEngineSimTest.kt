@@ -202,7 +202,9 @@ class NcclEngineSimTest : FunSpec({
             val input = platform.upload(floats(2, 2) { i, j -> (i + j).toFloat() }, dev)
             val out = platform.upload(Tensor.zeros(DType.Float32, 2, 4), dev)
             c.barrier() // allocates the barrier's scratch buffer on both ranks
+            // The count is platform-wide: read it only while both ranks sit between two barriers.
             val before = platform.liveAllocations
+            c.barrier()
             repeat(5) { c.allGatherInto(out, input, 1) }
             c.barrier()
             platform.liveAllocations shouldBe before
