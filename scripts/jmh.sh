@@ -10,14 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-MOD=comm-bench
-JAR="$MOD/target/$MOD-0.1.0-SNAPSHOT.jar"
-if [ ! -f "$JAR" ] || [ ! -f "$MOD/target/classpath.txt" ] || \
-   [ -n "$(find comm-api comm-coroutines "$MOD" pom.xml -newer "$JAR" \( -name '*.kt' -o -name '*.java' -o -name pom.xml \) -not -path '*/target/*' 2>/dev/null | head -1)" ]; then
-  echo "building $MOD ..." >&2
-  ./mvnw -B -q -pl "$MOD" -am package -DskipTests >&2
-fi
-CP="$JAR:$(cat "$MOD/target/classpath.txt")"
+source scripts/run-module.sh
+tpcomm_build comm-bench
+CP="$TPCOMM_CP"
 FLAGS="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector"
 # Defaults for the options the caller did not give.
 DEFAULTS=()

@@ -6,8 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-./mvnw -B -q -pl comm-bench -am package -DskipTests \
-  dependency:build-classpath -Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=runtime
+source scripts/run-module.sh
+tpcomm_build comm-bench
 exec java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-  -cp "comm-bench/target/classes:$(cat comm-bench/target/classpath.txt)" \
+  -cp "$TPCOMM_CP" \
   dev.tpcomm.bench.OverlapBenchmark "$@"
