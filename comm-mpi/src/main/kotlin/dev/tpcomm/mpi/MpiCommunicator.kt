@@ -446,7 +446,7 @@ public class MpiCommunicator internal constructor(
         }
         val entry = recorder.start(name, null, null, 0, null, "color=$color key=$key")
         val sig = signature(OP_SPLIT, null, -1, -1, null)
-        val newHandle = try {
+        val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             dispatcher.execute {
                 ensureUsable(name, entry.sequence)
@@ -455,13 +455,6 @@ public class MpiCommunicator internal constructor(
                 runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
                 abi.readHandle(scratch, OFF_HANDLE)
             }
-        } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
-            failed(entry, x)
-            throw x
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
         }
         entry.complete()
         if (newHandle == abi.commNull) return null
@@ -484,7 +477,7 @@ public class MpiCommunicator internal constructor(
             "$name: a second communicator calls MPI from its own thread, which needs MPI_THREAD_MULTIPLE; set MpiConfig.threadLevel=Multiple"
         }
         val entry = recorder.start(name)
-        val newHandle = try {
+        val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             dispatcher.execute {
                 ensureUsable(name, entry.sequence)
@@ -492,13 +485,6 @@ public class MpiCommunicator internal constructor(
                 runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
                 abi.readHandle(scratch, OFF_HANDLE)
             }
-        } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
-            failed(entry, x)
-            throw x
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
         }
         entry.complete()
         return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "dup-of-${this.name}")
@@ -569,7 +555,7 @@ public class MpiCommunicator internal constructor(
         blocking: () -> Int,
         start: (Long) -> Int,
     ) {
-        try {
+        recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val pending = dispatcher.execute {
@@ -601,15 +587,6 @@ public class MpiCommunicator internal constructor(
             }
             if (pending != null) dispatcher.await(pending)
             entry.complete()
-        } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
-            failed(entry, x)
-            throw x
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
-        } finally {
-            Reference.reachabilityFence(keepAlive)
         }
     }
 
@@ -622,7 +599,7 @@ public class MpiCommunicator internal constructor(
         result: StatusResult = StatusResult(),
         start: (Long) -> Int,
     ): StatusResult {
-        try {
+        recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
@@ -641,15 +618,6 @@ public class MpiCommunicator internal constructor(
             dispatcher.await(pending)
             entry.complete()
             return result
-        } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
-            failed(entry, x)
-            throw x
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
-        } finally {
-            Reference.reachabilityFence(keepAlive)
         }
     }
 
@@ -841,6 +809,26 @@ public class MpiCommunicator internal constructor(
             throw CommunicatorAbortedException(
                 "the communicator was aborted by an earlier failure: ${it.message}", rank, "mpi", operation, sequence, it,
             )
+        }
+    }
+
+    /**
+     * Runs [block], the body of [entry]'s operation: a closed dispatcher becomes
+     * [CommunicatorAbortedException], every failure is recorded (a cancellation in flight also breaks
+     * the communicator), and [keepAlive] (buffers MPI may touch) stays reachable until it returns.
+     */
+    private inline fun <T> recordingFailures(entry: FlightRecorder.Entry, keepAlive: Any?, block: () -> T): T {
+        try {
+            return block()
+        } catch (e: NativeDispatcherClosedException) {
+            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            failed(entry, x)
+            throw x
+        } catch (e: Throwable) {
+            failed(entry, e)
+            throw e
+        } finally {
+            Reference.reachabilityFence(keepAlive)
         }
     }
 
