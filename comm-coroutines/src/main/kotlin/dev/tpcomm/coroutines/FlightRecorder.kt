@@ -2,6 +2,10 @@ package dev.tpcomm.coroutines
 
 import kotlinx.serialization.Serializable
 import kotlinx.serialization.json.Json
+import java.lang.invoke.MethodHandles
+import java.lang.invoke.VarHandle
+import java.util.concurrent.atomic.AtomicLong
+import java.util.concurrent.atomic.AtomicReferenceArray
 
 /**
  * Remembers the last [capacity] operations of one communicator, for the diagnostic dumped when a
@@ -9,8 +13,17 @@ import kotlinx.serialization.json.Json
  *
  * Each [start] assigns the next sequence number (starting at 1) and returns an [Entry] that the
  * backend marks [Entry.complete] or [Entry.fail]. With capacity 0 nothing is kept but sequence
- * numbers still count. Thread-safe: any thread may start, complete, fail and dump concurrently;
- * a dump is a consistent snapshot of the entries at one moment.
+ * numbers still count.
+ *
+ * **Cost.** Recording is on every operation's path, so it takes no lock: one atomic increment,
+ * one clock read, one small allocation and one compare-and-set into the ring per [start], and one
+ * clock read per [Entry.complete] when [timing] is on (none when it is off).
+ *
+ * **Thread-safety.** Any thread may start, complete, fail and dump concurrently. Sequence numbers
+ * are unique and increase in call order of [start]. A dump shows every kept entry whole, each as
+ * it was at some moment during the dump; an entry that completes while the dump runs may show
+ * either state. When more than [capacity] operations start at once from several threads, the ring
+ * keeps the newest [capacity] of them (an older entry never overwrites a newer one).
  */
 public class FlightRecorder(
     /** How many recent operations are kept. */
@@ -19,28 +32,19 @@ public class FlightRecorder(
     public val rank: Int = 0,
     /** Backend name written into the dump. */
     public val backend: String = "",
+    /**
+     * Whether completion times are recorded. When false, [Entry.complete] and [Entry.fail] read no
+     * clock and a finished entry's [FlightRecord.durationMicros] is null; an operation still in
+     * progress always reports how long it has been running (the figure a hang diagnosis needs).
+     */
+    public val timing: Boolean = true,
 ) {
     init {
         require(capacity >= 0) { "flight recorder capacity must be >= 0, got $capacity" }
     }
 
-    private val lock = Any()
-    private val ring = arrayOfNulls<Entry>(capacity)
-    private var nextSequence = 1L
-
-    // Wall-clock anchor (guarded by lock): an entry's epoch time is derived from its System.nanoTime
-    // start, so recording costs one clock read; the anchor is refreshed at most every ANCHOR_NANOS
-    // so that wall-clock adjustments show up within that time.
-    private var anchorNanos = System.nanoTime()
-    private var anchorEpochMillis = System.currentTimeMillis()
-
-    private fun epochMillisAt(nanos: Long): Long {
-        if (nanos - anchorNanos > ANCHOR_NANOS) {
-            anchorNanos = nanos
-            anchorEpochMillis = System.currentTimeMillis()
-        }
-        return anchorEpochMillis + Math.floorDiv(nanos - anchorNanos, 1_000_000L)
-    }
+    private val ring = AtomicReferenceArray<Entry>(capacity)
+    private val sequences = AtomicLong(1L)
 
     /** State of a recorded operation. */
     @Serializable
@@ -57,42 +61,61 @@ public class FlightRecorder(
         private val peers: String?,
         private val detail: String?,
         private val startNanos: Long,
-        private val startEpochMillis: Long,
     ) {
-        // endNanos and error are written before the volatile state and read after it, which
-        // publishes them: one fence per completion instead of three.
-        @Volatile private var state: State = State.Issued
+        // The state is published with a release store after endNanos and error and read with an
+        // acquire load before them: ordered without a full fence on the recording thread. The field
+        // starts at its default (Issued), so constructing an entry stores nothing to it.
+        @Suppress("unused") private var state: Int = ISSUED
         private var endNanos: Long = 0
         private var error: String? = null
 
-        /** Marks the operation completed (first call wins). */
-        public fun complete() {
-            if (state == State.Issued) { endNanos = System.nanoTime(); state = State.Completed }
+        private fun finish(code: Int): Boolean {
+            if (STATE.getAcquire(this) as Int != ISSUED) return false
+            if (timing) endNanos = System.nanoTime()
+            STATE.setRelease(this, code)
+            return true
         }
 
-        /** Marks the operation failed with [cause] (first call wins). */
+        /** Marks the operation completed (first call wins). Never throws. */
+        public fun complete() {
+            finish(COMPLETED)
+        }
+
+        /** Marks the operation failed with [cause] (first call wins). Never throws. */
         public fun fail(cause: Throwable) {
-            if (state == State.Issued) { error = cause.toString(); endNanos = System.nanoTime(); state = State.Failed }
+            if (STATE.getAcquire(this) as Int != ISSUED) return
+            error = cause.toString()
+            finish(FAILED)
         }
 
         /** An immutable copy of this entry. */
-        public fun snapshot(): FlightRecord = FlightRecord(
-            sequence = sequence,
-            operation = operation,
-            dtype = dtype,
-            shape = shape,
-            bytes = bytes,
-            peers = peers,
-            detail = detail,
-            state = state,
-            startEpochMillis = startEpochMillis,
-            durationMicros = if (endNanos == 0L) (System.nanoTime() - startNanos) / 1000 else (endNanos - startNanos) / 1000,
-            error = error,
-        )
+        public fun snapshot(): FlightRecord {
+            val s = STATES[STATE.getAcquire(this) as Int] // read first: it publishes endNanos and error
+            val now = System.nanoTime()
+            val duration = when {
+                s == State.Issued -> (now - startNanos) / 1000
+                timing -> (endNanos - startNanos) / 1000
+                else -> null
+            }
+            return FlightRecord(
+                sequence = sequence,
+                operation = operation,
+                dtype = dtype,
+                shape = shape,
+                bytes = bytes,
+                peers = peers,
+                detail = detail,
+                state = s,
+                // The wall-clock start, derived at dump time so that recording reads one clock.
+                startEpochMillis = System.currentTimeMillis() - Math.floorDiv(now - startNanos, 1_000_000L),
+                durationMicros = duration,
+                error = if (s == State.Failed) error else null,
+            )
+        }
     }
 
     /**
-     * Records a new operation and returns its entry.
+     * Records a new operation and returns its entry. Never blocks; never throws.
      *
      * @param operation name such as `allReduce`.
      * @param peers root, peer, or member description (free text such as `root=2`).
@@ -105,31 +128,46 @@ public class FlightRecorder(
         bytes: Long = 0,
         peers: String? = null,
         detail: String? = null,
-    ): Entry = synchronized(lock) {
-        val now = System.nanoTime()
-        val e = Entry(nextSequence++, operation, dtype, shape, bytes, peers, detail, now, epochMillisAt(now))
-        if (capacity > 0) ring[((e.sequence - 1) % capacity).toInt()] = e
-        e
+    ): Entry {
+        val e = Entry(sequences.getAndIncrement(), operation, dtype, shape, bytes, peers, detail, System.nanoTime())
+        if (capacity > 0) {
+            val slot = ((e.sequence - 1) % capacity).toInt()
+            var old = ring.getPlain(slot)
+            while (old == null || old.sequence < e.sequence) {
+                val witness = ring.compareAndExchange(slot, old, e)
+                if (witness === old) break
+                old = witness
+            }
+        }
+        return e
     }
 
     /** The sequence number the next [start] will assign. */
-    public val nextSequenceNumber: Long get() = synchronized(lock) { nextSequence }
+    public val nextSequenceNumber: Long get() = sequences.get()
 
     /** The kept entries, oldest first. */
-    public fun snapshot(): List<FlightRecord> = synchronized(lock) {
-        ring.filterNotNull().sortedBy { it.sequence }
-    }.map { it.snapshot() }
+    public fun snapshot(): List<FlightRecord> =
+        (0 until capacity).mapNotNull { ring.get(it) }.sortedBy { it.sequence }.map { it.snapshot() }
 
     /** The kept entries as JSON: `{"rank":..,"backend":..,"entries":[...]}`. */
     public fun dumpJson(): String = JSON.encodeToString(FlightRecorderDump.serializer(), FlightRecorderDump(rank, backend, snapshot()))
 
     private companion object {
-        const val ANCHOR_NANOS: Long = 1_000_000_000L
+        const val ISSUED: Int = 0
+        const val COMPLETED: Int = 1
+        const val FAILED: Int = 2
+        val STATES: Array<State> = arrayOf(State.Issued, State.Completed, State.Failed)
+        val STATE: VarHandle = MethodHandles.privateLookupIn(Entry::class.java, MethodHandles.lookup())
+            .findVarHandle(Entry::class.java, "state", Int::class.javaPrimitiveType)
         val JSON = Json { prettyPrint = false; encodeDefaults = true }
     }
 }
 
-/** One operation as the [FlightRecorder] saw it; `durationMicros` runs until now while the state is Issued. */
+/**
+ * One operation as the [FlightRecorder] saw it. `durationMicros` runs until now while the state is
+ * Issued; for a finished operation it is null when the recorder does not record completion times
+ * ([FlightRecorder.timing]).
+ */
 @Serializable
 public data class FlightRecord(
     public val sequence: Long,
@@ -141,7 +179,7 @@ public data class FlightRecord(
     public val detail: String?,
     public val state: FlightRecorder.State,
     public val startEpochMillis: Long,
-    public val durationMicros: Long,
+    public val durationMicros: Long?,
     public val error: String?,
 )
 

@@ -23,6 +23,7 @@ object OverheadProbe {
         runBlocking {
             val comm = MpiBackendFactory().create(CommConfig.fromEnvironment()) as MpiCommunicator
             val t = Tensor.zeros(DType.Float32, 2)
+            if (comm.rank == 0) println("provided thread level ${dev.tpcomm.mpi.MpiRuntime.current?.providedThreadLevel}, world ${comm.worldSize}")
             val out = Tensor.zeros(DType.Float32, 2)
             val abi = MpiLibrary.loaded!!.abi
             val world = abi.commWorld
@@ -30,6 +31,18 @@ object OverheadProbe {
             val sum = abi.op(ReduceOp.Sum)
             val buf = t.segment.address(); val dst = out.segment.address(); val inPlace = abi.inPlace
             val h = MpiDowncalls.ALLREDUCE
+            // The same function through a critical downcall (no thread-state transition), to size that transition.
+            val hl = if (MpiLibrary.loaded!!.implementation.mpichAbi) java.lang.foreign.ValueLayout.JAVA_INT else java.lang.foreign.ValueLayout.JAVA_LONG
+            val critical = java.lang.invoke.MethodHandles.explicitCastArguments(
+                java.lang.foreign.Linker.nativeLinker().downcallHandle(
+                    java.lang.foreign.MemorySegment.ofAddress(MpiLibrary.loaded!!.find("MPI_Allreduce")),
+                    java.lang.foreign.FunctionDescriptor.of(java.lang.foreign.ValueLayout.JAVA_INT, java.lang.foreign.ValueLayout.JAVA_LONG,
+                        java.lang.foreign.ValueLayout.JAVA_LONG, java.lang.foreign.ValueLayout.JAVA_INT, hl, hl, hl),
+                    java.lang.foreign.Linker.Option.critical(false),
+                ),
+                java.lang.invoke.MethodType.methodType(Int::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType,
+                    Int::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType),
+            )
             withContext(comm.nativeDispatcher) {
                 repeat(5) { round ->
                     val n = System.getenv("PROBE_N")?.toInt() ?: 1_000_000
@@ -42,13 +55,16 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) { val rc = h.invokeExact(buf, dst, 2, type, sum, world) as Int; check(rc == 0) }
                     val rawOut = (System.nanoTime() - t0).toDouble() / n
-                    val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi")
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) { val rc = critical.invokeExact(inPlace, buf, 2, type, sum, world) as Int; check(rc == 0) }
+                    val rawCritical = (System.nanoTime() - t0).toDouble() / n
+                    val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi", timing = false)
                     val shape = t.shape
                     t0 = System.nanoTime()
                     for (i in 0 until n) rec.start("allReduce", "Float32", shape, 8L, null, "op=Sum").complete()
                     val recNs = (System.nanoTime() - t0).toDouble() / n
                     if (comm.rank == 0) println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
-                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}")
+                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}")
                 }
             }
             comm.close()
