@@ -7,6 +7,8 @@
 #
 # Takes about 10-15 minutes (the peers wait for the machine to be quiet before each step).
 # Knobs (environment): WORLDS ("2 4"), MPIS ("openmpi mpich"; empty skips the MPI backend),
+#   MPI_THREAD_LEVELS ("Multiple Serialized": the MPI backend once per thread level; Serialized rows
+#   are labelled tpcomm_mpi_<mpi>_serialized),
 #   BENCH_TARGET_S (0.25 s per timed repeat, as the peers), QUIET_WAIT (30 s), PEERS_DIR, OUT (raw
 #   results folder, default target/compare-<date>), SKIP_PEERS=1 with PEERS_OUT=dir to reuse a peers run.
 set -euo pipefail
@@ -16,6 +18,7 @@ source scripts/env.sh
 PY=/usr/bin/python3
 WORLDS="${WORLDS:-2 4}"
 MPIS="${MPIS-openmpi mpich}"
+MPI_THREAD_LEVELS="${MPI_THREAD_LEVELS:-Multiple Serialized}"
 SIZES=8,1K,64K,1M,16M,64M
 OPS=all_reduce,all_gather,broadcast
 export BENCH_TARGET_S="${BENCH_TARGET_S:-0.25}"
@@ -65,7 +68,12 @@ for n in $WORLDS; do run_step "tpcomm_local.np$n" --backend local --world "$n"; 
 for n in $WORLDS; do run_step "tpcomm_local_pool.np$n" --backend local --dispatcher pool --impl tpcomm_local_pool --world "$n"; done
 for mpi in $MPIS; do
   if ! command -v "mpirun.$mpi" >/dev/null; then echo "mpirun.$mpi not installed: skipped" | tee -a "$OUT/tpcomm_failures.txt" >&2; continue; fi
-  for n in $WORLDS; do run_step "tpcomm_mpi_$mpi.np$n" --backend mpi --mpi "$mpi" --world "$n"; done
+  for level in $MPI_THREAD_LEVELS; do
+    if [ "$level" = Multiple ]; then impl="tpcomm_mpi_$mpi"; else impl="tpcomm_mpi_${mpi}_$(echo "$level" | tr 'A-Z' 'a-z')"; fi
+    for n in $WORLDS; do
+      TPCOMM_MPI_THREAD_LEVEL="$level" run_step "$impl.np$n" --backend mpi --mpi "$mpi" --world "$n" --impl "$impl"
+    done
+  done
 done
 
 # Session description for the report.

@@ -64,7 +64,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
         }
 
         /**
-         * Makes a communicator with its own thread over [existing] (or, when 0, a new duplicate of
+         * Makes a communicator with its MPI thread ([MpiRuntime.dispatcherFor]) over [existing] (or, when 0, a new duplicate of
          * `MPI_COMM_WORLD`): sets `MPI_ERRORS_RETURN`, reads rank and size.
          */
         suspend fun wrap(
@@ -76,7 +76,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
             name: String,
         ): MpiCommunicator {
             runtime.retain()
-            val dispatcher = NativeDispatcher("tpcomm-mpi-$name-${counter.incrementAndGet()}")
+            val (dispatcher, ownsDispatcher) = runtime.dispatcherFor("$name-${counter.incrementAndGet()}")
             try {
                 val abi = binding.abi
                 val (handles, rank, size) = dispatcher.execute {
@@ -104,9 +104,9 @@ public class MpiBackendFactory @JvmOverloads constructor(
                     }
                 }
                 val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
-                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, name)
+                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name)
             } catch (t: Throwable) {
-                dispatcher.close()
+                if (ownsDispatcher) dispatcher.close()
                 runtime.release()
                 throw t
             }

@@ -33,11 +33,16 @@ import kotlin.coroutines.cancellation.CancellationException
  * A [Communicator] over an MPI communicator (a duplicate of `MPI_COMM_WORLD`, or one made by
  * [split]/[group] with `MPI_Comm_split`), created by [MpiBackendFactory].
  *
- * **Threading.** Every MPI call of this communicator runs on its own [NativeDispatcher] thread
+ * **Threading.** Every MPI call of this communicator runs on one [NativeDispatcher] thread
  * ([nativeDispatcher]), in call order, so every rank issues its collectives in program order.
- * Split communicators get their own thread, so collectives on different communicators never wait
- * for one another (this needs `MPI_THREAD_MULTIPLE`). Callers already on [nativeDispatcher]
- * (`withContext(comm.nativeDispatcher) { ... }`) skip the thread hop: the small-message fast path.
+ * With `MPI_THREAD_MULTIPLE` ([MpiThreadLevel.Multiple], the default) each communicator, split
+ * ones included, has its own thread, so collectives on different communicators never wait for one
+ * another. With [MpiThreadLevel.Serialized] all communicators of the process share one MPI thread
+ * (MPI is cheaper per call without thread support): blocking collectives on different
+ * communicators then run one after the other, so every rank must issue them in the same order
+ * (as in PyTorch's MPI process group), or use [MpiProgress.NonBlocking], whose operations progress
+ * together. Callers already on [nativeDispatcher] (`withContext(comm.nativeDispatcher) { ... }`)
+ * skip the thread hop: the small-message fast path.
  *
  * **Progress.** With [MpiProgress.Blocking] (the default while [MpiConfig.abortOnTimeout] is on)
  * collectives are blocking MPI calls on that thread, as fast as C; the caller's coroutine is
@@ -69,12 +74,14 @@ public class MpiCommunicator internal constructor(
     /** The MPI settings in effect. */
     public val mpiConfig: MpiConfig,
     private val dispatcher: NativeDispatcher,
+    /** False when [dispatcher] is the process's one MPI thread, shared below `MPI_THREAD_MULTIPLE`. */
+    private val ownsDispatcher: Boolean,
     private val name: String,
 ) : Communicator, MpiWatchdog.Watched {
     private val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
-    private val recorder = FlightRecorder(config.flightRecorderSize, rank, "mpi")
+    private val recorder = FlightRecorder(config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling)
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
@@ -440,10 +447,6 @@ public class MpiCommunicator internal constructor(
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val name = "split"
         require(color == null || color >= 0) { "$name: color must be >= 0 or null, got $color" }
-        check(runtime.providedThreadLevel >= MpiThreadLevel.Multiple.value) {
-            "$name: MPI provided thread level ${runtime.providedThreadLevel}, but each MPI communicator calls MPI from its own thread, " +
-                "which needs MPI_THREAD_MULTIPLE (3); set MpiConfig.threadLevel=Multiple (option mpi.threadLevel) and use an MPI built with it"
-        }
         val entry = recorder.start(name, null, null, 0, null, "color=$color key=$key")
         val sig = signature(OP_SPLIT, null, -1, -1, null)
         val newHandle = recordingFailures(entry, null) {
@@ -472,9 +475,6 @@ public class MpiCommunicator internal constructor(
         val name = "duplicate"
         require(commConfig.worldSize == worldSize && commConfig.rank == rank) {
             "$name: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
-        }
-        check(runtime.providedThreadLevel >= MpiThreadLevel.Multiple.value) {
-            "$name: a second communicator calls MPI from its own thread, which needs MPI_THREAD_MULTIPLE; set MpiConfig.threadLevel=Multiple"
         }
         val entry = recorder.start(name)
         val newHandle = recordingFailures(entry, null) {
@@ -519,7 +519,7 @@ public class MpiCommunicator internal constructor(
                 runtime.release()
             }
         } finally {
-            dispatcher.close()
+            if (ownsDispatcher) dispatcher.close()
             if (free) arena.close() else runtime.pin(arena)
         }
     }

@@ -1,5 +1,6 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.NativeDispatcher
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
@@ -36,6 +37,28 @@ internal class MpiRuntime(
 
     val watchdog: MpiWatchdog = MpiWatchdog()
 
+    /**
+     * Below `MPI_THREAD_MULTIPLE` only one thread may be inside MPI at a time: every communicator
+     * of the process then shares this one thread (created with the first, closed with MPI).
+     */
+    private var sharedDispatcher: NativeDispatcher? = null
+
+    /** Whether communicators share one MPI thread ([providedThreadLevel] below `MPI_THREAD_MULTIPLE`). */
+    val sharesOneThread: Boolean get() = providedThreadLevel < MpiThreadLevel.Multiple.value
+
+    /**
+     * The thread a new communicator runs its MPI calls on, and whether the communicator owns it
+     * (closes it when it closes): its own thread under `MPI_THREAD_MULTIPLE`, otherwise the
+     * process's one MPI thread.
+     */
+    fun dispatcherFor(name: String): Pair<NativeDispatcher, Boolean> {
+        if (!sharesOneThread) return NativeDispatcher("tpcomm-mpi-$name") to true
+        synchronized(lock) {
+            val d = sharedDispatcher ?: NativeDispatcher("tpcomm-mpi").also { sharedDispatcher = it }
+            return d to false
+        }
+    }
+
     private val pinned = java.util.concurrent.ConcurrentLinkedQueue<Any>()
 
     /** Keeps [obj] (buffers MPI may still touch) reachable for the life of the process. */
@@ -59,7 +82,10 @@ internal class MpiRuntime(
     /** Unregisters a communicator; the last one finalizes MPI (unless a communicator broke). */
     fun release() {
         val last = synchronized(lock) { users.decrementAndGet() == 0 }
-        if (last) finalizeOnce()
+        if (last) {
+            finalizeOnce()
+            synchronized(lock) { sharedDispatcher }?.close()
+        }
     }
 
     /**

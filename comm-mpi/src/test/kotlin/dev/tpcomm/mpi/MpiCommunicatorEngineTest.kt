@@ -38,7 +38,35 @@ class MpiCommunicatorEngineTest : FunSpec({
         val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
         val runtime = MpiRuntime(library, b, 3, false, -1)
         runtime.retain()
-        return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, config.rank, config.worldSize, config, mpi, NativeDispatcher("test-mpi"), "test")
+        return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, config.rank, config.worldSize, config, mpi, NativeDispatcher("test-mpi"), true, "test")
+    }
+
+    test("below MPI_THREAD_MULTIPLE every communicator shares one MPI thread, closed with the last communicator") {
+        val b = binding()
+        val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
+        val serialized = MpiRuntime(library, b, MpiThreadLevel.Serialized.value, false, -1)
+        serialized.sharesOneThread shouldBe true
+        val (first, ownsFirst) = serialized.dispatcherFor("a")
+        val (second, ownsSecond) = serialized.dispatcherFor("b")
+        (first === second) shouldBe true
+        ownsFirst shouldBe false
+        ownsSecond shouldBe false
+        serialized.retain()
+        serialized.retain()
+        serialized.release()
+        first.isClosed shouldBe false
+        serialized.release()
+        first.isClosed shouldBe true
+
+        val multiple = MpiRuntime(library, b, MpiThreadLevel.Multiple.value, false, -1)
+        multiple.sharesOneThread shouldBe false
+        val (x, ownsX) = multiple.dispatcherFor("x")
+        val (y, ownsY) = multiple.dispatcherFor("y")
+        (x === y) shouldBe false
+        ownsX shouldBe true
+        ownsY shouldBe true
+        x.close()
+        y.close()
     }
 
     test("an MPI error becomes a CommunicationException with MPI's error string, and breaks the communicator") {

@@ -16,7 +16,8 @@ import kotlin.time.Duration.Companion.minutes
 
 /**
  * Multi-process tests: comm-testkit's conformance suite inside real `mpirun` jobs of 1 to 4 ranks
- * on Open MPI and MPICH (one Kotest container per job, named `mpi.<impl>.np<N>`, one test per
+ * on Open MPI and MPICH (one Kotest container per job, named `mpi.<impl>.np<N>`, or
+ * `mpi.<impl>.serialized.np3` for the job under `MPI_THREAD_SERIALIZED`, one test per
  * case), plus the failure jobs (a stalled rank, a killed rank, a missing library). Every job has a
  * hard wall-clock limit. A missing implementation fails its tests unless `TPCOMM_ALLOW_MISSING_MPI=1`.
  */
@@ -34,11 +35,15 @@ class MpiJobsTest : FunSpec({
                     }
                 }
             }
-            if (launcher.path != null) for (np in rankCounts) {
-                val suite = "mpi.${launcher.id}.np$np"
+            // Every rank count with the default thread level, and 3 ranks with MPI_THREAD_SERIALIZED
+            // (all communicators of a process on one shared MPI thread).
+            val jobs = rankCounts.map { it to null } + listOf(3 to "Serialized")
+            if (launcher.path != null) for ((np, threadLevel) in jobs) {
+                val suite = if (threadLevel == null) "mpi.${launcher.id}.np$np" else "mpi.${launcher.id}.${threadLevel.lowercase()}.np$np"
                 context(suite) {
                     val out = Files.createTempDirectory("tpcomm-$suite")
-                    val job = MpiJobs.runMpi(launcher, np, MpiConformanceMain::class.java.name, listOf(out.toString(), suite), limitSeconds = 300)
+                    val env = if (threadLevel == null) emptyMap() else mapOf("TPCOMM_MPI_THREAD_LEVEL" to threadLevel)
+                    val job = MpiJobs.runMpi(launcher, np, MpiConformanceMain::class.java.name, listOf(out.toString(), suite), limitSeconds = 300, env = env)
                     test("$suite job exits 0") {
                         withClue(job.toString()) { job.timedOut shouldBe false; job.exitCode shouldBe 0 }
                     }

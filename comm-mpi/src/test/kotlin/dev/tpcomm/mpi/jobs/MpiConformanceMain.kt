@@ -3,6 +3,8 @@ package dev.tpcomm.mpi.jobs
 import dev.tpcomm.CommConfig
 import dev.tpcomm.mpi.MpiBackendFactory
 import dev.tpcomm.mpi.MpiCommunicator
+import dev.tpcomm.mpi.MpiRuntime
+import dev.tpcomm.mpi.MpiThreadLevel
 import dev.tpcomm.mpi.MpiProgress
 import dev.tpcomm.testkit.CaseResult
 import dev.tpcomm.testkit.ConformanceOptions
@@ -37,6 +39,14 @@ object MpiConformanceMain {
         val code = runBlocking {
             val base = CommConfig.fromEnvironment()
             val comm = MpiBackendFactory().create(base.copy(checkConsistency = true, timeout = 30.seconds)) as MpiCommunicator
+            if (System.getenv("TPCOMM_MPI_THREAD_LEVEL") == "Serialized") {
+                // The job under MPI_THREAD_SERIALIZED: MPI must have granted it, and communicators share one thread.
+                val runtime = checkNotNull(MpiRuntime.current)
+                check(runtime.providedThreadLevel == MpiThreadLevel.Serialized.value && runtime.sharesOneThread) {
+                    "asked for MPI_THREAD_SERIALIZED, MPI provided ${runtime.providedThreadLevel}"
+                }
+                comm.duplicate().use { dup -> check(dup.nativeDispatcher === comm.nativeDispatcher) { "a duplicate got its own thread under Serialized" } }
+            }
             val options = ConformanceOptions(maxWorldSize = comm.worldSize, worldSizes = listOf(comm.worldSize)).withSystemProperties()
             val scratch = ScratchCommunicatorFactory { parent, timeout ->
                 val p = parent as MpiCommunicator
