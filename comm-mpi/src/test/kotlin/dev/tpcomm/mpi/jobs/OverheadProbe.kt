@@ -12,14 +12,16 @@ import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 
 /**
- * Diagnostic: per-call cost of allReduce on the communicator's thread (singleton world), next to
- * a raw FFM downcall of MPI_Allreduce on MPI_COMM_WORLD in place and out of place.
+ * Diagnostic: per-call cost of allReduce on the communicator's thread, next to a raw FFM downcall
+ * of MPI_Allreduce on MPI_COMM_WORLD in place and out of place. Runs alone (a singleton world) or
+ * under mpirun (every rank runs the same loops, so they stay in step). `PROBE_N` sets the calls
+ * per loop (default 10^6).
  */
 object OverheadProbe {
     @JvmStatic
     fun main(args: Array<String>) {
         runBlocking {
-            val comm = MpiBackendFactory().create(CommConfig()) as MpiCommunicator
+            val comm = MpiBackendFactory().create(CommConfig.fromEnvironment()) as MpiCommunicator
             val t = Tensor.zeros(DType.Float32, 2)
             val out = Tensor.zeros(DType.Float32, 2)
             val abi = MpiLibrary.loaded!!.abi
@@ -30,7 +32,7 @@ object OverheadProbe {
             val h = MpiDowncalls.ALLREDUCE
             withContext(comm.nativeDispatcher) {
                 repeat(5) { round ->
-                    val n = 1_000_000
+                    val n = System.getenv("PROBE_N")?.toInt() ?: 1_000_000
                     var t0 = System.nanoTime()
                     for (i in 0 until n) comm.allReduce(t)
                     val dt = (System.nanoTime() - t0).toDouble() / n
@@ -45,8 +47,8 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) rec.start("allReduce", "Float32", shape, 8L, null, "op=Sum").complete()
                     val recNs = (System.nanoTime() - t0).toDouble() / n
-                    println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
-                    println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}")
+                    if (comm.rank == 0) println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
+                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}")
                 }
             }
             comm.close()
