@@ -989,7 +989,10 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun checkHost(t: Tensor, operation: String, why: String) {
-        require(!t.device.isGpu) { "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first" }
+        require(!t.device.isGpu) {
+            "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first, " +
+                "or set mpi.cudaAware=Disabled to have device tensors staged through host memory (docs/mpi.md)"
+        }
     }
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()

@@ -91,6 +91,10 @@ class MpiDeviceStagingTest : FunSpec({
             comm.allReduce(onDevice(host, Device.Rocm(0)))
             buffers.last() shouldNotBe host.segment.address()
             staging.counts shouldBe (1 to 1)
+            // An operation that finishes on the host refuses a device pointer, pointing at staging.
+            val avg = shouldThrow<IllegalArgumentException> { comm.allReduce(onDevice(host, Device.Cuda(0)), dev.tpcomm.ReduceOp.Avg) }
+            avg.message shouldContain "Avg divides on the host"
+            avg.message shouldContain "set mpi.cudaAware=Disabled to have device tensors staged"
         }
         comm.close()
     }
