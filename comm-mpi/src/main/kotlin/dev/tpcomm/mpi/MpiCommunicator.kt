@@ -59,6 +59,17 @@ import kotlin.coroutines.cancellation.CancellationException
  * [CollectiveMismatchException] on every rank. Buffers of operations MPI may still touch are kept
  * reachable for the life of the process.
  *
+ * **Device tensors.** CUDA tensors go to MPI as device pointers when the library is CUDA-aware
+ * ([passesDevicePointers]). Other device tensors (MPI not CUDA-aware, [CudaAwareMode.Disabled], or
+ * ROCm) are staged through host memory with the [dev.tpcomm.spi.DeviceStaging] that
+ * [dev.tpcomm.spi.DeviceStagingRegistry] finds for their device (comm-nccl and comm-rccl offer one
+ * when their GPU runtime is available): inputs are copied to host temporaries, the operation runs on
+ * the host, outputs are copied back, and the temporaries are freed. [gather] and [allToAll] then
+ * return host tensors. A failed copy to the host raises [CommunicationException] and aborts the
+ * communicator; a failed copy back raises it and leaves the communicator usable. With no staging
+ * for the device, such tensors are refused with [IllegalArgumentException] saying how to register
+ * one. The caller must have waited for the device work that writes a tensor before passing it.
+ *
  * Thread-safe. [close] is idempotent; the last MPI communicator to close calls `MPI_Finalize`.
  */
 public class MpiCommunicator internal constructor(
@@ -94,6 +105,8 @@ public class MpiCommunicator internal constructor(
         CudaAwareMode.Disabled -> false
         CudaAwareMode.Auto -> runtime.cudaSupport == 1
     }
+
+    private val staging = MpiDeviceStaging(this, deviceTensors)
 
     @Volatile private var broken: Throwable? = null
 
@@ -134,7 +147,7 @@ public class MpiCommunicator internal constructor(
     /** `MPI_Get_library_version`'s text. */
     public val libraryVersion: String get() = runtime.library.version
 
-    /** Whether device (CUDA) tensors are handed to MPI directly (CUDA-aware MPI). */
+    /** Whether device (CUDA) tensors are handed to MPI directly (CUDA-aware MPI); when false they are staged through host memory. */
     public val passesDevicePointers: Boolean get() = deviceTensors
 
     /**
@@ -158,6 +171,7 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+        if (tensor.device.isGpu && staging.needed(tensor)) return staging.allReduce(tensor, op)
         val name = "allReduce"
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
@@ -195,6 +209,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
+        if (tensor.device.isGpu && staging.needed(tensor)) return staging.broadcast(tensor, root)
         val name = "broadcast"
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
@@ -212,6 +227,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        if (tensor.device.isGpu && staging.needed(tensor)) return staging.reduce(tensor, root, op)
         val name = "reduce"
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
@@ -250,6 +266,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
+        if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
         val name = "allGather"
         checkTensor(input, name); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
@@ -271,6 +288,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
         val name = "reduceScatter"
         checkTensor(input, name); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
@@ -317,6 +335,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
+        if (staging.needed(input)) return staging.gather(input, root, dim)
         val name = "gather"
         checkTensor(input, name)
         CollectiveChecks.root(root, worldSize, name)
@@ -337,6 +356,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
+        if (staging.needed(output) || staging.needed(input)) return staging.scatter(output, input, root, dim)
         val name = "scatter"
         checkTensor(output, name)
         CollectiveChecks.root(root, worldSize, name)
@@ -365,6 +385,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
+        if (staging.needed(input)) return staging.allToAll(input, dim)
         val name = "allToAll"
         checkTensor(input, name)
         CollectiveChecks.dim(input, dim, name)
@@ -399,6 +420,7 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ point to point
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
+        if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
         val name = "send"
         checkTensor(tensor, name)
         CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
@@ -410,6 +432,7 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
         val name = "recv"
         checkTensor(tensor, name)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
@@ -803,6 +826,23 @@ public class MpiCommunicator internal constructor(
         throw e
     }
 
+    /**
+     * The exception for a failed staging copy of [operation] ([MpiDeviceStaging]); when [breaks],
+     * the communicator is broken first (this rank cannot join the operation its peers are in).
+     */
+    internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
+        val e = CommunicationException(message, rank, "mpi", operation, -1, cause, recorder.dumpJson())
+        if (breaks) markBroken(e)
+        return e
+    }
+
+    /** Keeps [obj] (memory MPI may still touch) reachable for the life of the process. */
+    internal fun keepForever(obj: Any) = runtime.pin(obj)
+
+    /** How the CUDA-awareness was decided, for messages. */
+    internal val cudaAwareness: String
+        get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
+
     private fun ensureUsable(operation: String, sequence: Long) {
         if (closed.get()) throw CommunicatorAbortedException("the communicator is closed", rank, "mpi", operation, sequence)
         broken?.let {
@@ -946,18 +986,13 @@ public class MpiCommunicator internal constructor(
 
     private fun checkTensor(t: Tensor, operation: String) {
         require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
-        if (t.device.isGpu) {
-            require(deviceTensors && t.device is Device.Cuda) {
-                "$operation: the tensor is on ${t.device}, but this MPI library is not CUDA-aware " +
-                    "(MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}) " +
-                    "and no device runtime is available to stage it through host memory; copy it to the host, use the NCCL backend, " +
-                    "or set mpi.cudaAware=Enabled if your MPI is CUDA-aware"
-            }
-        }
     }
 
     private fun checkHost(t: Tensor, operation: String, why: String) {
-        require(!t.device.isGpu) { "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first" }
+        require(!t.device.isGpu) {
+            "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first, " +
+                "or set mpi.cudaAware=Disabled to have device tensors staged through host memory (docs/mpi.md)"
+        }
     }
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()

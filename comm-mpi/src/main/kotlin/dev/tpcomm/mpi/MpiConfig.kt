@@ -180,7 +180,10 @@ public enum class CudaAwareMode {
     /** Always pass device pointers (the user knows the library is CUDA-aware). */
     Enabled,
 
-    /** Never pass device pointers: device tensors are refused. */
+    /**
+     * Never pass device pointers: device tensors are staged through host memory with the
+     * [dev.tpcomm.spi.DeviceStaging] registered for their device, or refused when there is none.
+     */
     Disabled,
 }
 

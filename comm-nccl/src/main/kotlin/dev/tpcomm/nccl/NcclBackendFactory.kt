@@ -53,7 +53,7 @@ public class NcclBackendFactory : CommBackendFactory {
         }
     }
 
-    private companion object {
+    internal companion object {
         /** Loading is attempted once per process: a failed static initialiser cannot be retried anyway. */
         val PROBE: GpuProbe by lazy { probeSafely() }
 

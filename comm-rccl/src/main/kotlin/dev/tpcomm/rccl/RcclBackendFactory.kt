@@ -53,9 +53,9 @@ public class RcclBackendFactory : CommBackendFactory {
         }
     }
 
-    private class Platform(val api: RcclLibrary?, val runtime: HipRuntime?, val probe: GpuProbe)
+    internal class Platform(val api: RcclLibrary?, val runtime: HipRuntime?, val probe: GpuProbe)
 
-    private companion object {
+    internal companion object {
         val PLATFORM: Platform by lazy { load() }
 
         fun load(): Platform {

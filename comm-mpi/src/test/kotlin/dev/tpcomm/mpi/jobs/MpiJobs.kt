@@ -71,3 +71,31 @@ object MpiJobs {
         return result
     }
 }
+
+/** One case's result on one rank, as a job main reports it. */
+data class CaseOutcome(val case: String, val status: String, val message: String)
+
+/**
+ * The `rank-<r>.tsv` files through which job mains report per-case results (one line per case:
+ * base64 case name, status, base64 message, optional further fields), as [MpiConformanceMain] writes them.
+ */
+object CaseReports {
+    private val encoder = java.util.Base64.getEncoder()
+    private val decoder = java.util.Base64.getDecoder()
+
+    fun write(dir: Path, rank: Int, outcomes: List<CaseOutcome>) {
+        Files.createDirectories(dir)
+        Files.write(dir.resolve("rank-$rank.tsv"), outcomes.map {
+            "${encoder.encodeToString(it.case.toByteArray())}\t${it.status}\t${encoder.encodeToString(it.message.toByteArray())}"
+        })
+    }
+
+    /** Each rank's outcomes (empty for a rank that wrote no file). */
+    fun read(dir: Path, np: Int): List<List<CaseOutcome>> = (0 until np).map { r ->
+        val f = dir.resolve("rank-$r.tsv")
+        if (!Files.exists(f)) emptyList() else Files.readAllLines(f).map { line ->
+            val fields = line.split('\t')
+            CaseOutcome(String(decoder.decode(fields[0])), fields[1], String(decoder.decode(fields[2])))
+        }
+    }
+}
