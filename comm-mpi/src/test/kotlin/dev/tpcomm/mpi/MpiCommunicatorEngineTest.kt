@@ -34,12 +34,8 @@ class MpiCommunicatorEngineTest : FunSpec({
         }
     }
 
-    fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0), mpi: MpiConfig = MpiConfig()): MpiCommunicator {
-        val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
-        val runtime = MpiRuntime(library, b, 3, false, -1)
-        runtime.retain()
-        return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, config.rank, config.worldSize, config, mpi, NativeDispatcher("test-mpi"), true, "test")
-    }
+    fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0), mpi: MpiConfig = MpiConfig()): MpiCommunicator =
+        mockCommunicator(b, config, mpi)
 
     test("below MPI_THREAD_MULTIPLE every communicator shares one MPI thread, closed with the last communicator") {
         val b = binding()

@@ -29,13 +29,8 @@ import io.mockk.verify
 class MpiDeviceStagingTest : FunSpec({
     fun binding(): MpiBinding = mockk<MpiBinding>(relaxed = true).also { b -> every { b.abi } returns MpichAbi }
 
-    fun communicator(b: MpiBinding, mpi: MpiConfig = MpiConfig(cudaAware = CudaAwareMode.Disabled), cudaSupport: Int = -1): MpiCommunicator {
-        val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
-        val runtime = MpiRuntime(library, b, 3, false, cudaSupport)
-        runtime.retain()
-        val config = CommConfig(worldSize = 2, rank = 0)
-        return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, 0, 2, config, mpi, NativeDispatcher("test-mpi-staging"), "test")
-    }
+    fun communicator(b: MpiBinding, mpi: MpiConfig = MpiConfig(cudaAware = CudaAwareMode.Disabled), cudaSupport: Int = -1): MpiCommunicator =
+        mockCommunicator(b, mpi = mpi, cudaSupport = cudaSupport)
 
     test("with no staging registered a device tensor is refused before any MPI call, saying how to register one") {
         val b = binding()

@@ -11,7 +11,7 @@ import io.kotest.matchers.shouldNotBe
 import io.kotest.matchers.string.shouldContain
 import io.kotest.matchers.longs.shouldBeLessThan
 import java.nio.file.Files
-import java.util.Base64
+import dev.tpcomm.mpi.jobs.CaseReports
 import kotlin.time.Duration.Companion.minutes
 
 /**
@@ -47,24 +47,17 @@ class MpiJobsTest : FunSpec({
                     test("$suite job exits 0") {
                         withClue(job.toString()) { job.timedOut shouldBe false; job.exitCode shouldBe 0 }
                     }
-                    val b64 = Base64.getDecoder()
-                    val perRank = (0 until np).map { r ->
-                        val f = out.resolve("rank-$r.tsv")
-                        if (Files.exists(f)) Files.readAllLines(f).map { line ->
-                            val (c, status, msg) = line.split('\t')
-                            Triple(String(b64.decode(c)), status, String(b64.decode(msg)))
-                        } else emptyList()
-                    }
-                    val cases = perRank.flatten().map { it.first }.distinct()
+                    val perRank = CaseReports.read(out, np)
+                    val cases = perRank.flatten().map { it.case }.distinct()
                     test("$suite every rank reported") {
                         withClue(job.toString()) { perRank.all { it.isNotEmpty() } shouldBe true }
                     }
                     for (case in cases) {
-                        val outcomes = perRank.mapIndexedNotNull { r, list -> list.firstOrNull { it.first == case }?.let { r to it } }
-                        val skipped = outcomes.all { it.second.second == "Skipped" }
+                        val outcomes = perRank.mapIndexedNotNull { r, list -> list.firstOrNull { it.case == case }?.let { r to it } }
+                        val skipped = outcomes.all { it.second.status == "Skipped" }
                         test("$suite $case").config(enabled = !skipped) {
-                            val failed = outcomes.filter { it.second.second == "Failed" }
-                            withClue(failed.joinToString("\n") { "rank ${it.first}: ${it.second.third}" }) {
+                            val failed = outcomes.filter { it.second.status == "Failed" }
+                            withClue(failed.joinToString("\n") { "rank ${it.first}: ${it.second.message}" }) {
                                 failed.size shouldBe 0
                                 outcomes.size shouldBe np
                             }

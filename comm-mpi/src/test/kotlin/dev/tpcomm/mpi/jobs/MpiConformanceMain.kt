@@ -14,7 +14,6 @@ import dev.tpcomm.testkit.writeJUnitXml
 import kotlinx.coroutines.runBlocking
 import java.nio.file.Files
 import java.nio.file.Path
-import java.util.Base64
 import kotlin.system.exitProcess
 import kotlin.time.Duration.Companion.seconds
 
@@ -59,12 +58,7 @@ object MpiConformanceMain {
             val results = SpmdConformanceRunner.run(comm, filter = filter, options = options, scratch = scratch, report = { r ->
                 if (r.status == CaseResult.Status.Failed) System.err.println("FAILED ${r.case} on rank ${r.rank}: ${r.message}")
             })
-            Files.createDirectories(out)
-            val b64 = Base64.getEncoder()
-            Files.write(
-                out.resolve("rank-${comm.rank}.tsv"),
-                results.map { "${b64.encodeToString(it.case.toByteArray())}\t${it.status}\t${b64.encodeToString((it.message ?: "").toByteArray())}\t${it.durationMillis}" },
-            )
+            CaseReports.write(out, comm.rank, results.map { CaseOutcome(it.case, it.status.toString(), it.message ?: "") })
             writeJUnitXml(out.resolve("TEST-$suite.rank${comm.rank}.xml"), "$suite.rank${comm.rank}", results)
             comm.close()
             0
