@@ -7,8 +7,8 @@
 #
 # Takes about 10-15 minutes (the peers wait for the machine to be quiet before each step).
 # Knobs (environment): WORLDS ("2 4"), MPIS ("openmpi mpich"; empty skips the MPI backend),
-#   MPI_THREAD_LEVELS ("Multiple Serialized": the MPI backend once per thread level; Serialized rows
-#   are labelled tpcomm_mpi_<mpi>_serialized),
+#   MPI_THREAD_LEVELS ("Multiple Single": the MPI backend once per thread level; rows of a level
+#   other than the default Multiple are labelled tpcomm_mpi_<mpi>_<level>, e.g. tpcomm_mpi_openmpi_single),
 #   BENCH_TARGET_S (0.25 s per timed repeat, as the peers), QUIET_WAIT (30 s), PEERS_DIR, OUT (raw
 #   results folder, default target/compare-<date>), SKIP_PEERS=1 with PEERS_OUT=dir to reuse a peers run.
 set -euo pipefail
@@ -18,7 +18,7 @@ source scripts/env.sh
 PY=/usr/bin/python3
 WORLDS="${WORLDS:-2 4}"
 MPIS="${MPIS-openmpi mpich}"
-MPI_THREAD_LEVELS="${MPI_THREAD_LEVELS:-Multiple Serialized}"
+MPI_THREAD_LEVELS="${MPI_THREAD_LEVELS:-Multiple Single}"
 SIZES=8,1K,64K,1M,16M,64M
 OPS=all_reduce,all_gather,broadcast
 export BENCH_TARGET_S="${BENCH_TARGET_S:-0.25}"

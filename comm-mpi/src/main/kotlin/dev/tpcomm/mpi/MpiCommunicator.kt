@@ -37,8 +37,9 @@ import kotlin.coroutines.cancellation.CancellationException
  * ([nativeDispatcher]), in call order, so every rank issues its collectives in program order.
  * With `MPI_THREAD_MULTIPLE` ([MpiThreadLevel.Multiple], the default) each communicator, split
  * ones included, has its own thread, so collectives on different communicators never wait for one
- * another. With [MpiThreadLevel.Serialized] all communicators of the process share one MPI thread
- * (MPI is cheaper per call without thread support): blocking collectives on different
+ * another. With [MpiThreadLevel.Single] or [MpiThreadLevel.Serialized] all communicators of the
+ * process share one MPI thread (MPI is cheaper per call without thread support, see
+ * [MpiThreadLevel.Single]): blocking collectives on different
  * communicators then run one after the other, so every rank must issue them in the same order
  * (as in PyTorch's MPI process group), or use [MpiProgress.NonBlocking], whose operations progress
  * together. Callers already on [nativeDispatcher] (`withContext(comm.nativeDispatcher) { ... }`)

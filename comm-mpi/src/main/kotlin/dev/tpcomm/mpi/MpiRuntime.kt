@@ -1,6 +1,9 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.coroutines.NativeDispatcher
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
+import kotlin.coroutines.EmptyCoroutineContext
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
@@ -22,6 +25,8 @@ internal class MpiRuntime(
     private val ownsInit: Boolean,
     /** CUDA support reported by `MPIX_Query_cuda_support` (-1: the library has no such function). */
     val cudaSupport: Int,
+    /** The thread that called `MPI_Init_thread`, when below `MPI_THREAD_MULTIPLE` (every MPI call then runs on it). */
+    mpiThread: NativeDispatcher? = null,
 ) {
     private val users = AtomicInteger(0)
     private val lock = Any()
@@ -41,7 +46,7 @@ internal class MpiRuntime(
      * Below `MPI_THREAD_MULTIPLE` only one thread may be inside MPI at a time: every communicator
      * of the process then shares this one thread (created with the first, closed with MPI).
      */
-    private var sharedDispatcher: NativeDispatcher? = null
+    private var sharedDispatcher: NativeDispatcher? = mpiThread
 
     /** Whether communicators share one MPI thread ([providedThreadLevel] below `MPI_THREAD_MULTIPLE`). */
     val sharesOneThread: Boolean get() = providedThreadLevel < MpiThreadLevel.Multiple.value
@@ -89,9 +94,10 @@ internal class MpiRuntime(
     }
 
     /**
-     * `MPI_Finalize` once, when this runtime initialised MPI. Idempotent. Runs on a helper thread
-     * and waits at most [FINALIZE_WAIT_MILLIS]: after a failure MPI may never finish finalizing, and
-     * the process must still be able to exit.
+     * `MPI_Finalize` once, when this runtime initialised MPI. Idempotent. Runs on the MPI thread
+     * when communicators share one (inline when called there), else on a helper thread, and waits
+     * at most [FINALIZE_WAIT_MILLIS]: after a failure MPI may never finish finalizing, and the
+     * process must still be able to exit.
      */
     fun finalizeOnce() {
         synchronized(lock) {
@@ -99,15 +105,26 @@ internal class MpiRuntime(
             finalized = true
             watchdog.close()
             if (!ownsInit) return
-            val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start {
+            val finalize = Runnable {
                 Arena.ofConfined().use { a ->
                     val flag = a.allocate(ValueLayout.JAVA_INT)
                     binding.finalized(flag.address())
                     if (flag.get(ValueLayout.JAVA_INT, 0) == 0) binding.finalize()
                 }
             }
-            t.join(FINALIZE_WAIT_MILLIS)
-            if (t.isAlive) {
+            val shared = sharedDispatcher?.takeIf { !it.isClosed }
+            if (shared != null && shared.isNativeThread) {
+                finalize.run()
+                return
+            }
+            val finished = if (shared != null) {
+                runOn(shared, FINALIZE_WAIT_MILLIS) { finalize.run() }
+            } else {
+                val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start(finalize)
+                t.join(FINALIZE_WAIT_MILLIS)
+                !t.isAlive
+            }
+            if (!finished) {
                 System.err.println("tpcomm-mpi: MPI_Finalize did not return within ${FINALIZE_WAIT_MILLIS} ms (a communicator failed earlier); exiting without it")
             }
         }
@@ -124,6 +141,16 @@ internal class MpiRuntime(
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
+
+        /**
+         * Runs [block] on [thread] and waits at most [timeoutMillis] for it; false when it did not
+         * finish in time (or the thread was closed before running it).
+         */
+        private fun runOn(thread: NativeDispatcher, timeoutMillis: Long, block: () -> Unit): Boolean {
+            val done = CountDownLatch(1)
+            thread.dispatch(EmptyCoroutineContext, Runnable { try { block() } finally { done.countDown() } })
+            return done.await(timeoutMillis, TimeUnit.MILLISECONDS)
+        }
 
         /** The runtime if MPI was initialised in this process. */
         val current: MpiRuntime? get() = instance
@@ -143,18 +170,32 @@ internal class MpiRuntime(
                 val library = MpiLibrary.load(config.library, env)
                 for ((k, v) in config.initEnvironment(library.implementation)) Libc.setenv(k, v, true)
                 val binding = FfmMpiBinding(library.abi)
-                val runtime = Arena.ofConfined().use { a ->
-                    val out = a.allocate(ValueLayout.JAVA_INT)
-                    binding.initialized(out.address())
-                    val already = out.get(ValueLayout.JAVA_INT, 0) != 0
-                    val provided = if (already) {
-                        config.threadLevel.value
-                    } else {
-                        val rc = binding.initThread(config.threadLevel.value, out.address())
-                        check(rc == 0) { "MPI_Init_thread failed with error code $rc (${library.path}, ${library.implementation})" }
-                        out.get(ValueLayout.JAVA_INT, 0)
+                // Below MPI_THREAD_MULTIPLE one thread makes every MPI call, MPI_Init_thread included.
+                val mpiThread = if (config.threadLevel < MpiThreadLevel.Multiple) NativeDispatcher("tpcomm-mpi") else null
+                val init = {
+                    Arena.ofConfined().use { a ->
+                        val out = a.allocate(ValueLayout.JAVA_INT)
+                        binding.initialized(out.address())
+                        val already = out.get(ValueLayout.JAVA_INT, 0) != 0
+                        val provided = if (already) {
+                            config.threadLevel.value
+                        } else {
+                            val rc = binding.initThread(config.threadLevel.value, out.address())
+                            check(rc == 0) { "MPI_Init_thread failed with error code $rc (${library.path}, ${library.implementation})" }
+                            out.get(ValueLayout.JAVA_INT, 0)
+                        }
+                        MpiRuntime(library, binding, provided, !already, binding.queryCudaSupport(), mpiThread)
                     }
-                    MpiRuntime(library, binding, provided, !already, binding.queryCudaSupport())
+                }
+                val runtime = try {
+                    if (mpiThread == null) init() else {
+                        var result: Result<MpiRuntime>? = null
+                        check(runOn(mpiThread, Long.MAX_VALUE) { result = runCatching(init) }) { "MPI_Init_thread did not run" }
+                        result!!.getOrThrow()
+                    }
+                } catch (t: Throwable) {
+                    mpiThread?.close()
+                    throw t
                 }
                 Runtime.getRuntime().addShutdownHook(Thread({ runtime.finalizeOnce() }, "tpcomm-mpi-finalize"))
                 instance = runtime

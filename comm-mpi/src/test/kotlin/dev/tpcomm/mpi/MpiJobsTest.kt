@@ -17,7 +17,7 @@ import kotlin.time.Duration.Companion.minutes
 /**
  * Multi-process tests: comm-testkit's conformance suite inside real `mpirun` jobs of 1 to 4 ranks
  * on Open MPI and MPICH (one Kotest container per job, named `mpi.<impl>.np<N>`, or
- * `mpi.<impl>.serialized.np3` for the job under `MPI_THREAD_SERIALIZED`, one test per
+ * `mpi.<impl>.single.np3` and `mpi.<impl>.serialized.np2` for the jobs below `MPI_THREAD_MULTIPLE`, one test per
  * case), plus the failure jobs (a stalled rank, a killed rank, a missing library). Every job has a
  * hard wall-clock limit. A missing implementation fails its tests unless `TPCOMM_ALLOW_MISSING_MPI=1`.
  */
@@ -35,9 +35,9 @@ class MpiJobsTest : FunSpec({
                     }
                 }
             }
-            // Every rank count with the default thread level, and 3 ranks with MPI_THREAD_SERIALIZED
-            // (all communicators of a process on one shared MPI thread).
-            val jobs = rankCounts.map { it to null } + listOf(3 to "Serialized")
+            // Every rank count with the default thread level, and the levels whose communicators share
+            // one MPI thread: MPI_THREAD_SINGLE on 3 ranks, MPI_THREAD_SERIALIZED on 2.
+            val jobs = rankCounts.map { it to null } + listOf(3 to "Single", 2 to "Serialized")
             if (launcher.path != null) for ((np, threadLevel) in jobs) {
                 val suite = if (threadLevel == null) "mpi.${launcher.id}.np$np" else "mpi.${launcher.id}.${threadLevel.lowercase()}.np$np"
                 context(suite) {
