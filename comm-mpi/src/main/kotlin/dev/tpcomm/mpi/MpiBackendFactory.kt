@@ -4,7 +4,6 @@ import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
-import dev.tpcomm.coroutines.NativeDispatcher
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
@@ -64,8 +63,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
         }
 
         /**
-         * Makes a communicator with its MPI thread ([MpiRuntime.dispatcherFor]) over [existing] (or, when 0, a new duplicate of
-         * `MPI_COMM_WORLD`): sets `MPI_ERRORS_RETURN`, reads rank and size.
+         * Makes a communicator on its MPI thread ([MpiRuntime.dispatcherFor]) over [existing] (or,
+         * when 0, a new duplicate of `MPI_COMM_WORLD`): sets `MPI_ERRORS_RETURN`, reads rank and size.
          */
         suspend fun wrap(
             runtime: MpiRuntime,

@@ -1,12 +1,12 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.coroutines.NativeDispatcher
-import java.util.concurrent.CountDownLatch
-import java.util.concurrent.TimeUnit
-import kotlin.coroutines.EmptyCoroutineContext
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicInteger
+import kotlin.coroutines.EmptyCoroutineContext
 
 /**
  * MPI's process-wide state: the library, `MPI_Init_thread` once, `MPI_Finalize` once (when the
@@ -197,6 +197,8 @@ internal class MpiRuntime(
                     mpiThread?.close()
                     throw t
                 }
+                // MPI may grant more than was asked: at MPI_THREAD_MULTIPLE every communicator has its own thread.
+                if (mpiThread != null && !runtime.sharesOneThread) mpiThread.close()
                 Runtime.getRuntime().addShutdownHook(Thread({ runtime.finalizeOnce() }, "tpcomm-mpi-finalize"))
                 instance = runtime
                 return runtime
