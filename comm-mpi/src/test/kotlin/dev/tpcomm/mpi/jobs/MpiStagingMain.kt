@@ -242,12 +242,7 @@ object MpiStagingMain {
 
             case(BAD_ARGUMENT) {
                 fake.reset()
-                val e = try {
-                    comm.broadcast(onDevice(values(DType.Float32, 2)), ws)
-                    null
-                } catch (e: IllegalArgumentException) {
-                    e
-                }
+                val e = failureOf<IllegalArgumentException> { comm.broadcast(onDevice(values(DType.Float32, 2)), ws) }
                 if (e == null || "out of range" !in e.message.orEmpty()) fail("expected the root check's IllegalArgumentException, got $e")
                 if (fake.toDevice.get() != 0 || fake.liveTemporaries != 0) fail("copies back ${fake.toDevice.get()}, live temporaries ${fake.liveTemporaries}")
                 comm.barrier()
@@ -256,12 +251,7 @@ object MpiStagingMain {
             case(COPY_BACK_FAILS) {
                 fake.reset()
                 fake.failToDevice = "simulated copy failure"
-                val e = try {
-                    comm.allReduce(onDevice(values(DType.Float32, 3)))
-                    null
-                } catch (e: CommunicationException) {
-                    e
-                }
+                val e = failureOf<CommunicationException> { comm.allReduce(onDevice(values(DType.Float32, 3))) }
                 if (e == null || "copying its Float32[3] result back to Cuda(index=0)" !in e.message.orEmpty()) fail("expected the copy-back failure, got $e")
                 if (comm.isBroken) fail("the communicator broke on a failed copy back")
                 if (fake.liveTemporaries != 0) fail("${fake.liveTemporaries} host temporaries were not freed")
@@ -275,12 +265,7 @@ object MpiStagingMain {
             case(NOTHING_REGISTERED) {
                 registration.close()
                 try {
-                    val e = try {
-                        comm.allReduce(onDevice(values(DType.Float32, 3)))
-                        null
-                    } catch (e: IllegalArgumentException) {
-                        e
-                    }
+                    val e = failureOf<IllegalArgumentException> { comm.allReduce(onDevice(values(DType.Float32, 3))) }
                     val m = e?.message.orEmpty()
                     if ("DeviceStagingRegistry.register" !in m || "comm-nccl" !in m || "mpi.cudaAware=Disabled" !in m) fail("expected the refusal, got $e")
                     comm.barrier()
@@ -294,21 +279,11 @@ object MpiStagingMain {
                 try {
                     fake.reset()
                     fake.failToHost = "simulated copy failure"
-                    val e = try {
-                        dup.allReduce(onDevice(values(DType.Float32, 3)))
-                        null
-                    } catch (e: CommunicationException) {
-                        e
-                    }
+                    val e = failureOf<CommunicationException> { dup.allReduce(onDevice(values(DType.Float32, 3))) }
                     if (e == null || "to host memory with host-backed test staging failed" !in e.message.orEmpty()) fail("expected the copy-in failure, got $e")
                     if (!dup.isBroken) fail("the communicator is usable after a failed copy in")
                     if (fake.liveTemporaries != 0) fail("${fake.liveTemporaries} host temporaries were not freed")
-                    val later = try {
-                        dup.barrier()
-                        null
-                    } catch (e: CommunicatorAbortedException) {
-                        e
-                    }
+                    val later = failureOf<CommunicatorAbortedException> { dup.barrier() }
                     if (later == null) fail("a later call on the aborted communicator succeeded")
                 } finally {
                     fake.reset()
@@ -323,3 +298,12 @@ object MpiStagingMain {
         exitProcess(0)
     }
 }
+
+/** The [T] that [block] throws, or null when it returns normally (other exceptions propagate). */
+private inline fun <reified T : Throwable> failureOf(block: () -> Unit): T? =
+    try {
+        block()
+        null
+    } catch (e: Throwable) {
+        if (e is T) e else throw e
+    }
