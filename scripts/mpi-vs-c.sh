@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi-vs-c.sh -- the MPI backend's float32 all-reduce against ../shared/bench/peers/c_mpi.c (Open MPI),
-# in alternating runs: C, then tpcomm (dev.tpcomm.mpi.MpiAllReduceBench) at each thread level, REPS
-# times over. This VM moves between a fast and a slow state for minutes at a time (2x apart at every
+# in alternating runs: C, C calling MPI_Allreduce in place (as tpcomm's allReduce does), then tpcomm
+# (dev.tpcomm.mpi.MpiAllReduceBench) at each thread level, REPS times over. This VM moves between a fast and a slow state for minutes at a time (2x apart at every
 # size, C and JVM alike), so single runs of each program cannot be compared; alternating runs see
 # the same states, and the table gives each program's minimum and median over its runs and the
 # ratios of both.
@@ -28,6 +28,14 @@ command -v mpirun.openmpi >/dev/null || { echo "mpirun.openmpi not found: apt-ge
 
 tpcomm_build comm-bench # its classpath holds comm-mpi and MpiAllReduceBench
 mpicc.openmpi -O2 -o "$OUT/c_mpi" "$PEERS_DIR/c_mpi.c"
+# The same program calling MPI_Allreduce in place, as tpcomm's allReduce(tensor) does (its result
+# check assumes out of place, so it is skipped for all-reduce).
+sed -e 's/MPI_Allreduce(sbuf, rbuf, (int)count/MPI_Allreduce(MPI_IN_PLACE, rbuf, (int)count/' \
+    -e 's/^static void check(int coll, size_t count) {/& if (coll == ALLREDUCE) return;/' \
+    "$PEERS_DIR/c_mpi.c" > "$OUT/c_mpi_inplace.c"
+grep -q 'MPI_IN_PLACE, rbuf' "$OUT/c_mpi_inplace.c" && grep -q 'if (coll == ALLREDUCE) return;' "$OUT/c_mpi_inplace.c" \
+  || { echo "c_mpi.c changed: could not derive its in-place variant" >&2; exit 2; }
+mpicc.openmpi -O2 -o "$OUT/c_mpi_inplace" "$OUT/c_mpi_inplace.c"
 # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
 MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL)
 JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.mpi.MpiAllReduceBench)
@@ -36,34 +44,11 @@ JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.mpi.Mp
 for r in $(seq "$REPS"); do
   echo "round $r of $REPS" >&2
   "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C,/' >> "$OUT/runs.csv"
+  "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_inplace" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place,/' >> "$OUT/runs.csv"
   for level in $LEVELS; do
     TPCOMM_MPI_THREAD_LEVEL="$level" "${MPIRUN[@]}" -x TPCOMM_MPI_THREAD_LEVEL -np "$WORLD" "${JAVA[@]}" 2>/dev/null \
       | grep '^tpcomm_mpi_openmpi,allreduce,' | sed "s/^tpcomm_mpi_openmpi,/tpcomm $level,/" >> "$OUT/runs.csv"
   done
 done
 
-/usr/bin/python3 - "$OUT/runs.csv" "$LEVELS" "$REPS" "$WORLD" "${MPI_FLAGS:-}" <<'EOF'
-import csv, statistics, sys
-path, levels, reps, world = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
-runs = {}
-for impl, coll, w, size, t, *_ in csv.reader(open(path)):
-    runs.setdefault((impl, int(size)), []).append(float(t))
-sizes = sorted({s for (_, s) in runs if s <= 16777216})
-def fmt(x): return f"{x:.3g}" if x < 100 else f"{x:,.0f}"
-impls = ["C"] + [f"tpcomm {l}" for l in levels]
-flags = sys.argv[5].strip()
-print(f"Float32 all-reduce, {world} ranks, Open MPI{', mpirun ' + flags if flags else ''}, {reps} alternating rounds; µs, min / median of the runs; ratios to C's min / median.\n")
-head = "| bytes | " + " | ".join(impls) + " | " + " | ".join(f"{l} / C" for l in levels) + " |"
-print(head)
-print("|" + "---|" * (1 + len(impls) + len(levels)))
-for s in sizes:
-    cells, c = [], runs.get(("C", s))
-    for i in impls:
-        v = runs.get((i, s))
-        cells.append(f"{fmt(min(v))} / {fmt(statistics.median(v))} ({len(v)})" if v else "-")
-    ratios = []
-    for l in levels:
-        v = runs.get((f"tpcomm {l}", s))
-        ratios.append(f"{min(v) / min(c):.2f} / {statistics.median(v) / statistics.median(c):.2f}" if v and c else "-")
-    print(f"| {s} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
-EOF
+/usr/bin/python3 scripts/mpi_vs_c_report.py "$OUT/runs.csv" "$LEVELS" "${MPI_FLAGS:-}"
