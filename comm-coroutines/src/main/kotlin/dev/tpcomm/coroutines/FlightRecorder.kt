@@ -16,8 +16,8 @@ import java.util.concurrent.atomic.AtomicReferenceArray
  * numbers still count.
  *
  * **Cost.** Recording is on every operation's path, so it takes no lock: one atomic increment,
- * one clock read, one small allocation and one compare-and-set into the ring per [start], and one
- * clock read per [Entry.complete] when [timing] is on (none when it is off).
+ * one read of [clock], one small allocation and one compare-and-set into the ring per [start], and
+ * one clock read per [Entry.complete] when [timing] is on (none when it is off).
  *
  * **Thread-safety.** Any thread may start, complete, fail and dump concurrently. Sequence numbers
  * are unique and increase in call order of [start]. A dump shows every kept entry whole, each as
@@ -38,7 +38,24 @@ public class FlightRecorder(
      * progress always reports how long it has been running (the figure a hang diagnosis needs).
      */
     public val timing: Boolean = true,
+    /**
+     * Where [start] reads an operation's start time: [System.nanoTime] by default. A backend may
+     * pass a cheaper, coarser clock in the same time base (`System.nanoTime` values that another
+     * thread advances); start times and running durations are then accurate to its resolution.
+     */
+    public val clock: NanoClock = NanoClock.SYSTEM,
 ) {
+    /** A source of `System.nanoTime`-based time stamps for [start]. Must be thread-safe and cheap. */
+    public fun interface NanoClock {
+        /** The current time, in the time base of [System.nanoTime]. */
+        public fun nanoTime(): Long
+
+        public companion object {
+            /** [System.nanoTime] itself. */
+            public val SYSTEM: NanoClock = NanoClock { System.nanoTime() }
+        }
+    }
+
     init {
         require(capacity >= 0) { "flight recorder capacity must be >= 0, got $capacity" }
     }
@@ -129,7 +146,7 @@ public class FlightRecorder(
         peers: String? = null,
         detail: String? = null,
     ): Entry {
-        val e = Entry(sequences.getAndIncrement(), operation, dtype, shape, bytes, peers, detail, System.nanoTime())
+        val e = Entry(sequences.getAndIncrement(), operation, dtype, shape, bytes, peers, detail, clock.nanoTime())
         if (capacity > 0) {
             val slot = ((e.sequence - 1) % capacity).toInt()
             var old = ring.getPlain(slot)

@@ -71,6 +71,15 @@ class FlightRecorderSpec : FunSpec({
         r.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 2_000L
     }
 
+    test("start times come from the given clock, in System.nanoTime's time base") {
+        val rec = FlightRecorder(4, timing = false, clock = { System.nanoTime() - 20_000_000L }) // 20 ms behind
+        val before = System.currentTimeMillis()
+        rec.start("op")
+        val record = rec.snapshot().single()
+        record.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 20_000L
+        record.startEpochMillis shouldBeInRange (before - 25)..(before - 15)
+    }
+
     test("the wall-clock start lies between the clock before and after start") {
         val rec = FlightRecorder(4)
         val before = System.currentTimeMillis()

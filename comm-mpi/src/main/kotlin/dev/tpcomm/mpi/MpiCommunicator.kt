@@ -93,7 +93,11 @@ public class MpiCommunicator internal constructor(
     private val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
-    private val recorder = FlightRecorder(config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling)
+    private val recorder = FlightRecorder(
+        config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling,
+        // Without profiling, start times come from the watchdog's scans: no clock read per operation.
+        clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else runtime.watchdog.coarseClock,
+    )
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()

@@ -1,5 +1,6 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.FlightRecorder
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.locks.LockSupport
 
@@ -34,6 +35,15 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
     private class Seen(var token: Long, var since: Long, var fired: Boolean)
 
     private val watched = ConcurrentHashMap.newKeySet<Watched>()
+
+    /** `System.nanoTime` as of this thread's latest scan (advanced every [periodMillis] ms). */
+    @Volatile private var coarseNanos: Long = System.nanoTime()
+
+    /**
+     * A flight-recorder clock that reads no clock: the time of the watchdog's latest scan, at most
+     * about [periodMillis] ms behind [System.nanoTime] (more when the machine starves this thread).
+     */
+    val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { coarseNanos }
     @Volatile private var closed = false
     @Volatile private var thread: Thread? = null
 
@@ -54,6 +64,7 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
         val seen = HashMap<Watched, Seen>()
         while (!closed) {
             val now = System.nanoTime()
+            coarseNanos = now
             seen.keys.retainAll(watched)
             for (w in watched) {
                 val token = w.activeCall
