@@ -106,9 +106,11 @@ public class FlightRecorder(
         }
 
         /** An immutable copy of this entry. */
-        public fun snapshot(): FlightRecord {
+        public fun snapshot(): FlightRecord = snapshot(System.nanoTime(), System.currentTimeMillis())
+
+        /** The copy as of [now] (`System.nanoTime`) and [nowMillis] (wall clock), read once per dump. */
+        internal fun snapshot(now: Long, nowMillis: Long): FlightRecord {
             val s = STATES[STATE.getAcquire(this) as Int] // read first: it publishes endNanos and error
-            val now = System.nanoTime()
             val duration = when {
                 s == State.Issued -> (now - startNanos) / 1000
                 timing -> (endNanos - startNanos) / 1000
@@ -123,8 +125,8 @@ public class FlightRecorder(
                 peers = peers,
                 detail = detail,
                 state = s,
-                // The wall-clock start, derived at dump time so that recording reads one clock.
-                startEpochMillis = System.currentTimeMillis() - Math.floorDiv(now - startNanos, 1_000_000L),
+                // The wall-clock start, derived at dump time so that recording reads no wall clock.
+                startEpochMillis = nowMillis - Math.floorDiv(now - startNanos, 1_000_000L),
                 durationMicros = duration,
                 error = if (s == State.Failed) error else null,
             )
@@ -163,8 +165,12 @@ public class FlightRecorder(
     public val nextSequenceNumber: Long get() = sequences.get()
 
     /** The kept entries, oldest first. */
-    public fun snapshot(): List<FlightRecord> =
-        (0 until capacity).mapNotNull { ring.get(it) }.sortedBy { it.sequence }.map { it.snapshot() }
+    public fun snapshot(): List<FlightRecord> {
+        val entries = (0 until capacity).mapNotNull { ring.get(it) }.sortedBy { it.sequence }
+        val now = System.nanoTime()
+        val nowMillis = System.currentTimeMillis()
+        return entries.map { it.snapshot(now, nowMillis) }
+    }
 
     /** The kept entries as JSON: `{"rank":..,"backend":..,"entries":[...]}`. */
     public fun dumpJson(): String = JSON.encodeToString(FlightRecorderDump.serializer(), FlightRecorderDump(rank, backend, snapshot()))
