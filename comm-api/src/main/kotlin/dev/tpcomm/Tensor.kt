@@ -43,7 +43,14 @@ public class Tensor private constructor(
     /** Sizes of the dimensions, outermost first; empty for a scalar. */
     public val shape: List<Int> = dims.toList()
 
-    /** Number of dimensions. */
+    /** Number of dimensions (0 for a scalar). */
+    public val ndim: Int get() = dims.size
+
+    /**
+     * Number of dimensions. Renamed to [ndim] so that it is not confused with a process rank
+     * ([Communicator.rank]).
+     */
+    @Deprecated("the number of dimensions is ndim; rank is the process rank", ReplaceWith("ndim"))
     public val rank: Int get() = dims.size
 
     /** Number of elements (1 for a scalar). */

@@ -40,16 +40,16 @@ public object CollectiveChecks {
     /** [dim] must index one of [tensor]'s dimensions (negative counts from the end). */
     @JvmStatic
     public fun dim(tensor: Tensor, dim: Int, operation: String) {
-        require(tensor.rank > 0) { "$operation: a scalar tensor has no dimension $dim; reshape it to one dimension with view(1)" }
-        require(dim in -tensor.rank until tensor.rank) {
-            "$operation: dim $dim is out of range for shape ${tensor.shape}; pass a dim in ${-tensor.rank}..${tensor.rank - 1}"
+        require(tensor.ndim > 0) { "$operation: a scalar tensor has no dimension $dim; reshape it to one dimension with view(1)" }
+        require(dim in -tensor.ndim until tensor.ndim) {
+            "$operation: dim $dim is out of range for shape ${tensor.shape}; pass a dim in ${-tensor.ndim}..${tensor.ndim - 1}"
         }
     }
 
     /** [tensor]'s size along [dim] must be divisible by [parts]. */
     @JvmStatic
     public fun divisible(tensor: Tensor, dim: Int, parts: Int, operation: String) {
-        val d = if (dim < 0) dim + tensor.rank else dim
+        val d = if (dim < 0) dim + tensor.ndim else dim
         require(tensor.shape[d] % parts == 0) {
             "$operation: size ${tensor.shape[d]} of dim $d (shape ${tensor.shape}) is not divisible by the world size $parts; " +
                 "pad the tensor so dim $d is a multiple of $parts"

@@ -11,7 +11,7 @@ public object CollectiveShapes {
     @JvmStatic
     public fun allGather(input: Tensor, worldSize: Int, dim: Int): List<Int> {
         CollectiveChecks.dim(input, dim, "allGather")
-        val d = if (dim < 0) dim + input.rank else dim
+        val d = if (dim < 0) dim + input.ndim else dim
         return input.shape.toMutableList().also { it[d] = it[d] * worldSize }
     }
 
@@ -19,7 +19,7 @@ public object CollectiveShapes {
     @JvmStatic
     public fun reduceScatter(input: Tensor, worldSize: Int, dim: Int): List<Int> {
         CollectiveChecks.dim(input, dim, "reduceScatter")
-        val d = if (dim < 0) dim + input.rank else dim
+        val d = if (dim < 0) dim + input.ndim else dim
         CollectiveChecks.divisible(input, d, worldSize, "reduceScatter")
         return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
     }

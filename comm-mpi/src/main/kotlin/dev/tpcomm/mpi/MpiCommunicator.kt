@@ -1009,7 +1009,7 @@ public class MpiCommunicator internal constructor(
         return t.numel.toInt()
     }
 
-    private fun normalize(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
+    private fun normalize(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
     /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
     private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }

@@ -822,7 +822,7 @@ public class NcclCommunicator internal constructor(
             "${SIG_OPS.getOrElse(v[0].toInt()) { "?" }}(dtype=${DType.entries.getOrNull(v[1].toInt()) ?: "-"}, " +
                 "op=${ReduceOp.entries.getOrNull(v[2].toInt()) ?: "-"}, root=${v[3]}, dim=${v[4]}, elements=${v[6]})"
 
-        fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
+        fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
         fun outerCount(shape: List<Int>, d: Int): Long {
             var o = 1L

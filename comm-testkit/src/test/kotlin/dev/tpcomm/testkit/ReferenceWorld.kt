@@ -315,7 +315,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
         host(output, "scatter"); CollectiveChecks.root(root, worldSize, "scatter")
         val full = output.shape.toMutableList()
         CollectiveChecks.dim(output, dim, "scatter")
-        val d = if (dim < 0) dim + output.rank else dim
+        val d = if (dim < 0) dim + output.ndim else dim
         full[d] *= worldSize
         if (rank == root) {
             requireNotNull(input) { "scatter: the root must pass an input" }

@@ -182,7 +182,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         return collective<Any?>(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList(), null).let { it as LocalCommunicator? }?.also { children.add(it) }
     }
 
-    private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.rank else dim
+    private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
     /**
      * Issues, arrives at and completes one collective. [sig] is the tensor whose dtype and shape form
