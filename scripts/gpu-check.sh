@@ -7,7 +7,8 @@
 # ----------------------------------------------------------------------------------------------
 # What it does, for the backend given as $1 (nccl | rccl; default: nccl when nvidia-smi lists a
 # GPU, else rccl when rocm-smi/rocminfo find one):
-#   1. builds comm-<backend> and its test classes (the GPU check mains live there);
+#   1. builds comm-gpu (the engine and, in its test-jar, the simulated platform) and comm-<backend>
+#      with its test classes (the GPU check mains live there);
 #   2. conformance, world of 1 on GPU 0: every comm-testkit case (collectives on device tensors,
 #      argument refusals, failure modes on fresh communicators) on the real library;
 #   3. conformance, one process per GPU when there are several (RANK/WORLD_SIZE/LOCAL_RANK set
@@ -46,7 +47,7 @@ esac
 echo "== $backend on $gpus GPU(s)"
 
 module="comm-$backend"
-./mvnw -B -q -pl "$module" -am test-compile dependency:build-classpath \
+./mvnw -B -q -pl "$module" -am package -DskipTests dependency:build-classpath \
   -Dmdep.includeScope=test -Dmdep.outputFile=target/gpu-check.classpath
 cp="$module/target/test-classes:$module/target/classes:$(cat "$module/target/gpu-check.classpath")"
 jvm=(java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -cp "$cp")

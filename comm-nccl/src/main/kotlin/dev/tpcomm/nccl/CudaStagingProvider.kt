@@ -1,5 +1,6 @@
 package dev.tpcomm.nccl
 
+import dev.tpcomm.gpu.DeviceRuntimeStaging
 import dev.tpcomm.nccl.javacpp.JavaCppPlatform
 import dev.tpcomm.spi.DeviceStaging
 import dev.tpcomm.spi.DeviceStagingProvider

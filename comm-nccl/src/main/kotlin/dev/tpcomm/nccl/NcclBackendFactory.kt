@@ -5,14 +5,17 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.Device
+import dev.tpcomm.gpu.BootstrapChannel
+import dev.tpcomm.gpu.GpuProbe
+import dev.tpcomm.gpu.NcclConnector
 import dev.tpcomm.nccl.javacpp.JavaCppPlatform
 
 /**
  * The `nccl` backend (priority 100): NVIDIA NCCL and the CUDA runtime through the JavaCPP presets,
- * on the [NcclEngine]. Available when the presets are on the classpath, `libcudart`/`libnccl` and
+ * on the [NcclConnector]. Available when the presets are on the classpath, `libcudart`/`libnccl` and
  * the NVIDIA driver load, NCCL is 2.14 or later, and a device is visible.
  *
- * [create] sets the [NcclConfig] variables (options `nccl.*`) before NCCL initialises, picks device
+ * [create] sets the [NcclEnvironment] variables (options `nccl.*`) before NCCL initialises, picks device
  * `nccl.device` or [CommConfig.localRank], and shares the unique id through
  * [BootstrapChannel.fromConfig]. Thread-safe; the probe runs once per factory instance.
  */
@@ -35,7 +38,7 @@ public class NcclBackendFactory : CommBackendFactory {
      * @throws BackendUnavailableException when NCCL or a device is missing, saying what to install.
      */
     public suspend fun create(config: CommConfig, bootstrap: Communicator?): Communicator {
-        val nccl = NcclConfig.fromOptions(config.options)
+        val nccl = NcclEnvironment.fromOptions(config.options)
         nccl.apply()
         val p = probe
         if (!p.available) throw BackendUnavailableException(name, p.reason ?: "unavailable")
@@ -46,7 +49,7 @@ public class NcclBackendFactory : CommBackendFactory {
         }
         val (channel, owned) = BootstrapChannel.fromConfig(config, bootstrap)
         return try {
-            NcclEngine.connect(JavaCppPlatform.api(), JavaCppPlatform.runtime(), Device.Cuda(index), config, channel, name, onClose = owned)
+            NcclConnector.connect(JavaCppPlatform.api(), JavaCppPlatform.runtime(), Device.Cuda(index), config, channel, name, onClose = owned)
         } catch (t: Throwable) {
             runCatching { owned?.close() }
             throw t

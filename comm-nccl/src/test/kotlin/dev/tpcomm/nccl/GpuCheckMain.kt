@@ -6,14 +6,15 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.nccl.javacpp.JavaCppPlatform
 import dev.tpcomm.testkit.CaseResult
 import dev.tpcomm.testkit.ConformanceOptions
 import dev.tpcomm.testkit.ScratchCommunicatorFactory
 import dev.tpcomm.testkit.SpmdConformanceRunner
 import dev.tpcomm.testkit.TensorPlacement
-import kotlinx.coroutines.runBlocking
 import kotlin.system.exitProcess
+import kotlinx.coroutines.runBlocking
 
 /**
  * For `scripts/gpu-check.sh` on a machine with NVIDIA GPUs (never run in CI or on the build

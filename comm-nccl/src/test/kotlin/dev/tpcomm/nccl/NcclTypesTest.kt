@@ -1,7 +1,16 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.nccl
 
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
+import dev.tpcomm.gpu.DeviceRuntime
+import dev.tpcomm.gpu.NcclCommConfig
+import dev.tpcomm.gpu.NcclConnector
+import dev.tpcomm.gpu.NcclDataType
+import dev.tpcomm.gpu.NcclRedOp
+import dev.tpcomm.gpu.NcclResult
+import dev.tpcomm.gpu.NcclVersion
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import org.bytedeco.cuda.global.cudart
@@ -47,7 +56,7 @@ class NcclTypesTest : FunSpec({
         NcclResult.REMOTE_ERROR shouldBe nccl.ncclRemoteError
         NcclResult.IN_PROGRESS shouldBe nccl.ncclInProgress
         NcclResult.TIMEOUT shouldBe nccl.ncclTimeout
-        NcclEngine.UNIQUE_ID_BYTES shouldBe nccl.NCCL_UNIQUE_ID_BYTES
+        NcclConnector.UNIQUE_ID_BYTES shouldBe nccl.NCCL_UNIQUE_ID_BYTES
         NcclCommConfig.API_MAGIC shouldBe nccl.NCCL_API_MAGIC
         NcclVersion.SPLIT_NOCOLOR shouldBe nccl.NCCL_SPLIT_NOCOLOR
         NcclVersion.format(nccl.NCCL_VERSION_CODE) shouldBe "2.30.7"

@@ -1,6 +1,6 @@
 package dev.tpcomm.rccl
 
-import dev.tpcomm.nccl.DeviceRuntime
+import dev.tpcomm.gpu.DeviceRuntime
 import java.lang.foreign.Arena
 import java.lang.foreign.FunctionDescriptor
 import java.lang.foreign.MemoryLayout

@@ -1,6 +1,6 @@
 package dev.tpcomm.rccl
 
-import dev.tpcomm.nccl.DeviceRuntimeStaging
+import dev.tpcomm.gpu.DeviceRuntimeStaging
 import dev.tpcomm.spi.DeviceStaging
 import dev.tpcomm.spi.DeviceStagingProvider
 

@@ -1,6 +1,12 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.rccl
 
-import dev.tpcomm.nccl.NcclCommConfig
+import dev.tpcomm.gpu.DeviceRuntime
+import dev.tpcomm.gpu.NcclCommConfig
+import dev.tpcomm.gpu.NcclDataType
+import dev.tpcomm.gpu.NcclRedOp
+import dev.tpcomm.gpu.NcclResult
 import java.lang.foreign.MemoryLayout
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.SegmentAllocator
@@ -15,10 +21,10 @@ import java.lang.foreign.ValueLayout
  *   `size_t size; unsigned magic; unsigned version; int blocking, cgaClusterSize, minCTAs, maxCTAs;
  *   const char* netName; int splitShare, trafficClass` (48 bytes on LP64); `NCCL_CONFIG_UNDEF_INT` is
  *   `INT_MIN`, the magic `0xcafebeef`; `ncclResult_t`, `ncclDataType_t`, `ncclRedOp_t` as in
- *   [dev.tpcomm.nccl.NcclResult] / [dev.tpcomm.nccl.NcclDataType] / [dev.tpcomm.nccl.NcclRedOp].
+ *   [dev.tpcomm.gpu.NcclResult] / [dev.tpcomm.gpu.NcclDataType] / [dev.tpcomm.gpu.NcclRedOp].
  * - ROCm/HIP `include/hip/hip_runtime_api.h` (commit 746dcac): `hipStreamNonBlocking` = 0x01,
  *   `hipEventDisableTiming` = 0x02, `hipErrorNotReady` = 600, `hipMemcpyKind` host-to-host 0 ..
- *   device-to-device 3 (the same values as CUDA's, see [dev.tpcomm.nccl.DeviceRuntime]).
+ *   device-to-device 3 (the same values as CUDA's, see [dev.tpcomm.gpu.DeviceRuntime]).
  */
 public object RcclAbi {
     /** `ncclConfig_v21700`: the revision of `ncclConfig_t` these bindings fill. */

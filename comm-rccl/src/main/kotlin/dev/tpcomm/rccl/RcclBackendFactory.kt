@@ -1,3 +1,5 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.rccl
 
 import dev.tpcomm.BackendUnavailableException
@@ -5,16 +7,16 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.Device
-import dev.tpcomm.nccl.BootstrapChannel
-import dev.tpcomm.nccl.DeviceRuntime
-import dev.tpcomm.nccl.GpuProbe
-import dev.tpcomm.nccl.NcclEngine
-import dev.tpcomm.nccl.NcclVersion
+import dev.tpcomm.gpu.BootstrapChannel
+import dev.tpcomm.gpu.DeviceRuntime
+import dev.tpcomm.gpu.GpuProbe
+import dev.tpcomm.gpu.NcclConnector
+import dev.tpcomm.gpu.NcclVersion
 
 /**
  * The `rccl` backend (priority 90): RCCL and the HIP runtime through `java.lang.foreign`, on
  * comm-nccl's engine. Available when `libamdhip64.so` and `librccl.so` open, RCCL reports NCCL API
- * 2.14 or later, and a HIP device is visible. [create] applies [RcclConfig] (options `rccl.*`)
+ * 2.14 or later, and a HIP device is visible. [create] applies [RcclEnvironment] (options `rccl.*`)
  * before RCCL initialises and shares the unique id through [BootstrapChannel.fromConfig].
  * Thread-safe; loading is attempted once per process.
  */
@@ -34,7 +36,7 @@ public class RcclBackendFactory : CommBackendFactory {
      * @throws BackendUnavailableException when RCCL, HIP or a device is missing, saying what to install.
      */
     public suspend fun create(config: CommConfig, bootstrap: Communicator?): Communicator {
-        val rccl = RcclConfig.fromOptions(config.options)
+        val rccl = RcclEnvironment.fromOptions(config.options)
         rccl.apply()
         val platform = PLATFORM
         val p = platform.probe
@@ -46,7 +48,7 @@ public class RcclBackendFactory : CommBackendFactory {
         }
         val (channel, owned) = BootstrapChannel.fromConfig(config, bootstrap)
         return try {
-            NcclEngine.connect(platform.api!!, platform.runtime!!, Device.Rocm(index), config, channel, name, onClose = owned)
+            NcclConnector.connect(platform.api!!, platform.runtime!!, Device.Rocm(index), config, channel, name, onClose = owned)
         } catch (t: Throwable) {
             runCatching { owned?.close() }
             throw t

@@ -1,8 +1,8 @@
 package dev.tpcomm.rccl
 
-import dev.tpcomm.nccl.NcclApi
-import dev.tpcomm.nccl.NcclCommConfig
-import dev.tpcomm.nccl.NcclEngine
+import dev.tpcomm.gpu.NcclApi
+import dev.tpcomm.gpu.NcclCommConfig
+import dev.tpcomm.gpu.NcclConnector
 import java.lang.foreign.Arena
 import java.lang.foreign.FunctionDescriptor
 import java.lang.foreign.MemorySegment
@@ -60,7 +60,7 @@ public class RcclLibrary : NcclApi {
     }
 
     override fun getUniqueId(uniqueId: ByteArray): Int = Arena.ofConfined().use { a ->
-        require(uniqueId.size == NcclEngine.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclEngine.UNIQUE_ID_BYTES} bytes" }
+        require(uniqueId.size == NcclConnector.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclConnector.UNIQUE_ID_BYTES} bytes" }
         val id = a.allocate(RcclAbi.UNIQUE_ID_LAYOUT)
         val rc = getUniqueId.invokeExact(id) as Int
         MemorySegment.copy(id, ValueLayout.JAVA_BYTE, 0, uniqueId, 0, uniqueId.size)

@@ -5,7 +5,7 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.nccl.DeviceCopies
+import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.testkit.CaseResult
 import dev.tpcomm.testkit.ConformanceOptions
 import dev.tpcomm.testkit.ScratchCommunicatorFactory

@@ -1,6 +1,6 @@
 package dev.tpcomm.rccl
 
-import dev.tpcomm.nccl.NcclCommConfig
+import dev.tpcomm.gpu.NcclCommConfig
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import java.lang.foreign.Arena

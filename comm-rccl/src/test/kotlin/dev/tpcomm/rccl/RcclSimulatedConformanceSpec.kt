@@ -6,8 +6,8 @@ import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.nccl.sim.SimulatedGpuPlatform
-import dev.tpcomm.nccl.sim.SimulatedWorld
+import dev.tpcomm.gpu.sim.SimulatedGpuPlatform
+import dev.tpcomm.gpu.sim.SimulatedWorld
 import dev.tpcomm.testkit.ConformanceOptions
 import dev.tpcomm.testkit.ConformanceSpec
 import dev.tpcomm.testkit.TensorPlacement

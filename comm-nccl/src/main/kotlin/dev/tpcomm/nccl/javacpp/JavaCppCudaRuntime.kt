@@ -1,6 +1,6 @@
 package dev.tpcomm.nccl.javacpp
 
-import dev.tpcomm.nccl.DeviceRuntime
+import dev.tpcomm.gpu.DeviceRuntime
 import org.bytedeco.cuda.cudart.CUevent_st
 import org.bytedeco.cuda.cudart.CUstream_st
 import org.bytedeco.cuda.global.cudart

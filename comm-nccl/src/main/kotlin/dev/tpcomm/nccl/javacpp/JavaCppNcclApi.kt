@@ -1,8 +1,8 @@
 package dev.tpcomm.nccl.javacpp
 
-import dev.tpcomm.nccl.NcclApi
-import dev.tpcomm.nccl.NcclCommConfig
-import dev.tpcomm.nccl.NcclEngine
+import dev.tpcomm.gpu.NcclApi
+import dev.tpcomm.gpu.NcclCommConfig
+import dev.tpcomm.gpu.NcclConnector
 import org.bytedeco.cuda.cudart.CUstream_st
 import org.bytedeco.cuda.global.nccl
 import org.bytedeco.cuda.nccl.ncclComm
@@ -24,7 +24,7 @@ public class JavaCppNcclApi : NcclApi {
     override fun getVersion(version: IntArray): Int = nccl.ncclGetVersion(version)
 
     override fun getUniqueId(uniqueId: ByteArray): Int {
-        require(uniqueId.size == NcclEngine.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclEngine.UNIQUE_ID_BYTES} bytes" }
+        require(uniqueId.size == NcclConnector.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclConnector.UNIQUE_ID_BYTES} bytes" }
         val id = ncclUniqueId()
         try {
             val rc = nccl.ncclGetUniqueId(id)

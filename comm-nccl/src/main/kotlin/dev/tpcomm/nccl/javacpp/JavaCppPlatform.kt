@@ -1,9 +1,11 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.nccl.javacpp
 
-import dev.tpcomm.nccl.DeviceRuntime
-import dev.tpcomm.nccl.GpuProbe
-import dev.tpcomm.nccl.NcclApi
-import dev.tpcomm.nccl.NcclVersion
+import dev.tpcomm.gpu.DeviceRuntime
+import dev.tpcomm.gpu.GpuProbe
+import dev.tpcomm.gpu.NcclApi
+import dev.tpcomm.gpu.NcclVersion
 import org.bytedeco.cuda.global.cudart
 import org.bytedeco.cuda.global.nccl
 

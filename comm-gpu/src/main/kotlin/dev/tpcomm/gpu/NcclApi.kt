@@ -1,0 +1,85 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.gpu
+
+/**
+ * The subset of the NCCL C API the engine uses, one method per C function, with C's conventions:
+ * every method returns the `ncclResult_t` code ([NcclResult]) and writes results into the
+ * caller's out-arrays (index 0). Handles (`ncclComm_t`, `cudaStream_t`/`hipStream_t`) and device
+ * pointers are native addresses as `Long`; 0 is NULL.
+ *
+ * This is the seam PyTorch's own NCCL backend has: [dev.tpcomm.nccl.javacpp.JavaCppNcclApi] implements
+ * it over NCCL through JavaCPP, comm-rccl over RCCL through `java.lang.foreign`, and
+ * [dev.tpcomm.gpu.sim.SimulatedGpuPlatform] in memory for machines without a GPU.
+ *
+ * Thread-safety: as NCCL's. The engine calls a communicator's functions only from that
+ * communicator's native thread; group start/end are per thread, as in NCCL.
+ */
+public interface NcclApi {
+    /** Human-readable name of the library (`NCCL`, `RCCL`, ...), used in messages. */
+    public val libraryName: String
+
+    /** `ncclGetVersion(int*)`. */
+    public fun getVersion(version: IntArray): Int
+
+    /** `ncclGetUniqueId(ncclUniqueId*)`: fills the 128 bytes of [uniqueId]. */
+    public fun getUniqueId(uniqueId: ByteArray): Int
+
+    /**
+     * `ncclCommInitRankConfig(ncclComm_t*, nranks, ncclUniqueId, rank, ncclConfig_t*)`: writes the new
+     * communicator into `comm[0]`. With [NcclCommConfig.blocking] false the call may return
+     * [NcclResult.IN_PROGRESS]; poll [commGetAsyncError] until it reports success.
+     */
+    public fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int
+
+    /** `ncclCommSplit(comm, color, key, ncclComm_t* newcomm, ncclConfig_t*)`; [config] null inherits the parent's. */
+    public fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int
+
+    /** `ncclCommAbort(comm)`: frees the communicator and stops its operations still running on the device. */
+    public fun commAbort(comm: Long): Int
+
+    /** `ncclCommDestroy(comm)`. */
+    public fun commDestroy(comm: Long): Int
+
+    /** `ncclCommGetAsyncError(comm, ncclResult_t*)`: writes the communicator's asynchronous state into `asyncError[0]`. */
+    public fun commGetAsyncError(comm: Long, asyncError: IntArray): Int
+
+    /** `ncclCommCount(comm, int*)`. */
+    public fun commCount(comm: Long, count: IntArray): Int
+
+    /** `ncclCommUserRank(comm, int*)`. */
+    public fun commUserRank(comm: Long, rank: IntArray): Int
+
+    /** `ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)`. */
+    public fun allReduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int
+
+    /** `ncclBroadcast(sendbuff, recvbuff, count, datatype, root, comm, stream)`. */
+    public fun broadcast(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, root: Int, comm: Long, stream: Long): Int
+
+    /** `ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream)`. */
+    public fun reduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, root: Int, comm: Long, stream: Long): Int
+
+    /** `ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)`. */
+    public fun allGather(sendBuf: Long, recvBuf: Long, sendCount: Long, datatype: Int, comm: Long, stream: Long): Int
+
+    /** `ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)`. */
+    public fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int
+
+    /** `ncclSend(sendbuff, count, datatype, peer, comm, stream)`. */
+    public fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int
+
+    /** `ncclRecv(recvbuff, count, datatype, peer, comm, stream)`. */
+    public fun recv(recvBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int
+
+    /** `ncclGroupStart()`. */
+    public fun groupStart(): Int
+
+    /** `ncclGroupEnd()`. */
+    public fun groupEnd(): Int
+
+    /** `ncclGetErrorString(result)`. */
+    public fun getErrorString(result: Int): String
+
+    /** `ncclGetLastError(comm)` (NCCL 2.13+); null when the library has none. */
+    public fun getLastError(comm: Long): String?
+}

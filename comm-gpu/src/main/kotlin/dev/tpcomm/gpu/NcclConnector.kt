@@ -1,0 +1,130 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.gpu
+
+import dev.tpcomm.CommConfig
+
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.Device
+import dev.tpcomm.coroutines.NativeDispatcher
+
+/**
+ * Creates [NcclCommunicator]s on any [NcclApi] + [DeviceRuntime] pair: the `nccl` backend (JavaCPP),
+ * the `rccl` backend (`java.lang.foreign`) and the simulated platform all come through here.
+ * Thread-safe; every function is collective across the ranks of the [CommConfig].
+ */
+public object NcclConnector {
+    /** Size of `ncclUniqueId` in bytes (`NCCL_UNIQUE_ID_BYTES`, NVIDIA/nccl and ROCm/rccl `src/nccl.h.in`). */
+    public const val UNIQUE_ID_BYTES: Int = 128
+
+    /**
+     * Creates this rank's communicator: on a new native thread, makes [device] current, creates a
+     * stream, has rank 0 generate the unique id (`ncclGetUniqueId`), shares it through [bootstrap],
+     * and initialises a non-blocking communicator with `ncclCommInitRankConfig`, polling
+     * `ncclCommGetAsyncError` until every rank has joined or [CommConfig.timeout] passes (then
+     * `ncclCommAbort` and [CommunicationTimeoutException]).
+     *
+     * @param onClose closed after the communicator (e.g. a bootstrap communicator it owns).
+     * @throws IllegalStateException when the library is older than [NcclVersion.MINIMUM].
+     * @throws NcclException when a library or runtime call fails.
+     */
+    public suspend fun connect(
+        api: NcclApi,
+        runtime: DeviceRuntime,
+        device: Device,
+        config: CommConfig,
+        bootstrap: BootstrapChannel,
+        backendName: String,
+        commConfig: NcclCommConfig = NcclCommConfig(),
+        onClose: AutoCloseable? = null,
+    ): NcclCommunicator {
+        val index = deviceIndex(device)
+        val dispatcher = NativeDispatcher("tpcomm-$backendName-rank${config.rank}")
+        var stream = 0L
+        try {
+            val version = dispatcher.execute {
+                check(runtime.setDevice(index), "setDevice($index)", runtime, backendName, config)
+                val v = IntArray(1)
+                checkNccl(api.getVersion(v), "ncclGetVersion", api, backendName, config)
+                check(v[0] >= NcclVersion.MINIMUM) {
+                    "${api.libraryName} ${NcclVersion.format(v[0])} is too old: tpcomm needs 2.14 or later (ncclCommInitRankConfig); upgrade the library"
+                }
+                val s = LongArray(1)
+                check(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags", runtime, backendName, config)
+                stream = s[0]
+                v[0]
+            }
+            val ownId = if (config.rank == 0) {
+                dispatcher.execute {
+                    val id = ByteArray(UNIQUE_ID_BYTES)
+                    checkNccl(api.getUniqueId(id), "ncclGetUniqueId", api, backendName, config)
+                    id
+                }
+            } else {
+                null
+            }
+            val id = if (config.worldSize == 1) ownId!! else bootstrap.shareUniqueId(config.rank, ownId)
+            require(id.size == UNIQUE_ID_BYTES) { "the bootstrap returned ${id.size} bytes; an ncclUniqueId has $UNIQUE_ID_BYTES" }
+            val comm = dispatcher.execute { initRank(api, config, id, commConfig, backendName) }
+            return NcclCommunicator(
+                api, runtime, dispatcher, comm, stream, config.rank, config.worldSize, device, backendName,
+                config, version, commConfig, onClose,
+            )
+        } catch (t: Throwable) {
+            if (stream != 0L && !dispatcher.isClosed) runCatching { dispatcher.execute { runtime.streamDestroy(stream) } }
+            dispatcher.close()
+            throw t
+        }
+    }
+
+    private fun initRank(api: NcclApi, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, backend: String): Long {
+        val out = LongArray(1)
+        val code = api.commInitRankConfig(out, config.worldSize, id, config.rank, commConfig)
+        if (code != NcclResult.IN_PROGRESS) {
+            if (code != NcclResult.SUCCESS && out[0] != 0L) api.commAbort(out[0])
+            checkNccl(code, "ncclCommInitRankConfig", api, backend, config)
+            return out[0]
+        }
+        val comm = out[0]
+        val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
+        val status = IntArray(1)
+        var spins = 0
+        while (true) {
+            val c = api.commGetAsyncError(comm, status)
+            val state = if (c != NcclResult.SUCCESS) c else status[0]
+            if (state == NcclResult.SUCCESS) return comm
+            if (state != NcclResult.IN_PROGRESS) {
+                api.commAbort(comm)
+                checkNccl(state, "ncclCommInitRankConfig", api, backend, config)
+            }
+            if (System.nanoTime() - deadline > 0) {
+                api.commAbort(comm)
+                throw CommunicationTimeoutException(
+                    "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
+                        "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
+                    config.rank, backend, "init", 0,
+                )
+            }
+            if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 200_000)
+        }
+    }
+
+    internal fun checkNccl(code: Int, call: String, api: NcclApi, backend: String, config: CommConfig) {
+        if (code == NcclResult.SUCCESS) return
+        val text = runCatching { api.getErrorString(code) }.getOrNull()
+        throw NcclException(
+            "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.",
+            config.rank, backend, "init", 0, code,
+        )
+    }
+
+    private fun check(code: Int, call: String, runtime: DeviceRuntime, backend: String, config: CommConfig) {
+        if (code == DeviceRuntime.SUCCESS) return
+        val text = runCatching { runtime.getErrorString(code) }.getOrNull()
+        throw NcclException(
+            "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""),
+            config.rank, backend, "init", 0, code, true,
+        )
+    }
+
+}

@@ -1,0 +1,179 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.gpu
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
+import dev.tpcomm.Device
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.gpu.MockPlatform.Companion.A
+import dev.tpcomm.gpu.MockPlatform.Companion.COMM
+import dev.tpcomm.gpu.MockPlatform.Companion.dev
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import io.kotest.matchers.types.shouldBeInstanceOf
+import io.mockk.every
+import io.mockk.verify
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.async
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.coroutineScope
+import java.util.concurrent.atomic.AtomicInteger
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+
+/** Error-code mapping, asynchronous errors, timeouts, cancellation and refused arguments, against MockK doubles. */
+class NcclFailureTest : FunSpec({
+    test("a failed library call maps its code to NcclException, aborts once, and fails later calls with the cause") {
+        val p = MockPlatform()
+        every { p.api.allReduce(any(), any(), any(), any(), any(), any(), any()) } returns NcclResult.INVALID_ARGUMENT
+        every { p.api.getLastError(any()) } returns "pointer is not on this device"
+        val c = p.connect()
+        val e = shouldThrow<NcclException> { c.allReduce(dev(A, DType.Float32, 4)) }
+        e.result shouldBe NcclResult.INVALID_ARGUMENT
+        e.message shouldContain "ncclAllReduce failed: ncclInvalidArgument (4): error text 4 — pointer is not on this device"
+        e.operation shouldBe "allReduce"
+        e.sequenceNumber shouldBe 1
+        e.backend shouldBe "nccl"
+        e.flightRecorderDump!! shouldContain "\"operation\":\"allReduce\""
+        val later = shouldThrow<CommunicatorAbortedException> { c.broadcast(dev(A, DType.Float32, 4), 0) }
+        later.cause shouldBe e
+        later.sequenceNumber shouldBe 2
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+        verify(exactly = 0) { p.api.broadcast(any(), any(), any(), any(), any(), any(), any()) }
+        c.close()
+        verify(exactly = 0) { p.api.commDestroy(any()) }
+    }
+
+    test("every ncclResult_t code has a name and a hint") {
+        for (code in 0..8) NcclResult.name(code) shouldBe listOf(
+            "ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError", "ncclInvalidArgument",
+            "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress", "ncclTimeout",
+        )[code]
+        NcclResult.name(42) shouldBe "ncclResult(42)"
+        NcclResult.hint(NcclResult.REMOTE_ERROR) shouldContain "peer"
+    }
+
+    test("a runtime failure (event query error) is an NcclException flagged as a runtime error") {
+        val p = MockPlatform()
+        every { p.runtime.eventQuery(any()) } returns 719
+        val c = p.connect()
+        val e = shouldThrow<NcclException> { c.allReduce(dev(A, DType.Float32, 4)) }
+        e.isRuntimeError shouldBe true
+        e.result shouldBe 719
+        e.message shouldContain "CUDA eventQuery failed with error 719: cuda error 719"
+        verify { p.api.commAbort(COMM) }
+    }
+
+    test("an asynchronous error reported by ncclCommGetAsyncError while waiting aborts the communicator") {
+        val p = MockPlatform()
+        every { p.runtime.eventQuery(any()) } returns DeviceRuntime.ERROR_NOT_READY
+        val c = p.connect()
+        every { p.api.commGetAsyncError(COMM, any()) } answers { secondArg<IntArray>()[0] = NcclResult.REMOTE_ERROR; 0 }
+        val e = shouldThrow<NcclException> { c.allReduce(dev(A, DType.Float32, 4)) }
+        e.result shouldBe NcclResult.REMOTE_ERROR
+        e.message shouldContain "ncclCommGetAsyncError failed: ncclRemoteError (6)"
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+        shouldThrow<CommunicatorAbortedException> { c.barrier() }.cause shouldBe e
+    }
+
+    test("an event that never completes times out: ncclCommAbort, CommunicationTimeoutException with the dump, pending and later calls aborted") {
+        val p = MockPlatform()
+        every { p.runtime.eventQuery(any()) } returns DeviceRuntime.ERROR_NOT_READY
+        val c = p.connect(timeout = 300.milliseconds)
+        coroutineScope {
+            val first = async(start = CoroutineStart.UNDISPATCHED) { runCatching { c.allReduce(dev(A, DType.Float32, 4)) } }
+            delay(100) // so the first call's deadline passes clearly before the second's
+            val second = async(start = CoroutineStart.UNDISPATCHED) { runCatching { c.broadcast(dev(A, DType.Float32, 4), 0) } }
+            val t = first.await().exceptionOrNull()
+            t.shouldBeInstanceOf<CommunicationTimeoutException>()
+            t.operation shouldBe "allReduce"
+            t.flightRecorderDump!! shouldContain "\"state\":\"Failed\""
+            val s = second.await().exceptionOrNull()
+            s.shouldBeInstanceOf<CommunicatorAbortedException>()
+            s.cause shouldBe t
+        }
+        shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+    }
+
+    test("ncclInProgress from an enqueue is waited out through ncclCommGetAsyncError") {
+        val p = MockPlatform()
+        val c = p.connect()
+        val polls = AtomicInteger()
+        every { p.api.allReduce(any(), any(), any(), any(), any(), any(), any()) } returns NcclResult.IN_PROGRESS
+        every { p.api.commGetAsyncError(COMM, any()) } answers {
+            secondArg<IntArray>()[0] = if (polls.incrementAndGet() < 3) NcclResult.IN_PROGRESS else NcclResult.SUCCESS; 0
+        }
+        c.allReduce(dev(A, DType.Float32, 4))
+        (polls.get() >= 3) shouldBe true
+        c.isAborted shouldBe false
+        c.close()
+    }
+
+    test("init that never completes is aborted at the deadline") {
+        val p = MockPlatform()
+        every { p.api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<LongArray>()[0] = COMM; NcclResult.IN_PROGRESS }
+        every { p.api.commGetAsyncError(COMM, any()) } answers { secondArg<IntArray>()[0] = NcclResult.IN_PROGRESS; 0 }
+        val e = shouldThrow<CommunicationTimeoutException> { p.connect(worldSize = 2, rank = 1, timeout = 200.milliseconds) }
+        e.message shouldContain "ncclCommInitRankConfig"
+        verify { p.api.commAbort(COMM) }
+        verify { p.runtime.streamDestroy(any()) }
+    }
+
+    test("init refuses libraries older than 2.14") {
+        val p = MockPlatform(version = 21305)
+        shouldThrow<IllegalStateException> { p.connect() }.message shouldContain "2.13.5 is too old"
+    }
+
+    test("cancelling a call in flight aborts the communicator") {
+        val p = MockPlatform()
+        every { p.runtime.eventQuery(any()) } returns DeviceRuntime.ERROR_NOT_READY
+        val c = p.connect(timeout = 30.seconds)
+        coroutineScope {
+            val job = async(start = CoroutineStart.UNDISPATCHED) { c.allReduce(dev(A, DType.Float32, 4)) }
+            delay(100)
+            job.cancel()
+            runCatching { job.await() }
+        }
+        c.isAborted shouldBe true
+        delay(100)
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+        shouldThrow<CommunicatorAbortedException> { c.barrier() }
+    }
+
+    test("refused before any library call: host tensors, other devices, bitwise ops, old-library Avg and bfloat16, tags, ANY_SOURCE, self sends") {
+        val p = MockPlatform()
+        // Built directly (the engine's internal constructor) to see the per-call version checks, which
+        // connect() never reaches because it refuses libraries older than 2.14.
+        val c = NcclCommunicator(
+            p.api, p.runtime, NativeDispatcher("test"), COMM, MockPlatform.STREAM, 0, 2, Device.Cuda(0), "nccl",
+            CommConfig(worldSize = 2), 20907, NcclCommConfig(),
+        )
+        val host = Tensor.zeros(DType.Float32, 4)
+        shouldThrow<IllegalArgumentException> { c.allReduce(host) }.message shouldContain "got a host tensor; copy it to Cuda(index=0) first (no hidden copies are made)"
+        shouldThrow<IllegalArgumentException> { c.allReduce(Tensor.wrapDevice(Device.Cuda(1), A, DType.Float32, 4)) }.message shouldContain "Cuda(index=1)"
+        shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Int32, 4), ReduceOp.BitwiseXor) }.message shouldContain "no bitwise reductions"
+        shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Float32, 4), ReduceOp.BitwiseAnd) }.message shouldContain "integer dtypes only"
+        shouldThrow<IllegalArgumentException> { c.reduceScatter(dev(A, DType.Float32, 4), ReduceOp.Avg) }.message shouldContain "Avg needs NCCL 2.10"
+        shouldThrow<IllegalArgumentException> { c.broadcast(dev(A, DType.BFloat16, 4), 0) }.message shouldContain "no bfloat16"
+        shouldThrow<IllegalArgumentException> { c.send(dev(A, DType.Float32, 4), 1, 3) }.message shouldContain "pass tag 0"
+        shouldThrow<IllegalArgumentException> { c.recv(dev(A, DType.Float32, 4), Communicator.ANY_SOURCE) }.message shouldContain "ANY_SOURCE"
+        shouldThrow<IllegalArgumentException> { c.send(dev(A, DType.Float32, 4), 0) }.message shouldContain "cannot send to itself"
+        shouldThrow<IllegalArgumentException> { c.broadcast(dev(A, DType.Float32, 4), 2) }.message shouldContain "root 2 is out of range"
+        shouldThrow<UnsupportedOperationException> { c.probe() }.message shouldContain "send the size first"
+        shouldThrow<UnsupportedOperationException> { c.split(0) }.message shouldContain "needs 2.18"
+        verify(exactly = 0) { p.api.allReduce(any(), any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { p.api.send(any(), any(), any(), any(), any(), any()) }
+        c.isAborted shouldBe false
+        c.allReduce(dev(A, DType.Float32, 4))
+        c.close()
+    }
+})
