@@ -22,7 +22,7 @@ public class DeviceCopies(private val runtime: DeviceRuntime, public val device:
         check(runtime.malloc(p, host.byteSize.coerceAtLeast(1)), "malloc")
         copy(p[0], host.segment.address(), host.byteSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE)
         val t = Tensor.wrapDevice(device, p[0], host.dtype, *host.shape.toIntArray())
-        CLEANER.register(t, Free(runtime, p[0]))
+        CLEANER.register(t, Free(runtime, index, p[0]))
         return t
     }
 
@@ -55,8 +55,16 @@ public class DeviceCopies(private val runtime: DeviceRuntime, public val device:
         check(code == DeviceRuntime.SUCCESS) { "${runtime.platformName} $call failed with error $code: ${runtime.getErrorString(code)}" }
     }
 
-    private class Free(val runtime: DeviceRuntime, val ptr: Long) : Runnable {
-        override fun run() { runtime.free(ptr) }
+    /**
+     * Runs on the Cleaner thread, which has no current device: makes the tensor's device current
+     * first (otherwise the runtime acts on device 0 and opens a context there), then frees on the
+     * legacy default stream (`cudaFreeAsync(ptr, 0)`), which never blocks the shared Cleaner thread.
+     */
+    private class Free(val runtime: DeviceRuntime, val device: Int, val ptr: Long) : Runnable {
+        override fun run() {
+            runtime.setDevice(device)
+            runtime.freeAsync(ptr, 0L)
+        }
     }
 
     private companion object {

@@ -6,8 +6,8 @@ package dev.tpcomm.gpu
  * writes handles into the caller's out-arrays. Streams, events and device pointers are native
  * addresses as `Long`.
  *
- * Implemented by [dev.tpcomm.nccl.javacpp.JavaCppCudaRuntime], comm-rccl's HIP runtime over
- * `java.lang.foreign`, and [dev.tpcomm.gpu.sim.SimulatedGpuPlatform]. Thread-safety as the C
+ * Implemented by comm-nccl's `JavaCppCudaRuntime`, comm-rccl's HIP runtime over
+ * `java.lang.foreign`, and comm-gpu's test fixture `SimulatedGpuPlatform`. Thread-safety as the C
  * runtime's: the current device is per thread ([setDevice]).
  */
 public interface DeviceRuntime {
@@ -19,6 +19,9 @@ public interface DeviceRuntime {
 
     /** `cudaSetDevice(int)` / `hipSetDevice`: the calling thread's current device. */
     public fun setDevice(device: Int): Int
+
+    /** `cudaGetDevice(int*)` / `hipGetDevice`: the calling thread's current device (device 0 on a thread that never set one). */
+    public fun getDevice(device: IntArray): Int
 
     /** `cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)` / `hipStreamCreateWithFlags(.., hipStreamNonBlocking)`. */
     public fun streamCreateNonBlocking(stream: LongArray): Int
@@ -47,10 +50,30 @@ public interface DeviceRuntime {
     /** `cudaMalloc(&ptr, bytes)` / `hipMalloc`. */
     public fun malloc(ptr: LongArray, bytes: Long): Int
 
-    /** `cudaFree(ptr)` / `hipFree`. */
+    /**
+     * `cudaFree(ptr)` / `hipFree`. **Blocks** until all work on the device is done (an implicit
+     * device synchronisation in both runtimes), so the engine never calls it on a thread that must
+     * observe deadlines; it uses [freeAsync].
+     */
     public fun free(ptr: Long): Int
 
-    /** `cudaMemcpyAsync(dst, src, bytes, kind, stream)` / `hipMemcpyAsync`; [kind] is one of the `MEMCPY_*` codes. */
+    /** `cudaMallocAsync(&ptr, bytes, stream)` / `hipMallocAsync` (CUDA 11.2, ROCm 5.3): stream-ordered allocation, no synchronisation. */
+    public fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int
+
+    /** `cudaFreeAsync(ptr, stream)` / `hipFreeAsync`: frees [ptr] once the work queued on [stream] before it is done; never blocks. */
+    public fun freeAsync(ptr: Long, stream: Long): Int
+
+    /** `cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault)` / `hipHostMalloc`: page-locked host memory, which async copies do not block on. */
+    public fun hostAlloc(ptr: LongArray, bytes: Long): Int
+
+    /** `cudaFreeHost(ptr)` / `hipHostFree`. */
+    public fun freeHost(ptr: Long): Int
+
+    /**
+     * `cudaMemcpyAsync(dst, src, bytes, kind, stream)` / `hipMemcpyAsync`; [kind] is one of the `MEMCPY_*` codes.
+     * A copy to or from **pageable** host memory blocks the caller until the stream reaches it; only
+     * page-locked memory ([hostAlloc]) makes it asynchronous.
+     */
     public fun memcpyAsync(dst: Long, src: Long, bytes: Long, kind: Int, stream: Long): Int
 
     /**

@@ -2,15 +2,17 @@
 
 package dev.tpcomm.gpu
 
+import java.lang.foreign.MemorySegment
+
 /**
  * The subset of the NCCL C API the engine uses, one method per C function, with C's conventions:
  * every method returns the `ncclResult_t` code ([NcclResult]) and writes results into the
  * caller's out-arrays (index 0). Handles (`ncclComm_t`, `cudaStream_t`/`hipStream_t`) and device
  * pointers are native addresses as `Long`; 0 is NULL.
  *
- * This is the seam PyTorch's own NCCL backend has: [dev.tpcomm.nccl.javacpp.JavaCppNcclApi] implements
+ * This is the seam PyTorch's own NCCL backend has: comm-nccl's `JavaCppNcclApi` implements
  * it over NCCL through JavaCPP, comm-rccl over RCCL through `java.lang.foreign`, and
- * [dev.tpcomm.gpu.sim.SimulatedGpuPlatform] in memory for machines without a GPU.
+ * comm-gpu's test fixture `SimulatedGpuPlatform` in memory for machines without a GPU.
  *
  * Thread-safety: as NCCL's. The engine calls a communicator's functions only from that
  * communicator's native thread; group start/end are per thread, as in NCCL.
@@ -26,14 +28,25 @@ public interface NcclApi {
     public fun getUniqueId(uniqueId: ByteArray): Int
 
     /**
-     * `ncclCommInitRankConfig(ncclComm_t*, nranks, ncclUniqueId, rank, ncclConfig_t*)`: writes the new
-     * communicator into `comm[0]`. With [NcclCommConfig.blocking] false the call may return
-     * [NcclResult.IN_PROGRESS]; poll [commGetAsyncError] until it reports success.
+     * `ncclCommInitRankConfig(ncclComm_t*, nranks, ncclUniqueId, rank, ncclConfig_t*)`: the library
+     * writes the new communicator into the 8-byte native cell [comm] (the `ncclComm_t*`), possibly
+     * from its own thread after this returns (NCCL 2.14-2.17 read and write it from the init job), so
+     * the cell must stay allocated until the communicator is ready or aborted. With
+     * [NcclCommConfig.blocking] false the call may return [NcclResult.IN_PROGRESS]; poll
+     * [commGetAsyncError] until it reports success.
      */
-    public fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int
+    public fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int
 
-    /** `ncclCommSplit(comm, color, key, ncclComm_t* newcomm, ncclConfig_t*)`; [config] null inherits the parent's. */
-    public fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int
+    /**
+     * `ncclCommSplit(comm, color, key, ncclComm_t* newcomm, ncclConfig_t*)`; [config] null inherits the
+     * parent's. Non-blocking, NCCL sets `*newcomm = NULL`, returns, and its background job writes the
+     * child into the cell [newComm] when the split is complete (NVIDIA/nccl `src/init.cc`:3098-3099 and
+     * 1959-1961): keep [newComm] allocated until the parent's [commGetAsyncError] leaves `ncclInProgress`.
+     */
+    public fun commSplit(comm: Long, color: Int, key: Int, newComm: MemorySegment, config: NcclCommConfig?): Int
+
+    /** `ncclCommFinalize(comm)` (NCCL 2.14+): flushes the communicator's work; call it (and wait for success) before [commDestroy]. */
+    public fun commFinalize(comm: Long): Int
 
     /** `ncclCommAbort(comm)`: frees the communicator and stops its operations still running on the device. */
     public fun commAbort(comm: Long): Int

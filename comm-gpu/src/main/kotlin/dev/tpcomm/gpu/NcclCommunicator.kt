@@ -68,7 +68,7 @@ import kotlin.coroutines.EmptyCoroutineContext
 public class NcclCommunicator internal constructor(
     private val api: NcclApi,
     private val runtime: DeviceRuntime,
-    private val dispatcher: NativeDispatcher,
+    private val thread: SharedDispatcher,
     private val comm: Long,
     private val stream: Long,
     override val rank: Int,
@@ -81,6 +81,8 @@ public class NcclCommunicator internal constructor(
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
 ) : Communicator {
+    private val dispatcher: NativeDispatcher = thread.dispatcher
+    private val deviceIndex = deviceIndex(device)
     private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName)
     private val failure = AtomicReference<CommunicationException?>(null)
     private val closed = AtomicBoolean(false)
@@ -93,6 +95,29 @@ public class NcclCommunicator internal constructor(
     private var scratch = 0L
     private var inFlight = 0
     private val status = IntArray(1)
+    /** Page-locked staging buffer (cudaHostAlloc/hipHostMalloc), grown on demand: copies to it never block. */
+    private var pinned = 0L
+    private var pinnedBytes = 0L
+    private val retiredPinned = ArrayList<Long>()
+    /** Depth of ncclGroupStart on the native thread: an abort waits for the group's end (NCCL runs it only at ncclGroupEnd). */
+    private var groupDepth = 0
+    private var producerEvent = 0L
+    /** Point-to-point calls issued into a group that is still open (see [p2p]). */
+    private var p2pOpen = false
+    private var p2pOpenedAt = 0L
+    private var p2pSends = false
+    private var p2pRecvs = false
+
+    /**
+     * A stream whose work every later call of this communicator is ordered after (0: none), as
+     * PyTorch's NCCL process group makes its stream wait for the caller's current stream. Set it to
+     * the stream your kernels write the inputs on (and read the outputs from): each call then records
+     * an event on it and makes the communicator's stream wait for that event (`cudaStreamWaitEvent`),
+     * so the collective never reads an input before its producer finished. Must be a stream of
+     * [device]. Thread-safe; takes effect for calls issued after the assignment. See docs/gpu.md.
+     */
+    @Volatile
+    public var producerStream: Long = 0L
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
     public val isAborted: Boolean get() = failure.get() != null
@@ -296,43 +321,33 @@ public class NcclCommunicator internal constructor(
 
     private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null, detail = "bytes=${bytes.size}") {
         val n = bytes.size.toLong()
-        val host = Arena.ofShared()
-        try {
-            val seg = host.allocate((n * worldSize).coerceAtLeast(1))
-            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-            val dev = temp(n * worldSize)
-            cuda(runtime.memcpyAsync(dev + rank * n, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
-            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
-        } finally {
-            if (failure.get() == null) host.close() // after a failure the device may still write into it: leave it to the GC
-        }
+        val seg = staging(n * worldSize)
+        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
+        val dev = temp(n * worldSize)
+        cuda(runtime.memcpyAsync(dev + rank * n, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+        nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
+        cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+        awaitStream(this)
+        seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
     }
 
     private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, peers = "root=$root", detail = "bytes=${bytes.size}") {
         val n = bytes.size.toLong()
-        val host = Arena.ofShared()
-        try {
-            val seg = host.allocate(n.coerceAtLeast(1))
-            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-            val dev = temp(n)
-            if (rank == root) cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            nccl(api.broadcast(dev, dev, n, BYTES, root, comm, stream), "ncclBroadcast")
-            cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-        } finally {
-            if (failure.get() == null) host.close()
-        }
+        val seg = staging(n)
+        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
+        val dev = temp(n)
+        if (rank == root) cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+        nccl(api.broadcast(dev, dev, n, BYTES, root, comm, stream), "ncclBroadcast")
+        cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+        awaitStream(this)
+        seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
     }
 
     override suspend fun barrier() {
         run("barrier", null, signature = sig("barrier", null)) {
             if (scratch == 0L) {
                 val p = LongArray(1)
-                cuda(runtime.malloc(p, 4), "malloc")
+                cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
                 scratch = p[0]
             }
             nccl(api.allReduce(scratch, scratch, 1, NcclDataType.INT32, NcclRedOp.SUM, comm, stream), "ncclAllReduce")
@@ -341,30 +356,53 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         val name = "send"
-        checkTensor(tensor, name)
-        CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
-        CollectiveChecks.tag(tag, name, allowAny = false)
-        require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
-        require(dst != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
-        run(name, tensor, peers = "dst=$dst") {
+        checkP2p(tensor, dst, tag, name, sending = true)
+        run(name, tensor, peers = "dst=$dst", p2p = true) {
             nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend")
         }
     }
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         val name = "recv"
-        checkTensor(tensor, name)
-        require(src != Communicator.ANY_SOURCE) { "$name: $backendName cannot receive from ANY_SOURCE (NCCL needs the sender's rank); pass the sender's rank" }
-        CollectiveChecks.peer(src, worldSize, name, allowAny = false)
-        CollectiveChecks.tag(tag, name, allowAny = true)
-        require(tag == 0 || tag == Communicator.ANY_TAG) {
-            "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0 or ANY_TAG"
-        }
-        require(src != rank) { "$name: rank $rank cannot receive from itself on $backendName; copy on the device instead" }
-        run(name, tensor, peers = "src=$src") {
+        checkP2p(tensor, src, tag, name, sending = false)
+        run(name, tensor, peers = "src=$src", p2p = true) {
             nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv")
         }
         return MessageInfo(src, 0, tensor.byteSize)
+    }
+
+    /**
+     * Sends [send] to [dst] and receives [recv] from [src] as **one** NCCL group
+     * (`ncclGroupStart`; `ncclSend`; `ncclRecv`; `ncclGroupEnd`), so the two progress together: the
+     * way to write ring and pairwise exchanges on NCCL (NVIDIA/nccl
+     * `docs/userguide/source/usage/p2p.rst`:17-24: calls that must progress concurrently must be in one
+     * group, or they may deadlock). Same checks and failure rules as [send] and [recv].
+     */
+    public suspend fun sendRecv(send: Tensor, dst: Int, recv: Tensor, src: Int): MessageInfo {
+        val name = "sendRecv"
+        checkP2p(send, dst, 0, name, sending = true)
+        checkP2p(recv, src, 0, name, sending = false)
+        run(name, send, peers = "dst=$dst src=$src") {
+            closeP2p()
+            group {
+                nccl(api.send(send.address, send.byteSize, BYTES, dst, comm, stream), "ncclSend")
+                nccl(api.recv(recv.address, recv.byteSize, BYTES, src, comm, stream), "ncclRecv")
+            }
+        }
+        return MessageInfo(src, 0, recv.byteSize)
+    }
+
+    /**
+     * Orders every call issued after this one after [event] (a `cudaEvent_t`/`hipEvent_t` the caller
+     * recorded on its own stream, e.g. after the kernel that writes the next input): one
+     * `cudaStreamWaitEvent` on the communicator's stream, no host synchronisation. The per-call
+     * counterpart of [producerStream]. Cancellation and failure as for a collective.
+     */
+    public suspend fun waitEvent(event: Long) {
+        require(event != 0L) { "waitEvent: pass a recorded event, got NULL" }
+        run("waitEvent", null, onStream = false) {
+            cuda(runtime.streamWaitEvent(stream, event), "streamWaitEvent")
+        }
     }
 
     /** Not available: NCCL and RCCL cannot look at a message before receiving it. Always throws [UnsupportedOperationException]. */
@@ -376,20 +414,25 @@ public class NcclCommunicator internal constructor(
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val name = "split"
         require(color == null || color >= 0) { "$name: color must be >= 0, or null to opt out; got $color" }
-        if (libraryVersion < NcclVersion.COMM_SPLIT) {
-            throw UnsupportedOperationException(
-                "$name: ${api.libraryName} ${NcclVersion.format(libraryVersion)} has no ncclCommSplit (needs 2.18 or later); upgrade the library",
-            )
-        }
         return run(name, null, detail = "color=$color key=$key", onStream = false) {
-            val out = LongArray(1)
+            // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
+            // (on this thread, so no later call of this device's communicators is issued meanwhile).
+            awaitStream(this)
+            // The child appears in the cell only when NCCL's background job completes the split
+            // (NVIDIA/nccl src/init.cc:3098-3099 sets *newcomm = NULL, 1959-1961 stores the child),
+            // so the cell lives until the parent leaves ncclInProgress; after a failure or timeout it
+            // is left allocated (8 bytes), since the aborted job may still write it.
+            val cell = Arena.ofShared()
+            val out = cell.allocate(ValueLayout.JAVA_LONG)
+            out.set(ValueLayout.JAVA_LONG, 0, 0L)
             val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
-            val child = out[0]
             if (code == NcclResult.IN_PROGRESS) {
-                waitReady(if (child != 0L) child else comm, "ncclCommSplit", this, alsoAbort = child)
+                waitReady(comm, "ncclCommSplit", this) // the user guide polls the parent (usage/communicators.rst)
             } else {
                 nccl(code, "ncclCommSplit")
             }
+            val child = out.get(ValueLayout.JAVA_LONG, 0)
+            cell.close()
             if (child == 0L) {
                 null
             } else {
@@ -399,10 +442,9 @@ public class NcclCommunicator internal constructor(
                 nccl(api.commUserRank(child, ranks), "ncclCommUserRank")
                 val s = LongArray(1)
                 cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
-                val childDispatcher = NativeDispatcher("tpcomm-$backendName-rank${ranks[0]}-split")
-                childDispatcher.dispatch(EmptyCoroutineContext, Runnable { runtime.setDevice(deviceIndex(device)) })
+                // The child shares this native thread: one launch order per device (SharedDispatcher).
                 NcclCommunicator(
-                    api, runtime, childDispatcher, child, s[0], ranks[0], counts[0], device, backendName,
+                    api, runtime, thread.retain(), child, s[0], ranks[0], counts[0], device, backendName,
                     config.copy(worldSize = counts[0], rank = ranks[0], localRank = config.localRank),
                     libraryVersion, commConfig,
                 )
@@ -430,9 +472,12 @@ public class NcclCommunicator internal constructor(
             task.run()
         } else {
             dispatcher.dispatch(EmptyCoroutineContext, task)
-            done.await(timeoutNanos, TimeUnit.NANOSECONDS)
+            if (!done.await(timeoutNanos, TimeUnit.NANOSECONDS)) {
+                // The native thread is blocked in the library: abort from here so that it returns.
+                if (!commReleased.get()) releaseComm(abort = true)
+            }
         }
-        dispatcher.close()
+        if (done.count == 0L) thread.release() // a thread still blocked is left running (daemon) rather than joined forever
         runCatching { onClose?.close() }
     }
 
@@ -456,15 +501,21 @@ public class NcclCommunicator internal constructor(
             if (code != DeviceRuntime.SUCCESS) throw fail(this, runtimeError(code, call, this))
         }
 
+        /** A stream-ordered temporary (`cudaMallocAsync`), freed with `cudaFreeAsync` after the call. */
         fun temp(bytes: Long): Long {
             val p = LongArray(1)
-            cuda(runtime.malloc(p, bytes.coerceAtLeast(1)), "malloc")
+            cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
             temps += p[0]
             return p[0]
         }
 
+        /**
+         * `ncclGroupStart`, [body], `ncclGroupEnd`. A failure inside the body ends the group first and
+         * only then aborts: NCCL carries out an abort issued inside an open group only at its end.
+         */
         fun group(body: () -> Unit) {
             nccl(api.groupStart(), "ncclGroupStart")
+            groupDepth++
             var error: Throwable? = null
             try {
                 body()
@@ -472,16 +523,68 @@ public class NcclCommunicator internal constructor(
                 error = t
             }
             val end = api.groupEnd()
+            groupDepth--
+            if (groupDepth == 0 && failure.get() != null && !commReleased.get()) releaseComm(abort = true)
             if (error != null) throw error
             nccl(end, "ncclGroupEnd")
+        }
+
+        /** Opens (once) the group that point-to-point calls issued back to back share. */
+        fun openP2p(sending: Boolean) {
+            if (!p2pOpen) {
+                nccl(api.groupStart(), "ncclGroupStart")
+                groupDepth++
+                p2pOpen = true
+                p2pOpenedAt = System.nanoTime()
+                p2pSends = false
+                p2pRecvs = false
+            }
+            if (sending) p2pSends = true else p2pRecvs = true
+        }
+
+        /** Ends the open point-to-point group, if any, and waits until the library accepted it. */
+        fun closeP2p() {
+            if (!p2pOpen) return
+            p2pOpen = false
+            val end = api.groupEnd()
+            groupDepth--
+            if (failure.get() != null && !commReleased.get()) releaseComm(abort = true)
+            nccl(end, "ncclGroupEnd")
+        }
+
+        /** With a [producerStream], makes this communicator's stream wait for the work queued on it so far. */
+        fun orderAfterProducer() {
+            val producer = producerStream
+            if (producer == 0L) return
+            if (producerEvent == 0L) {
+                val e = LongArray(1)
+                cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
+                producerEvent = e[0]
+            }
+            cuda(runtime.eventRecord(producerEvent, producer), "eventRecord(producerStream)")
+            cuda(runtime.streamWaitEvent(stream, producerEvent), "streamWaitEvent")
+        }
+
+        /** Page-locked host memory of at least [bytes] (the communicator's one staging buffer, grown on demand). */
+        fun staging(bytes: Long): MemorySegment {
+            if (pinnedBytes < bytes) {
+                // The old buffer may still be read by copies queued before: free it stream-ordered... cudaFreeHost
+                // synchronises, so it is kept until close instead; only growth allocates.
+                if (pinned != 0L) retiredPinned += pinned
+                val p = LongArray(1)
+                cuda(runtime.hostAlloc(p, bytes.coerceAtLeast(64)), "hostAlloc")
+                pinned = p[0]
+                pinnedBytes = bytes.coerceAtLeast(64)
+            }
+            return MemorySegment.ofAddress(pinned).reinterpret(pinnedBytes)
         }
 
         fun allocateOutput(dtype: DType, shape: List<Int>): Tensor {
             val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
             val p = LongArray(1)
-            cuda(runtime.malloc(p, bytes.coerceAtLeast(1)), "malloc")
+            cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
             val t = Tensor.wrapDevice(device, p[0], dtype, *shape.toIntArray())
-            CLEANER.register(t, DeviceFree(runtime, dispatcher, p[0]))
+            CLEANER.register(t, DeviceFree(runtime, dispatcher, deviceIndex, stream, p[0]))
             return t
         }
 
@@ -513,8 +616,7 @@ public class NcclCommunicator internal constructor(
          */
         fun checkSignature(sig: LongArray) {
             val n = sig.size * 8L
-            val host = Arena.ofShared()
-            val seg = host.allocate(n * worldSize, 8)
+            val seg = staging(n * worldSize)
             MemorySegment.copy(sig, 0, seg, ValueLayout.JAVA_LONG, rank * n, sig.size)
             val dev = temp(n * worldSize)
             cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
@@ -522,7 +624,6 @@ public class NcclCommunicator internal constructor(
             cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
             awaitStream(this)
             val all = List(worldSize) { r -> LongArray(sig.size) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, (r * sig.size + i).toLong()) } }
-            host.close()
             val bad = (0 until worldSize).filter { !all[it].contentEquals(all[0]) }
             if (bad.isEmpty()) return
             val fields = bad.flatMap { r -> SIG_FIELDS.indices.filter { all[r][it] != all[0][it] }.map { SIG_FIELDS[it] } }.distinct()
@@ -556,6 +657,7 @@ public class NcclCommunicator internal constructor(
         detail: String? = null,
         onStream: Boolean = true,
         signature: LongArray? = null,
+        p2p: Boolean = false,
         issue: Op.() -> T,
     ): T {
         if (closed.get()) {
@@ -574,15 +676,33 @@ public class NcclCommunicator internal constructor(
                 issued.set(true)
                 inFlight++
                 try {
+                    if (!p2p) op.closeP2p()
+                    op.orderAfterProducer()
                     if (signature != null && config.checkConsistency && worldSize > 1) op.checkSignature(signature)
+                    if (p2p) op.openP2p(sending = name == "send")
                     val result = op.issue()
+                    if (p2p) {
+                        // Calls queued behind this one join the open group. It ends once this thread's queue is
+                        // drained and the group holds both directions (a send and a receive: the exchange that must
+                        // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
+                        var polls = 0
+                        dispatcher.await(NativeRequest {
+                            when {
+                                !p2pOpen -> true
+                                polls++ == 0 -> false
+                                (p2pSends && p2pRecvs) || System.nanoTime() - p2pOpenedAt > P2P_GRACE_NANOS -> { op.closeP2p(); true }
+                                else -> false
+                            }
+                        })
+                    }
                     if (onStream) {
                         val event = acquireEvent(op)
                         op.cuda(runtime.eventRecord(event, stream), "eventRecord")
                         dispatcher.await(completion(op, event))
                         events.addLast(event)
                     }
-                    for (p in op.temps) runtime.free(p)
+                    // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
+                    for (p in op.temps) runtime.freeAsync(p, stream)
                     entry.complete()
                     result
                 } catch (e: CancellationException) {
@@ -688,13 +808,27 @@ public class NcclCommunicator internal constructor(
         return error
     }
 
-    /** First failure wins: records it and calls `ncclCommAbort` on the native thread. */
+    /**
+     * First failure wins: records it and calls `ncclCommAbort`. On the native thread inside an open
+     * group the abort waits for the group's end ([Op.group]): NCCL would only carry it out at
+     * `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs inside
+     * `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on the
+     * native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is blocked in
+     * a library call), called right away from a separate thread, as PyTorch's watchdog calls
+     * `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
+     * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
+     * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
+     */
     private fun abort(cause: CommunicationException) {
         if (!failure.compareAndSet(null, cause)) return
         if (dispatcher.isNativeThread) {
-            releaseComm(abort = true)
-        } else {
-            dispatcher.dispatch(EmptyCoroutineContext, Runnable { releaseComm(abort = true) })
+            if (groupDepth == 0) releaseComm(abort = true)
+            return
+        }
+        dispatcher.dispatch(EmptyCoroutineContext, Runnable { if (groupDepth == 0) releaseComm(abort = true) })
+        Thread.ofPlatform().daemon(true).name("tpcomm-$backendName-abort").start {
+            Thread.sleep(ABORT_GRACE_MS)
+            if (!commReleased.get() && !dispatcher.isClosed) releaseComm(abort = true)
         }
     }
 
@@ -704,16 +838,20 @@ public class NcclCommunicator internal constructor(
             api.commAbort(comm)
             return
         }
-        val code = api.commDestroy(comm)
+        // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
+        // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
+        // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
+        var code = api.commFinalize(comm)
         if (code == NcclResult.IN_PROGRESS) {
             val deadline = System.nanoTime() + timeoutNanos
-            while (System.nanoTime() - deadline < 0) {
+            while (true) {
                 val c = api.commGetAsyncError(comm, status)
-                if (c != NcclResult.SUCCESS || status[0] != NcclResult.IN_PROGRESS) return
+                code = if (c != NcclResult.SUCCESS) c else status[0]
+                if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
                 Thread.sleep(0, 100_000)
             }
-            api.commAbort(comm)
         }
+        if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
     }
 
     private fun nativeClose() {
@@ -722,9 +860,18 @@ public class NcclCommunicator internal constructor(
             null,
             CommunicatorAbortedException("the communicator was closed", rank, backendName, "close", recorder.nextSequenceNumber - 1, null, null),
         )
-        releaseComm(abort = busy || failure.get()?.operation != "close")
-        if (scratch != 0L) runtime.free(scratch)
+        if (p2pOpen && groupDepth > 0) { api.groupEnd(); groupDepth--; p2pOpen = false }
+        val healthy = !busy && failure.get()?.operation == "close"
+        releaseComm(abort = !healthy)
+        if (scratch != 0L) runtime.freeAsync(scratch, stream)
         scratch = 0L
+        if (producerEvent != 0L) runtime.eventDestroy(producerEvent)
+        producerEvent = 0L
+        // Page-locked memory is freed only when the device is known idle (cudaFreeHost synchronises);
+        // after a failure the device may still write it, so it is left to the process.
+        if (healthy) (retiredPinned + pinned).filter { it != 0L }.forEach { runtime.freeHost(it) }
+        pinned = 0L
+        retiredPinned.clear()
         for (e in allEvents) runtime.eventDestroy(e)
         allEvents.clear()
         events.clear()
@@ -739,6 +886,24 @@ public class NcclCommunicator internal constructor(
             require(libraryVersion >= NcclVersion.AVG_AND_BFLOAT16) {
                 "$operation: ${api.libraryName} ${NcclVersion.format(libraryVersion)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
             }
+        }
+    }
+
+    private fun checkP2p(t: Tensor, peer: Int, tag: Int, name: String, sending: Boolean) {
+        checkTensor(t, name)
+        if (sending) {
+            CollectiveChecks.peer(peer, worldSize, name, allowAny = false)
+            CollectiveChecks.tag(tag, name, allowAny = false)
+            require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
+            require(peer != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
+        } else {
+            require(peer != Communicator.ANY_SOURCE) { "$name: $backendName cannot receive from ANY_SOURCE (NCCL needs the sender's rank); pass the sender's rank" }
+            CollectiveChecks.peer(peer, worldSize, name, allowAny = false)
+            CollectiveChecks.tag(tag, name, allowAny = true)
+            require(tag == 0 || tag == Communicator.ANY_TAG) {
+                "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0 or ANY_TAG"
+            }
+            require(peer != rank) { "$name: rank $rank cannot receive from itself on $backendName; copy on the device instead" }
         }
     }
 
@@ -806,6 +971,15 @@ public class NcclCommunicator internal constructor(
         }
         val CLEANER: Cleaner = Cleaner.create()
 
+        /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
+        const val ABORT_GRACE_MS = 100L
+
+        /**
+         * How long a group of point-to-point calls in one direction stays open for the opposite call
+         * (the receive of a ring step issued right after its send) before it is issued alone.
+         */
+        const val P2P_GRACE_NANOS = 5_000_000L
+
         val SIG_OPS = listOf("allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier")
         val SIG_FIELDS = listOf("operation", "dtype", "op", "root", "dim", "shape", "shape")
 
@@ -833,10 +1007,26 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    /** Frees an output's device memory once its tensor is unreachable, on the native thread while it runs. */
-    private class DeviceFree(val runtime: DeviceRuntime, val dispatcher: NativeDispatcher, val ptr: Long) : Runnable {
+    /**
+     * Frees an output's device memory once its tensor is unreachable: stream-ordered on the native
+     * thread while it runs; after close, from the Cleaner thread with the tensor's device made current
+     * first (a thread with no current device would act on, and open a context on, device 0), on the
+     * legacy default stream, which never blocks.
+     */
+    private class DeviceFree(
+        val runtime: DeviceRuntime,
+        val dispatcher: NativeDispatcher,
+        val device: Int,
+        val stream: Long,
+        val ptr: Long,
+    ) : Runnable {
         override fun run() {
-            if (dispatcher.isClosed) runtime.free(ptr) else dispatcher.dispatch(EmptyCoroutineContext, Runnable { runtime.free(ptr) })
+            if (dispatcher.isClosed) {
+                runtime.setDevice(device)
+                runtime.freeAsync(ptr, 0L)
+            } else {
+                dispatcher.dispatch(EmptyCoroutineContext, Runnable { runtime.freeAsync(ptr, stream) })
+            }
         }
     }
 }

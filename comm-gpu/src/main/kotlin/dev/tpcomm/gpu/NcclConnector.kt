@@ -2,11 +2,13 @@
 
 package dev.tpcomm.gpu
 
+import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
-
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
 import dev.tpcomm.coroutines.NativeDispatcher
+import java.lang.foreign.Arena
+import java.lang.foreign.ValueLayout
 
 /**
  * Creates [NcclCommunicator]s on any [NcclApi] + [DeviceRuntime] pair: the `nccl` backend (JavaCPP),
@@ -25,7 +27,7 @@ public object NcclConnector {
      * `ncclCommAbort` and [CommunicationTimeoutException]).
      *
      * @param onClose closed after the communicator (e.g. a bootstrap communicator it owns).
-     * @throws IllegalStateException when the library is older than [NcclVersion.MINIMUM].
+     * @throws BackendUnavailableException when the library is older than [NcclVersion.MINIMUM] (NCCL 2.18, ROCm 6.0's RCCL).
      * @throws NcclException when a library or runtime call fails.
      */
     public suspend fun connect(
@@ -46,9 +48,7 @@ public object NcclConnector {
                 check(runtime.setDevice(index), "setDevice($index)", runtime, backendName, config)
                 val v = IntArray(1)
                 checkNccl(api.getVersion(v), "ncclGetVersion", api, backendName, config)
-                check(v[0] >= NcclVersion.MINIMUM) {
-                    "${api.libraryName} ${NcclVersion.format(v[0])} is too old: tpcomm needs 2.14 or later (ncclCommInitRankConfig); upgrade the library"
-                }
+                NcclVersion.requireSupported(api.libraryName, v[0], backendName)
                 val s = LongArray(1)
                 check(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags", runtime, backendName, config)
                 stream = s[0]
@@ -67,7 +67,7 @@ public object NcclConnector {
             require(id.size == UNIQUE_ID_BYTES) { "the bootstrap returned ${id.size} bytes; an ncclUniqueId has $UNIQUE_ID_BYTES" }
             val comm = dispatcher.execute { initRank(api, config, id, commConfig, backendName) }
             return NcclCommunicator(
-                api, runtime, dispatcher, comm, stream, config.rank, config.worldSize, device, backendName,
+                api, runtime, SharedDispatcher(dispatcher), comm, stream, config.rank, config.worldSize, device, backendName,
                 config, version, commConfig, onClose,
             )
         } catch (t: Throwable) {
@@ -78,21 +78,30 @@ public object NcclConnector {
     }
 
     private fun initRank(api: NcclApi, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, backend: String): Long {
-        val out = LongArray(1)
+        // The ncclComm_t* cell outlives the call: NCCL 2.14-2.17's init job reads and writes it after the
+        // call returned. It is freed once the communicator is ready, and left allocated (8 bytes) when
+        // init fails or times out, since the job may still write it.
+        val cell = Arena.ofShared()
+        val out = cell.allocate(ValueLayout.JAVA_LONG)
+        out.set(ValueLayout.JAVA_LONG, 0, 0L)
         val code = api.commInitRankConfig(out, config.worldSize, id, config.rank, commConfig)
+        val comm = out.get(ValueLayout.JAVA_LONG, 0)
         if (code != NcclResult.IN_PROGRESS) {
-            if (code != NcclResult.SUCCESS && out[0] != 0L) api.commAbort(out[0])
+            if (code != NcclResult.SUCCESS && comm != 0L) api.commAbort(comm)
             checkNccl(code, "ncclCommInitRankConfig", api, backend, config)
-            return out[0]
+            cell.close()
+            return comm
         }
-        val comm = out[0]
         val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
         val status = IntArray(1)
         var spins = 0
         while (true) {
             val c = api.commGetAsyncError(comm, status)
             val state = if (c != NcclResult.SUCCESS) c else status[0]
-            if (state == NcclResult.SUCCESS) return comm
+            if (state == NcclResult.SUCCESS) {
+                cell.close()
+                return comm
+            }
             if (state != NcclResult.IN_PROGRESS) {
                 api.commAbort(comm)
                 checkNccl(state, "ncclCommInitRankConfig", api, backend, config)

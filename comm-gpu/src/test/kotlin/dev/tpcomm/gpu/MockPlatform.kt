@@ -6,6 +6,9 @@ import dev.tpcomm.Device
 import dev.tpcomm.Tensor
 import io.mockk.every
 import io.mockk.mockk
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicLong
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.seconds
@@ -21,7 +24,7 @@ class MockPlatform(val version: Int = 23007) {
         every { api.libraryName } returns "NCCL"
         every { api.getVersion(any()) } answers { firstArg<IntArray>()[0] = version; 0 }
         every { api.getUniqueId(any()) } answers { firstArg<ByteArray>().fill(7); 0 }
-        every { api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<LongArray>()[0] = COMM; 0 }
+        every { api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<MemorySegment>().set(ValueLayout.JAVA_LONG, 0, COMM); 0 }
         every { api.commGetAsyncError(any(), any()) } answers { secondArg<IntArray>()[0] = 0; 0 }
         every { api.getErrorString(any()) } answers { "error text ${firstArg<Int>()}" }
         every { api.getLastError(any()) } returns null
@@ -38,7 +41,8 @@ class MockPlatform(val version: Int = 23007) {
         every { api.recv(any(), any(), any(), any(), any(), any()) } returns 0
         every { api.groupStart() } returns 0
         every { api.groupEnd() } returns 0
-        every { api.commSplit(any(), any(), any(), any(), any()) } answers { arg<LongArray>(3)[0] = CHILD; 0 }
+        every { api.commSplit(any(), any(), any(), any(), any()) } answers { arg<MemorySegment>(3).set(ValueLayout.JAVA_LONG, 0, CHILD); 0 }
+        every { api.commFinalize(any()) } returns 0
         every { runtime.platformName } returns "CUDA"
         every { runtime.setDevice(any()) } returns 0
         every { runtime.getDeviceCount(any()) } answers { firstArg<IntArray>()[0] = 1; 0 }
@@ -50,6 +54,12 @@ class MockPlatform(val version: Int = 23007) {
         every { runtime.eventQuery(any()) } returns 0
         every { runtime.malloc(any(), any()) } answers { firstArg<LongArray>()[0] = nextPtr.getAndAdd(0x10000); 0 }
         every { runtime.free(any()) } returns 0
+        every { runtime.getDevice(any()) } answers { firstArg<IntArray>()[0] = 0; 0 }
+        every { runtime.mallocAsync(any(), any(), any()) } answers { firstArg<LongArray>()[0] = nextPtr.getAndAdd(0x10000); 0 }
+        every { runtime.freeAsync(any(), any()) } returns 0
+        every { runtime.hostAlloc(any(), any()) } answers { firstArg<LongArray>()[0] = HOST.allocate(secondArg<Long>().coerceAtLeast(1), 8).address(); 0 }
+        every { runtime.freeHost(any()) } returns 0
+        every { runtime.streamWaitEvent(any(), any()) } returns 0
         every { runtime.memcpyAsync(any(), any(), any(), any(), any()) } returns 0
         every { runtime.memcpy2DAsync(any(), any(), any(), any(), any(), any(), any(), any()) } returns 0
         every { runtime.getErrorString(any()) } answers { "cuda error ${firstArg<Int>()}" }
@@ -69,6 +79,8 @@ class MockPlatform(val version: Int = 23007) {
         const val TEMP_BASE = 0x7000_0000L
         const val A = 0x1000_0000L
         const val B = 0x2000_0000L
+        /** Real host memory behind the mocked `hostAlloc`, so staged bytes can be read back. */
+        val HOST: Arena = Arena.ofAuto()
 
         fun dev(address: Long, dtype: DType, vararg shape: Int): Tensor = Tensor.wrapDevice(Device.Cuda(0), address, dtype, *shape)
     }

@@ -120,7 +120,7 @@ class NcclFailureTest : FunSpec({
 
     test("init that never completes is aborted at the deadline") {
         val p = MockPlatform()
-        every { p.api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<LongArray>()[0] = COMM; NcclResult.IN_PROGRESS }
+        every { p.api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<java.lang.foreign.MemorySegment>().set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, COMM); NcclResult.IN_PROGRESS }
         every { p.api.commGetAsyncError(COMM, any()) } answers { secondArg<IntArray>()[0] = NcclResult.IN_PROGRESS; 0 }
         val e = shouldThrow<CommunicationTimeoutException> { p.connect(worldSize = 2, rank = 1, timeout = 200.milliseconds) }
         e.message shouldContain "ncclCommInitRankConfig"
@@ -152,9 +152,9 @@ class NcclFailureTest : FunSpec({
     test("refused before any library call: host tensors, other devices, bitwise ops, old-library Avg and bfloat16, tags, ANY_SOURCE, self sends") {
         val p = MockPlatform()
         // Built directly (the engine's internal constructor) to see the per-call version checks, which
-        // connect() never reaches because it refuses libraries older than 2.14.
+        // connect() never reaches because it refuses libraries older than 2.18.
         val c = NcclCommunicator(
-            p.api, p.runtime, NativeDispatcher("test"), COMM, MockPlatform.STREAM, 0, 2, Device.Cuda(0), "nccl",
+            p.api, p.runtime, SharedDispatcher(NativeDispatcher("test")), COMM, MockPlatform.STREAM, 0, 2, Device.Cuda(0), "nccl",
             CommConfig(worldSize = 2), 20907, NcclCommConfig(),
         )
         val host = Tensor.zeros(DType.Float32, 4)
@@ -169,7 +169,6 @@ class NcclFailureTest : FunSpec({
         shouldThrow<IllegalArgumentException> { c.send(dev(A, DType.Float32, 4), 0) }.message shouldContain "cannot send to itself"
         shouldThrow<IllegalArgumentException> { c.broadcast(dev(A, DType.Float32, 4), 2) }.message shouldContain "root 2 is out of range"
         shouldThrow<UnsupportedOperationException> { c.probe() }.message shouldContain "send the size first"
-        shouldThrow<UnsupportedOperationException> { c.split(0) }.message shouldContain "needs 2.18"
         verify(exactly = 0) { p.api.allReduce(any(), any(), any(), any(), any(), any(), any()) }
         verify(exactly = 0) { p.api.send(any(), any(), any(), any(), any(), any()) }
         c.isAborted shouldBe false

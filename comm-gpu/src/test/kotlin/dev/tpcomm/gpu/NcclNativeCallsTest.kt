@@ -195,7 +195,7 @@ class NcclNativeCallsTest : FunSpec({
         verify { p.api.allReduce(A, A, 2, 7, 0, CHILD, any()) }
         child.close()
         verify { p.api.commDestroy(CHILD) }
-        every { p.api.commSplit(any(), any(), any(), any(), any()) } answers { arg<LongArray>(3)[0] = 0; 0 }
+        every { p.api.commSplit(any(), any(), any(), any(), any()) } answers { arg<java.lang.foreign.MemorySegment>(3).set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, 0L); 0 }
         c.split(null) shouldBe null
         verify { p.api.commSplit(COMM, -1, 3, any(), any()) }
         c.close()

@@ -13,7 +13,7 @@ import dev.tpcomm.nccl.javacpp.JavaCppPlatform
 /**
  * The `nccl` backend (priority 100): NVIDIA NCCL and the CUDA runtime through the JavaCPP presets,
  * on the [NcclConnector]. Available when the presets are on the classpath, `libcudart`/`libnccl` and
- * the NVIDIA driver load, NCCL is 2.14 or later, and a device is visible.
+ * the NVIDIA driver load, NCCL is 2.18 or later, and a device is visible.
  *
  * [create] sets the [NcclEnvironment] variables (options `nccl.*`) before NCCL initialises, picks device
  * `nccl.device` or [CommConfig.localRank], and shares the unique id through
@@ -85,7 +85,7 @@ public class NcclBackendFactory : CommBackendFactory {
             val causes = generateSequence(e) { it.cause }.joinToString(" <- ") { "${it.javaClass.simpleName}: ${it.message}" }
             return GpuProbe(
                 false,
-                "NCCL or the CUDA runtime could not be loaded ($causes). Install the NVIDIA driver, and NCCL 2.14+ and the CUDA " +
+                "NCCL or the CUDA runtime could not be loaded ($causes). Install the NVIDIA driver, and NCCL 2.18+ and the CUDA " +
                     "runtime from your distribution or NVIDIA's repository (libnccl2, cuda-cudart), or add the JavaCPP artifact " +
                     "org.bytedeco:cuda-redist (see docs/gpu.md)",
                 0, 0,

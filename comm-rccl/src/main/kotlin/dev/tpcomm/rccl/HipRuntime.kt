@@ -32,6 +32,11 @@ public class HipRuntime : DeviceRuntime {
 
     private val getDeviceCount = f("hipGetDeviceCount", JAVA_INT, ADDRESS)
     private val setDevice = f("hipSetDevice", JAVA_INT, JAVA_INT)
+    private val getDevice = f("hipGetDevice", JAVA_INT, ADDRESS)
+    private val mallocAsync = f("hipMallocAsync", JAVA_INT, ADDRESS, JAVA_LONG, ADDRESS)
+    private val freeAsync = f("hipFreeAsync", JAVA_INT, ADDRESS, ADDRESS)
+    private val hostMalloc = f("hipHostMalloc", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT)
+    private val hostFree = f("hipHostFree", JAVA_INT, ADDRESS)
     private val streamCreateWithFlags = f("hipStreamCreateWithFlags", JAVA_INT, ADDRESS, JAVA_INT)
     private val streamDestroy = f("hipStreamDestroy", JAVA_INT, ADDRESS)
     private val eventCreateWithFlags = f("hipEventCreateWithFlags", JAVA_INT, ADDRESS, JAVA_INT)
@@ -63,6 +68,22 @@ public class HipRuntime : DeviceRuntime {
     }
 
     override fun setDevice(device: Int): Int = setDevice.invokeExact(device) as Int
+
+    override fun getDevice(device: IntArray): Int = Arena.ofConfined().use { a ->
+        val s = a.allocate(JAVA_INT)
+        val rc = getDevice.invokeExact(s) as Int
+        device[0] = s.get(JAVA_INT, 0)
+        rc
+    }
+
+    override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int = handleOut(ptr) { mallocAsync.invokeExact(it, bytes, p(stream)) as Int }
+
+    override fun freeAsync(ptr: Long, stream: Long): Int = freeAsync.invokeExact(p(ptr), p(stream)) as Int
+
+    /** `hipHostMalloc(&ptr, bytes, hipHostMallocDefault = 0)` (ROCm/HIP `include/hip/hip_runtime_api.h`). */
+    override fun hostAlloc(ptr: LongArray, bytes: Long): Int = handleOut(ptr) { hostMalloc.invokeExact(it, bytes, 0) as Int }
+
+    override fun freeHost(ptr: Long): Int = hostFree.invokeExact(p(ptr)) as Int
 
     override fun streamCreateNonBlocking(stream: LongArray): Int =
         handleOut(stream) { streamCreateWithFlags.invokeExact(it, RcclAbi.HIP_STREAM_NON_BLOCKING) as Int }

@@ -39,7 +39,18 @@ internal class NativeLibrary(val what: String, candidates: List<String>) {
         return linker.downcallHandle(address, descriptor)
     }
 
-    companion object {
+    /**
+     * A downcall handle for [symbol], or null when the library does not export it: for functions
+     * newer than the oldest supported release, resolved on first use so that the library loads
+     * without them.
+     */
+    fun optionalFunction(symbol: String, descriptor: FunctionDescriptor): MethodHandle? =
+        lookup.find(symbol).map { linker.downcallHandle(it, descriptor) }.orElse(null)
+
+    internal companion object {
+        /** Opens [path] directly (tests). */
+        fun open(what: String, path: String): NativeLibrary = NativeLibrary(what, listOf(path))
+
         /** Candidates for a ROCm library: an explicit path from [envVariable], the loader's search path, then /opt/rocm/lib. */
         fun candidates(envVariable: String, vararg names: String): List<String> = buildList {
             System.getenv(envVariable)?.takeIf { it.isNotBlank() }?.let { add(it) }

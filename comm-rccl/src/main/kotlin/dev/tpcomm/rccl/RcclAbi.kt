@@ -26,10 +26,10 @@ import java.lang.foreign.ValueLayout
  *   `hipEventDisableTiming` = 0x02, `hipErrorNotReady` = 600, `hipMemcpyKind` host-to-host 0 ..
  *   device-to-device 3 (the same values as CUDA's, see [dev.tpcomm.gpu.DeviceRuntime]).
  */
-public object RcclAbi {
+internal object RcclAbi {
     /** `ncclConfig_v21700`: the revision of `ncclConfig_t` these bindings fill. */
     @JvmField
-    public val CONFIG_LAYOUT: StructLayout = MemoryLayout.structLayout(
+    val CONFIG_LAYOUT: StructLayout = MemoryLayout.structLayout(
         ValueLayout.JAVA_LONG.withName("size"),
         ValueLayout.JAVA_INT.withName("magic"),
         ValueLayout.JAVA_INT.withName("version"),
@@ -46,23 +46,23 @@ public object RcclAbi {
      * The `version` written into the config: the struct revision (2.17.0) rather than the library's
      * version, so a newer library reads exactly the fields this layout has and nothing past its end.
      */
-    public const val CONFIG_VERSION: Int = 21700
+    const val CONFIG_VERSION: Int = 21700
 
     /** `ncclUniqueId`: 128 bytes, passed by value. */
     @JvmField
-    public val UNIQUE_ID_LAYOUT: StructLayout = MemoryLayout.structLayout(
+    val UNIQUE_ID_LAYOUT: StructLayout = MemoryLayout.structLayout(
         MemoryLayout.sequenceLayout(128, ValueLayout.JAVA_BYTE).withName("internal"),
     ).withName("ncclUniqueId")
 
     /** `hipStreamNonBlocking`. */
-    public const val HIP_STREAM_NON_BLOCKING: Int = 0x01
+    const val HIP_STREAM_NON_BLOCKING: Int = 0x01
 
     /** `hipEventDisableTiming`. */
-    public const val HIP_EVENT_DISABLE_TIMING: Int = 0x02
+    const val HIP_EVENT_DISABLE_TIMING: Int = 0x02
 
     /** A filled `ncclConfig_t` (as `NCCL_CONFIG_INITIALIZER`, then [config]'s fields) allocated from [allocator]. */
     @JvmStatic
-    public fun config(config: NcclCommConfig, allocator: SegmentAllocator): MemorySegment {
+    fun config(config: NcclCommConfig, allocator: SegmentAllocator): MemorySegment {
         val s = allocator.allocate(CONFIG_LAYOUT)
         fun int(name: String, v: Int) = s.set(ValueLayout.JAVA_INT, CONFIG_LAYOUT.byteOffset(MemoryLayout.PathElement.groupElement(name)), v)
         s.set(ValueLayout.JAVA_LONG, 0, CONFIG_LAYOUT.byteSize())

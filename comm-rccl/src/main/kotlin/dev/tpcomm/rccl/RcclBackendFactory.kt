@@ -16,7 +16,7 @@ import dev.tpcomm.gpu.NcclVersion
 /**
  * The `rccl` backend (priority 90): RCCL and the HIP runtime through `java.lang.foreign`, on
  * comm-nccl's engine. Available when `libamdhip64.so` and `librccl.so` open, RCCL reports NCCL API
- * 2.14 or later, and a HIP device is visible. [create] applies [RcclEnvironment] (options `rccl.*`)
+ * 2.18 or later (ROCm 6.0+), and a HIP device is visible. [create] applies [RcclEnvironment] (options `rccl.*`)
  * before RCCL initialises and shares the unique id through [BootstrapChannel.fromConfig].
  * Thread-safe; loading is attempted once per process.
  */
@@ -78,7 +78,7 @@ public class RcclBackendFactory : CommBackendFactory {
             }
             val v = IntArray(1)
             if (api.getVersion(v) != 0 || v[0] < NcclVersion.MINIMUM) {
-                return Platform(api, runtime, GpuProbe(false, "RCCL ${NcclVersion.format(v[0])} is too old: tpcomm needs RCCL with NCCL API 2.14 or later (ROCm 5.5+)", count[0], v[0]))
+                return Platform(api, runtime, GpuProbe(false, "RCCL ${NcclVersion.format(v[0])} is too old: tpcomm needs RCCL with NCCL API 2.18 or later (ROCm 6.0+)", count[0], v[0]))
             }
             return Platform(api, runtime, GpuProbe(true, null, count[0], v[0]))
         }

@@ -1,8 +1,11 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.rccl
 
 import dev.tpcomm.gpu.NcclApi
 import dev.tpcomm.gpu.NcclCommConfig
 import dev.tpcomm.gpu.NcclConnector
+import dev.tpcomm.gpu.NcclResult
 import java.lang.foreign.Arena
 import java.lang.foreign.FunctionDescriptor
 import java.lang.foreign.MemorySegment
@@ -15,11 +18,16 @@ import java.lang.invoke.MethodHandle
 /**
  * [NcclApi] over RCCL (`librccl.so`), which exports NCCL's C API under NCCL's names, through
  * `java.lang.foreign` downcalls. Constructing it opens the library (from `TPCOMM_RCCL_LIBRARY`, the
- * loader's path, `$ROCM_PATH/lib` or `/opt/rocm/lib`) and resolves every symbol, so a missing
- * library or symbol fails at once with [UnsatisfiedLinkError]. Thread-safe as RCCL is.
+ * loader's path, `$ROCM_PATH/lib` or `/opt/rocm/lib`) and resolves the symbols every supported
+ * release has, so a missing library or core symbol fails at once with [UnsatisfiedLinkError].
+ * Functions newer than that core (`ncclCommSplit`, `ncclCommFinalize`, `ncclGetLastError`) are
+ * resolved on first use: a release without them still loads, its version is then refused by the
+ * engine (ROCm 6.0 / NCCL API 2.18 minimum) with a clear message rather than a link error, and a
+ * call to one that is missing returns `ncclInvalidUsage`. Thread-safe as RCCL is.
  */
-public class RcclLibrary : NcclApi {
-    private val lib = NativeLibrary("RCCL (librccl.so)", NativeLibrary.candidates("TPCOMM_RCCL_LIBRARY", "librccl.so", "librccl.so.1"))
+public class RcclLibrary internal constructor(private val lib: NativeLibrary) : NcclApi {
+    /** Opens RCCL from the usual places (see the class KDoc). */
+    public constructor() : this(NativeLibrary("RCCL (librccl.so)", NativeLibrary.candidates("TPCOMM_RCCL_LIBRARY", "librccl.so", "librccl.so.1")))
 
     /** Where the library was loaded from. */
     public val loadedFrom: String get() = lib.loadedFrom
@@ -32,7 +40,8 @@ public class RcclLibrary : NcclApi {
     private val getVersion = f("ncclGetVersion", JAVA_INT, ADDRESS)
     private val getUniqueId = f("ncclGetUniqueId", JAVA_INT, ADDRESS)
     private val commInitRankConfig = f("ncclCommInitRankConfig", JAVA_INT, ADDRESS, JAVA_INT, RcclAbi.UNIQUE_ID_LAYOUT, JAVA_INT, ADDRESS)
-    private val commSplit = f("ncclCommSplit", JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val commSplit by lazy { lib.optionalFunction("ncclCommSplit", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)) }
+    private val commFinalize by lazy { lib.optionalFunction("ncclCommFinalize", FunctionDescriptor.of(JAVA_INT, ADDRESS)) }
     private val commAbort = f("ncclCommAbort", JAVA_INT, ADDRESS)
     private val commDestroy = f("ncclCommDestroy", JAVA_INT, ADDRESS)
     private val commGetAsyncError = f("ncclCommGetAsyncError", JAVA_INT, ADDRESS, ADDRESS)
@@ -48,7 +57,15 @@ public class RcclLibrary : NcclApi {
     private val groupStart = f("ncclGroupStart", JAVA_INT)
     private val groupEnd = f("ncclGroupEnd", JAVA_INT)
     private val getErrorString = f("ncclGetErrorString", ADDRESS, JAVA_INT)
-    private val getLastError = f("ncclGetLastError", ADDRESS, ADDRESS)
+    private val getLastError by lazy { lib.optionalFunction("ncclGetLastError", FunctionDescriptor.of(ADDRESS, ADDRESS)) }
+
+    /** Whether the library exports [symbol] (resolved lazily; for tests and diagnostics). */
+    internal fun has(symbol: String): Boolean = when (symbol) {
+        "ncclCommSplit" -> commSplit != null
+        "ncclCommFinalize" -> commFinalize != null
+        "ncclGetLastError" -> getLastError != null
+        else -> true
+    }
 
     private fun p(address: Long): MemorySegment = MemorySegment.ofAddress(address)
 
@@ -67,22 +84,26 @@ public class RcclLibrary : NcclApi {
         rc
     }
 
-    override fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int =
+    override fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int =
         Arena.ofConfined().use { a ->
-            val out = a.allocate(ADDRESS)
             val id = a.allocate(RcclAbi.UNIQUE_ID_LAYOUT)
             MemorySegment.copy(uniqueId, 0, id, ValueLayout.JAVA_BYTE, 0, uniqueId.size)
-            val rc = commInitRankConfig.invokeExact(out, nranks, id, rank, RcclAbi.config(config, a)) as Int
-            comm[0] = out.get(ADDRESS, 0).address()
-            rc
+            // [comm] is the engine's cell, alive until the communicator is ready (RCCL's init job may write it later).
+            commInitRankConfig.invokeExact(comm, nranks, id, rank, RcclAbi.config(config, a)) as Int
         }
 
-    override fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int = Arena.ofConfined().use { a ->
-        val out = a.allocate(ADDRESS)
-        val cfg = config?.let { RcclAbi.config(it, a) } ?: MemorySegment.NULL
-        val rc = commSplit.invokeExact(p(comm), color, key, out, cfg) as Int
-        newComm[0] = out.get(ADDRESS, 0).address()
-        rc
+    override fun commSplit(comm: Long, color: Int, key: Int, newComm: MemorySegment, config: NcclCommConfig?): Int {
+        val h = commSplit ?: return NcclResult.INVALID_USAGE
+        // The config is read during the call only; [newComm] is written by RCCL's split job later.
+        return Arena.ofConfined().use { a ->
+            val cfg = config?.let { RcclAbi.config(it, a) } ?: MemorySegment.NULL
+            h.invokeExact(p(comm), color, key, newComm, cfg) as Int
+        }
+    }
+
+    override fun commFinalize(comm: Long): Int {
+        val h = commFinalize ?: return NcclResult.INVALID_USAGE
+        return h.invokeExact(p(comm)) as Int
     }
 
     override fun commAbort(comm: Long): Int = commAbort.invokeExact(p(comm)) as Int
@@ -122,7 +143,7 @@ public class RcclLibrary : NcclApi {
 
     override fun getErrorString(result: Int): String = cString(getErrorString.invokeExact(result) as MemorySegment) ?: "unknown"
 
-    override fun getLastError(comm: Long): String? = cString(getLastError.invokeExact(p(comm)) as MemorySegment)
+    override fun getLastError(comm: Long): String? = getLastError?.let { cString(it.invokeExact(p(comm)) as MemorySegment) }
 
     private inline fun intOut(out: IntArray, call: (MemorySegment) -> Int): Int = Arena.ofConfined().use { a ->
         val s = a.allocate(JAVA_INT)

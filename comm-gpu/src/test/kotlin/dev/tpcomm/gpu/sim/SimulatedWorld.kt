@@ -2,10 +2,8 @@ package dev.tpcomm.gpu.sim
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Device
-import dev.tpcomm.gpu.BootstrapChannel
 import dev.tpcomm.gpu.NcclCommunicator
 import dev.tpcomm.gpu.NcclConnector
-import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
@@ -68,15 +66,5 @@ public class SimulatedWorld @JvmOverloads constructor(
         } finally {
             comms.forEach { runCatching { it.close() } }
         }
-    }
-}
-
-/** A [BootstrapChannel] for ranks in one JVM: rank 0's id handed to the others through memory. Single use. */
-public class InMemoryBootstrap : BootstrapChannel {
-    private val id = CompletableDeferred<ByteArray>()
-
-    override suspend fun shareUniqueId(rank: Int, id: ByteArray?): ByteArray {
-        if (rank == 0) this.id.complete(requireNotNull(id) { "rank 0 must pass the id" })
-        return this.id.await()
     }
 }

@@ -18,6 +18,8 @@ public class JavaCppCudaRuntime : DeviceRuntime {
 
     override fun setDevice(device: Int): Int = cudart.cudaSetDevice(device)
 
+    override fun getDevice(device: IntArray): Int = cudart.cudaGetDevice(device)
+
     override fun streamCreateNonBlocking(stream: LongArray): Int {
         val s = CUstream_st()
         val rc = cudart.cudaStreamCreateWithFlags(s, cudart.cudaStreamNonBlocking)
@@ -52,6 +54,24 @@ public class JavaCppCudaRuntime : DeviceRuntime {
     }
 
     override fun free(ptr: Long): Int = cudart.cudaFree(RawPointer(ptr))
+
+    override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
+        val p = Pointer()
+        val rc = cudart.cudaMallocAsync(p, bytes, CUstream_st(RawPointer(stream)))
+        ptr[0] = p.address()
+        return rc
+    }
+
+    override fun freeAsync(ptr: Long, stream: Long): Int = cudart.cudaFreeAsync(RawPointer(ptr), CUstream_st(RawPointer(stream)))
+
+    override fun hostAlloc(ptr: LongArray, bytes: Long): Int {
+        val p = Pointer()
+        val rc = cudart.cudaHostAlloc(p, bytes, cudart.cudaHostAllocDefault)
+        ptr[0] = p.address()
+        return rc
+    }
+
+    override fun freeHost(ptr: Long): Int = cudart.cudaFreeHost(RawPointer(ptr))
 
     override fun memcpyAsync(dst: Long, src: Long, bytes: Long, kind: Int, stream: Long): Int =
         cudart.cudaMemcpyAsync(RawPointer(dst), RawPointer(src), bytes, kind, CUstream_st(RawPointer(stream)))

@@ -11,6 +11,8 @@ import org.bytedeco.cuda.nccl.ncclUniqueId
 import org.bytedeco.javacpp.BytePointer
 import org.bytedeco.javacpp.IntPointer
 import org.bytedeco.javacpp.Loader
+import org.bytedeco.javacpp.PointerPointer
+import java.lang.foreign.MemorySegment
 
 /**
  * [NcclApi] over NVIDIA NCCL through the JavaCPP presets (`org.bytedeco.cuda.global.nccl`,
@@ -35,32 +37,30 @@ public class JavaCppNcclApi : NcclApi {
         }
     }
 
-    override fun commInitRankConfig(comm: LongArray, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
+    override fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
         val id = ncclUniqueId()
-        val out = ncclComm()
         val native = NativeConfig(config)
         try {
             id.internal().put(uniqueId, 0, uniqueId.size)
-            val rc = nccl.ncclCommInitRankConfig(out, nranks, id, rank, native.struct)
-            comm[0] = out.address()
-            return rc
+            // The engine's cell (it outlives this call), not a JNI temporary: NCCL may write it later.
+            return nccl.ncclCommInitRankConfig(PointerPointer<ncclComm>(RawPointer(comm.address())), nranks, id, rank, native.struct)
         } finally {
             native.close()
             id.close()
         }
     }
 
-    override fun commSplit(comm: Long, color: Int, key: Int, newComm: LongArray, config: NcclCommConfig?): Int {
-        val out = ncclComm()
+    override fun commSplit(comm: Long, color: Int, key: Int, newComm: MemorySegment, config: NcclCommConfig?): Int {
         val native = config?.let { NativeConfig(it) }
         try {
-            val rc = nccl.ncclCommSplit(comm(comm), color, key, out, native?.struct)
-            newComm[0] = out.address()
-            return rc
+            // NCCL's split job writes the child into this cell after the call returned (init.cc:1959-1961).
+            return nccl.ncclCommSplit(comm(comm), color, key, PointerPointer<ncclComm>(RawPointer(newComm.address())), native?.struct)
         } finally {
             native?.close()
         }
     }
+
+    override fun commFinalize(comm: Long): Int = nccl.ncclCommFinalize(comm(comm))
 
     override fun commAbort(comm: Long): Int = nccl.ncclCommAbort(comm(comm))
 

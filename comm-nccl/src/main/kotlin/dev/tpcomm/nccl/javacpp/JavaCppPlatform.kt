@@ -43,7 +43,7 @@ public object JavaCppPlatform {
             return GpuProbe(false, "no CUDA device is visible (cudaGetDeviceCount = 0); check nvidia-smi and CUDA_VISIBLE_DEVICES", 0, v[0])
         }
         if (v[0] < NcclVersion.MINIMUM) {
-            return GpuProbe(false, "NCCL ${NcclVersion.format(v[0])} is too old; tpcomm needs 2.14 or later", count[0], v[0])
+            return GpuProbe(false, "NCCL ${NcclVersion.format(v[0])} is too old; tpcomm needs NCCL 2.18 or later (ncclCommSplit, finalize, a non-blocking init that does not read the out-pointer later)", count[0], v[0])
         }
         return GpuProbe(true, null, count[0], v[0])
     }

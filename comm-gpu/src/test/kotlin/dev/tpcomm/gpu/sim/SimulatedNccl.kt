@@ -1,0 +1,558 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.gpu.sim
+
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.gpu.NcclApi
+import dev.tpcomm.gpu.NcclCommConfig
+import dev.tpcomm.gpu.NcclConnector
+import dev.tpcomm.gpu.NcclDataType
+import dev.tpcomm.gpu.NcclRedOp
+import dev.tpcomm.gpu.NcclResult
+import dev.tpcomm.gpu.NcclVersion
+import dev.tpcomm.gpu.sim.SimulatedRuntime.SimStream
+import dev.tpcomm.testkit.ReferenceReduction
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+import java.security.SecureRandom
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.LinkedBlockingQueue
+import java.util.concurrent.TimeUnit
+import java.util.concurrent.atomic.AtomicInteger
+
+/**
+ * The NCCL part of the simulated platform ([NcclApi]), modelled on NVIDIA/nccl (master 5067397,
+ * the 2.30 line; `src/init.cc`, `src/group.cc`, `docs/userguide/source/usage/` pages):
+ *
+ * - **Non-blocking communicators** (`blocking = 0`): `ncclCommInitRankConfig` writes the handle at
+ *   once (init.cc:2513-2515) and returns `ncclInProgress`; the communicator turns `ncclSuccess` on a
+ *   background thread when every rank joined. Collectives and `ncclGroupEnd` return
+ *   `ncclInProgress` and are enqueued on the stream by a background thread (group.cc:826-857:
+ *   `ncclCommSetAsyncError(comm, ncclInProgress)`, a `std::thread` per group); using the
+ *   communicator before it reports success again is `ncclInvalidArgument` (init.cc:422-436,
+ *   `ncclCommEnsureReady`).
+ * - **`ncclCommSplit`** sets `*newcomm = NULL` (init.cc:3098-3099) and the background job writes the
+ *   child into the caller's out-pointer only when the split is complete (init.cc:1959-1961); the
+ *   parent is polled with `ncclCommGetAsyncError`. A split while work is in flight on the parent is
+ *   recorded as misuse.
+ * - **Point-to-point** (usage/p2p.rst:17-24): calls in one group progress together; a send larger
+ *   than [SimulatedGpuPlatform.p2pBufferBytes] (the connection buffer, `NCCL_BUFFSIZE`) completes only
+ *   when the matching receive is progressing, so ungrouped exchanges of large messages deadlock as
+ *   on NCCL; smaller sends complete into the peer's buffer.
+ * - **Teardown**: `ncclCommDestroy` without `ncclCommFinalize` first (usage/communicators.rst:
+ *   330-350) and `ncclCommAbort` inside an open group (init.cc:3035-3060: the abort joins the
+ *   caller's group and is carried out only by its `ncclGroupEnd`) are recorded as misuse.
+ * - **One launch order per device** (usage/communicators.rst:302-305): launches for a parent and
+ *   its split children on one device from two live host threads are recorded as misuse.
+ *
+ * Collectives meet their peers by sequence number and read every input before any output is
+ * written; reductions use comm-testkit's [ReferenceReduction], the one reference of the project.
+ */
+internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclApi {
+    private val memory get() = platform.memory
+    private val runtime get() = platform.simRuntime
+    private val cliques = ConcurrentHashMap<String, Clique>()
+    private val groupOps = ThreadLocal.withInitial { ArrayList<PendingKernel>() }
+    private val groupDepth = ThreadLocal.withInitial { 0 }
+    private val familyCounter = AtomicInteger()
+
+    inner class Clique(val size: Int) {
+        val members = arrayOfNulls<SimComm>(size)
+        val joined = AtomicInteger()
+        val rounds = ConcurrentHashMap<Long, Round>()
+        val splits = ConcurrentHashMap<Long, SplitRound>()
+        val channels = ConcurrentHashMap<Long, LinkedBlockingQueue<Message>>()
+        @Volatile var broken = 0
+
+        fun channel(src: Int, dst: Int) = channels.computeIfAbsent(src.toLong() * 1_000_003 + dst) { LinkedBlockingQueue() }
+    }
+
+    inner class SimComm(val device: Int, val blocking: Boolean, val family: Int) {
+        @Volatile lateinit var clique: Clique
+        @Volatile var rank = 0
+        val state = AtomicInteger(NcclResult.IN_PROGRESS)
+        @Volatile var aborted = false
+        @Volatile var finalized = false
+        @Volatile var lastError: String? = null
+        @Volatile var launcher: Thread? = null
+        /** Kernels enqueued on a stream and not finished yet. */
+        val inFlight = AtomicInteger()
+        var collectives = 0L
+        var splitCount = 0L
+        val live: Boolean get() = !aborted
+    }
+
+    class Message(val bytes: ByteArray, val consumed: CountDownLatch = CountDownLatch(1))
+
+    class Contribution(val kind: String, val send: Long, val recv: Long, val count: Long, val dtype: Int, val op: Int, val root: Int)
+
+    class Round(size: Int) {
+        val inputs = arrayOfNulls<Contribution>(size)
+        val arrived = CountDownLatch(size)
+        val computed = CountDownLatch(size)
+        val finished = AtomicInteger()
+    }
+
+    class SplitRound(size: Int) {
+        val colors = IntArray(size)
+        val keys = IntArray(size)
+        val children = arrayOfNulls<Any>(size)
+        val cells = arrayOfNulls<MemorySegment>(size)
+        val arrived = AtomicInteger()
+    }
+
+    /**
+     * A kernel: [post] runs first for every kernel of a group (sends offer their data), then the
+     * bodies, those that only wait for a peer to take their data ([waitsLast], sends) after the others.
+     */
+    class PendingKernel(val comm: SimComm, val stream: SimStream, val post: () -> Unit, val waitsLast: Boolean = false, val body: () -> Unit)
+
+    private class Abandon : RuntimeException(null, null, false, false)
+
+    val liveComms: List<SimComm> get() = platform.handles.values.filterIsInstance<SimComm>()
+
+    // ------------------------------------------------------------------ kernels
+
+    private fun awaitPeers(latch: CountDownLatch, comm: SimComm) {
+        while (!latch.await(1, TimeUnit.MILLISECONDS)) {
+            if (latch.count == 0L) return
+            checkAlive(comm)
+        }
+    }
+
+    private fun checkAlive(comm: SimComm) {
+        if (comm.aborted) throw Abandon()
+        val broken = comm.clique.broken
+        if (broken != 0) {
+            comm.state.compareAndSet(NcclResult.SUCCESS, broken)
+            comm.lastError = "a peer aborted its communicator"
+            throw Abandon()
+        }
+    }
+
+    private fun runKernel(comm: SimComm, body: () -> Unit) {
+        try {
+            while (comm.device in platform.stalled) {
+                checkAlive(comm)
+                Thread.sleep(1)
+            }
+            checkAlive(comm)
+            body()
+        } catch (_: Abandon) {
+        } catch (f: SimFault) {
+            comm.state.compareAndSet(NcclResult.SUCCESS, f.nccl)
+            comm.lastError = f.message
+        }
+    }
+
+    private fun noteLaunch(comm: SimComm) {
+        val me = Thread.currentThread()
+        comm.launcher = me
+        val other = liveComms.firstOrNull { it !== comm && it.family == comm.family && it.device == comm.device && it.live && it.launcher.let { t -> t != null && t !== me && t.isAlive } }
+        if (other != null) {
+            platform.recordMisuse(
+                "two host threads launch on device ${comm.device} for a communicator and its split relative " +
+                    "('${other.launcher?.name}' and '${me.name}'): NCCL needs one launch order per device (usage/communicators.rst:302-305)",
+            )
+        }
+    }
+
+    /** Launches [kernels] (one group's, or a single call's): fused per stream, posts first. */
+    private fun launch(kernels: List<PendingKernel>) {
+        for ((stream, ks) in kernels.groupBy { it.stream }) {
+            ks.forEach { it.comm.inFlight.incrementAndGet() }
+            stream.enqueue {
+                try {
+                    ks.forEach { k -> runKernel(k.comm) { k.post() } }
+                    ks.filter { !it.waitsLast }.forEach { k -> runKernel(k.comm) { k.body() } }
+                    ks.filter { it.waitsLast }.forEach { k -> runKernel(k.comm) { k.body() } }
+                } finally {
+                    ks.forEach { it.comm.inFlight.decrementAndGet() }
+                }
+            }
+        }
+    }
+
+    /** Issues [k] now, or keeps it for the open group. Returns what the call returns. */
+    private fun issue(k: PendingKernel): Int {
+        noteLaunch(k.comm)
+        if (groupDepth.get() > 0) {
+            groupOps.get() += k
+            return NcclResult.SUCCESS
+        }
+        return launchMaybeAsync(listOf(k))
+    }
+
+    /** Blocking communicators launch at once; non-blocking ones return ncclInProgress and launch on a background thread (group.cc:826-857). */
+    private fun launchMaybeAsync(kernels: List<PendingKernel>): Int {
+        val comms = kernels.map { it.comm }.distinct()
+        if (comms.all { it.blocking }) {
+            launch(kernels)
+            return NcclResult.SUCCESS
+        }
+        comms.forEach { it.state.compareAndSet(NcclResult.SUCCESS, NcclResult.IN_PROGRESS) }
+        Thread.ofPlatform().daemon(true).name("sim-nccl-group").start {
+            Thread.sleep(0, 200_000)
+            launch(kernels)
+            comms.forEach { it.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS) }
+        }
+        return NcclResult.IN_PROGRESS
+    }
+
+    private fun collectiveKernel(comm: SimComm, stream: SimStream, c: Contribution): PendingKernel {
+        val seq = comm.collectives++
+        return PendingKernel(comm, stream, post = {}) {
+            val clique = comm.clique
+            val round = clique.rounds.computeIfAbsent(seq) { Round(clique.size) }
+            round.inputs[comm.rank] = c
+            round.arrived.countDown()
+            awaitPeers(round.arrived, comm)
+            val write = try {
+                compute(round, comm.rank, clique.size)
+            } catch (f: SimFault) {
+                round.computed.countDown()
+                throw f
+            }
+            round.computed.countDown()
+            awaitPeers(round.computed, comm)
+            write()
+            if (round.finished.incrementAndGet() == clique.size) clique.rounds.remove(seq)
+        }
+    }
+
+    /** Reads every input of [round] and returns the write of rank [me]'s output. */
+    private fun compute(round: Round, me: Int, size: Int): () -> Unit {
+        val inputs = round.inputs.map { it!! }
+        val mine = inputs[me]
+        val bad = inputs.indices.filter { r ->
+            val o = inputs[r]
+            o.kind != mine.kind || o.count != mine.count || o.dtype != mine.dtype || o.op != mine.op || o.root != mine.root
+        }
+        if (bad.isNotEmpty()) {
+            throw SimFault(
+                NcclResult.INVALID_USAGE, CUDA_LAUNCH_FAILURE,
+                "simulated NCCL: ranks $bad called ${bad.map { inputs[it].kind }} with other arguments than rank $me's ${mine.kind}",
+            )
+        }
+        val width = elementSize(mine.dtype)
+        val n = mine.count
+        return when (mine.kind) {
+            "allReduce" -> {
+                val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n)
+                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
+            }
+            "broadcast" -> {
+                val result = copyOf(memory.resolve(inputs[mine.root].send, n * width))
+                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
+            }
+            "reduce" -> {
+                if (me != mine.root) ({}) else {
+                    val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n)
+                    ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
+                }
+            }
+            "allGather" -> {
+                val parts = inputs.map { copyOf(memory.resolve(it.send, n * width)) }
+                ({
+                    val out = memory.resolve(mine.recv, n * width * size)
+                    for (r in 0 until size) MemorySegment.copy(parts[r], 0, out, r * n * width, n * width)
+                })
+            }
+            "reduceScatter" -> {
+                val result = reduce(inputs.map { memory.resolve(it.send, n * width * size).asSlice(me * n * width, n * width) }, mine.dtype, mine.op, n)
+                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
+            }
+            else -> throw SimFault(NcclResult.INTERNAL_ERROR, CUDA_LAUNCH_FAILURE, "unknown kind ${mine.kind}")
+        }
+    }
+
+    private fun copyOf(s: MemorySegment): MemorySegment = Arena.ofAuto().allocate(s.byteSize().coerceAtLeast(1)).also { MemorySegment.copy(s, 0, it, 0, s.byteSize()) }
+
+    /** The reduction through comm-testkit's [ReferenceReduction] (the project's one reference). */
+    private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long): MemorySegment {
+        val dt = NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported datatype $dtype")
+        val reduceOp = when (op) {
+            NcclRedOp.SUM -> ReduceOp.Sum
+            NcclRedOp.PROD -> ReduceOp.Product
+            NcclRedOp.MAX -> ReduceOp.Max
+            NcclRedOp.MIN -> ReduceOp.Min
+            NcclRedOp.AVG -> ReduceOp.Avg
+            else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
+        }
+        if (n == 0L) return Arena.ofAuto().allocate(1)
+        val result = ReferenceReduction.expected(reduceOp, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
+        return copyOf(result.segment)
+    }
+
+    private fun elementSize(dtype: Int): Long = when (dtype) {
+        NcclDataType.UINT32 -> 4L
+        NcclDataType.UINT64 -> 8L
+        else -> (NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "datatype $dtype")).byteSize.toLong()
+    }
+
+    // ------------------------------------------------------------------ the API
+
+    override val libraryName: String get() = platform.libraryName
+
+    override fun getVersion(version: IntArray): Int { version[0] = platform.version; return NcclResult.SUCCESS }
+
+    override fun getUniqueId(uniqueId: ByteArray): Int {
+        if (uniqueId.size != NcclConnector.UNIQUE_ID_BYTES) return NcclResult.INVALID_ARGUMENT
+        RANDOM.nextBytes(uniqueId)
+        return NcclResult.SUCCESS
+    }
+
+    override fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
+        if (nranks < 1 || rank !in 0 until nranks || uniqueId.size != NcclConnector.UNIQUE_ID_BYTES) return NcclResult.INVALID_ARGUMENT
+        val key = uniqueId.joinToString("") { "%02x".format(it) }
+        val clique = cliques.computeIfAbsent(key) { Clique(nranks) }
+        val c = SimComm(runtime.currentDevice("ncclCommInitRankConfig"), config.blocking, familyCounter.incrementAndGet())
+        synchronized(clique) {
+            if (clique.size != nranks) return NcclResult.INVALID_ARGUMENT
+            if (clique.members[rank] != null) return NcclResult.INVALID_USAGE
+            if (platform.rejectSharedDevices && clique.members.any { it != null && it.device == c.device }) return NcclResult.INVALID_USAGE // NCCL: duplicate GPU
+            c.clique = clique
+            c.rank = rank
+            clique.members[rank] = c
+        }
+        // init.cc:2514-2515: initState = ncclInProgress, *newcomm = comm, before the async job runs.
+        comm.set(ValueLayout.JAVA_LONG, 0, platform.handle(c))
+        if (clique.joined.incrementAndGet() == nranks) {
+            cliques.remove(key)
+            // The async init job (init.cc:2544, ncclCommInitRankFunc) finishes on its own thread.
+            Thread.ofPlatform().daemon(true).name("sim-nccl-init").start {
+                clique.members.forEach { it!!.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS) }
+            }
+        }
+        if (!config.blocking) return NcclResult.IN_PROGRESS
+        while (c.state.get() == NcclResult.IN_PROGRESS) Thread.sleep(1)
+        return c.state.get()
+    }
+
+    override fun commSplit(comm: Long, color: Int, key: Int, newComm: MemorySegment, config: NcclCommConfig?): Int {
+        val parent = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        if (parent.state.get() == NcclResult.IN_PROGRESS) return NcclResult.INVALID_ARGUMENT // init.cc:422-436
+        if (parent.state.get() != NcclResult.SUCCESS) return parent.state.get()
+        if (parent.inFlight.get() > 0) {
+            platform.recordMisuse("ncclCommSplit on rank ${parent.rank} while ${parent.inFlight.get()} operation(s) are in flight on the parent")
+        }
+        newComm.set(ValueLayout.JAVA_LONG, 0, 0L) // init.cc:3098-3099: NULL until the split is complete
+        val clique = parent.clique
+        val round = clique.splits.computeIfAbsent(parent.splitCount++) { SplitRound(clique.size) }
+        val blocking = config?.blocking ?: parent.blocking
+        val child = if (color == NcclVersion.SPLIT_NOCOLOR) null else SimComm(parent.device, blocking, parent.family)
+        round.colors[parent.rank] = color
+        round.keys[parent.rank] = key
+        round.children[parent.rank] = child
+        round.cells[parent.rank] = newComm
+        parent.state.set(NcclResult.IN_PROGRESS)
+        if (round.arrived.incrementAndGet() == clique.size) {
+            clique.splits.entries.removeIf { it.value === round }
+            Thread.ofPlatform().daemon(true).name("sim-nccl-split").start {
+                Thread.sleep(1)
+                val groups = (0 until clique.size).filter { round.colors[it] != NcclVersion.SPLIT_NOCOLOR }.groupBy { round.colors[it] }
+                for ((_, ranks) in groups) {
+                    val ordered = ranks.sortedWith(compareBy({ round.keys[it] }, { it }))
+                    val sub = Clique(ordered.size)
+                    ordered.forEachIndexed { i, r ->
+                        val ch = round.children[r] as SimComm
+                        ch.clique = sub
+                        ch.rank = i
+                        sub.members[i] = ch
+                    }
+                    sub.joined.set(ordered.size)
+                    sub.members.forEach { it!!.state.set(NcclResult.SUCCESS) }
+                }
+                // init.cc:1959-1961: the job stores the child into the caller's out-pointer, then the parent is ready.
+                for (r in 0 until clique.size) {
+                    val ch = round.children[r] as SimComm?
+                    if (ch != null) {
+                        val h = platform.handle(ch)
+                        try {
+                            round.cells[r]!!.set(ValueLayout.JAVA_LONG, 0, h)
+                        } catch (e: RuntimeException) { // closed (IllegalStateException) or confined to another thread (WrongThreadException)
+                            platform.recordMisuse("ncclCommSplit's job wrote rank $r's child into an out-pointer that was already freed ($e)")
+                        }
+                    }
+                    clique.members[r]?.state?.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS)
+                }
+            }
+        }
+        if (!blocking) return NcclResult.IN_PROGRESS
+        while (parent.state.get() == NcclResult.IN_PROGRESS) { if (clique.broken != 0) return clique.broken; Thread.sleep(1) }
+        return parent.state.get()
+    }
+
+    override fun commFinalize(comm: Long): Int {
+        val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        if (c.finalized) return NcclResult.INVALID_USAGE
+        c.finalized = true
+        // ncclCommFinalize (init.cc:2783) flushes the communicator's outstanding work asynchronously.
+        if (c.blocking) {
+            while (c.inFlight.get() > 0 && !c.aborted) Thread.sleep(1)
+            return NcclResult.SUCCESS
+        }
+        c.state.compareAndSet(NcclResult.SUCCESS, NcclResult.IN_PROGRESS)
+        Thread.ofPlatform().daemon(true).name("sim-nccl-finalize").start {
+            while (c.inFlight.get() > 0 && !c.aborted) Thread.sleep(1)
+            c.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS)
+        }
+        return NcclResult.IN_PROGRESS
+    }
+
+    override fun commAbort(comm: Long): Int {
+        val c = platform.remove<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        if (groupDepth.get() > 0) {
+            platform.recordMisuse("ncclCommAbort inside an open group on thread '${Thread.currentThread().name}': the abort joins the group and runs only at its ncclGroupEnd (init.cc:3035-3060)")
+        }
+        c.aborted = true
+        if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
+        return NcclResult.SUCCESS
+    }
+
+    override fun commDestroy(comm: Long): Int {
+        val c = platform.remove<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        if (!c.finalized) platform.recordMisuse("ncclCommDestroy without ncclCommFinalize on rank ${c.rank} (usage/communicators.rst:330-350)")
+        c.aborted = true
+        if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
+        return NcclResult.SUCCESS
+    }
+
+    override fun commGetAsyncError(comm: Long, asyncError: IntArray): Int {
+        val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        asyncError[0] = c.state.get()
+        return NcclResult.SUCCESS
+    }
+
+    override fun commCount(comm: Long, count: IntArray): Int {
+        val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        count[0] = c.clique.size
+        return NcclResult.SUCCESS
+    }
+
+    override fun commUserRank(comm: Long, rank: IntArray): Int {
+        val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        rank[0] = c.rank
+        return NcclResult.SUCCESS
+    }
+
+    /** Checks shared by every enqueue (init.cc:422-436 `ncclCommEnsureReady`), or the error code. */
+    private fun ready(sc: SimComm): Int {
+        val s = sc.state.get()
+        if (s == NcclResult.IN_PROGRESS) {
+            platform.recordMisuse("rank ${sc.rank} used its communicator before the previous call returned ncclSuccess")
+            return NcclResult.INVALID_ARGUMENT
+        }
+        return if (s != NcclResult.SUCCESS) s else NcclResult.SUCCESS
+    }
+
+    private fun collective(comm: Long, stream: Long, c: Contribution, sendBytes: Long, recvBytes: Long): Int {
+        val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        val st = platform.lookup<SimStream>(stream) ?: return NcclResult.INVALID_ARGUMENT
+        ready(sc).let { if (it != NcclResult.SUCCESS) return it }
+        if (NcclDataType.toDType(c.dtype) == null || c.op !in NcclRedOp.SUM..NcclRedOp.AVG) return NcclResult.INVALID_ARGUMENT
+        try {
+            memory.checkDeviceBuffer(c.send, sendBytes)
+            memory.checkDeviceBuffer(c.recv, recvBytes)
+        } catch (f: SimFault) {
+            sc.lastError = f.message
+            return f.nccl
+        }
+        return issue(collectiveKernel(sc, st, c))
+    }
+
+    private fun size(dt: Int): Long = NcclDataType.toDType(dt)?.byteSize?.toLong() ?: 1L
+
+    private fun nranks(comm: Long): Long = (platform.lookup<SimComm>(comm)?.clique?.size ?: 1).toLong()
+
+    override fun allReduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        collective(comm, stream, Contribution("allReduce", sendBuf, recvBuf, count, datatype, op, 0), count * size(datatype), count * size(datatype))
+
+    override fun broadcast(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, root: Int, comm: Long, stream: Long): Int =
+        collective(comm, stream, Contribution("broadcast", sendBuf, recvBuf, count, datatype, 0, root), count * size(datatype), count * size(datatype))
+
+    override fun reduce(sendBuf: Long, recvBuf: Long, count: Long, datatype: Int, op: Int, root: Int, comm: Long, stream: Long): Int =
+        collective(comm, stream, Contribution("reduce", sendBuf, recvBuf, count, datatype, op, root), count * size(datatype), count * size(datatype))
+
+    override fun allGather(sendBuf: Long, recvBuf: Long, sendCount: Long, datatype: Int, comm: Long, stream: Long): Int =
+        collective(comm, stream, Contribution("allGather", sendBuf, recvBuf, sendCount, datatype, 0, 0), sendCount * size(datatype), sendCount * size(datatype) * nranks(comm))
+
+    override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
+        collective(comm, stream, Contribution("reduceScatter", sendBuf, recvBuf, recvCount, datatype, op, 0), recvCount * size(datatype) * nranks(comm), recvCount * size(datatype))
+
+    override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int {
+        val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        val st = platform.lookup<SimStream>(stream) ?: return NcclResult.INVALID_ARGUMENT
+        ready(sc).let { if (it != NcclResult.SUCCESS) return it }
+        if (peer !in 0 until sc.clique.size) return NcclResult.INVALID_ARGUMENT
+        val bytes = count * size(datatype)
+        try { memory.checkDeviceBuffer(sendBuf, bytes) } catch (f: SimFault) { sc.lastError = f.message; return f.nccl }
+        var message: Message? = null
+        return issue(
+            PendingKernel(
+                sc, st,
+                post = {
+                    val m = Message(memory.resolve(sendBuf, bytes).toArray(ValueLayout.JAVA_BYTE))
+                    message = m
+                    sc.clique.channel(sc.rank, peer).add(m)
+                },
+                waitsLast = true,
+            ) {
+                // Beyond the connection buffer the sender waits for the receiver to take the data.
+                val m = message ?: return@PendingKernel
+                if (m.bytes.size > platform.p2pBufferBytes) awaitPeers(m.consumed, sc)
+            },
+        )
+    }
+
+    override fun recv(recvBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int {
+        val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        val st = platform.lookup<SimStream>(stream) ?: return NcclResult.INVALID_ARGUMENT
+        ready(sc).let { if (it != NcclResult.SUCCESS) return it }
+        if (peer !in 0 until sc.clique.size) return NcclResult.INVALID_ARGUMENT
+        val bytes = count * size(datatype)
+        try { memory.checkDeviceBuffer(recvBuf, bytes) } catch (f: SimFault) { sc.lastError = f.message; return f.nccl }
+        return issue(
+            PendingKernel(sc, st, post = {}) {
+                val box = sc.clique.channel(peer, sc.rank)
+                var msg: Message? = null
+                while (msg == null) {
+                    msg = box.poll(1, TimeUnit.MILLISECONDS)
+                    if (msg == null) checkAlive(sc)
+                }
+                msg.consumed.countDown()
+                if (msg.bytes.size.toLong() != bytes) {
+                    throw SimFault(NcclResult.INVALID_USAGE, CUDA_LAUNCH_FAILURE, "simulated NCCL: rank $peer sent ${msg.bytes.size} bytes, rank ${sc.rank} receives $bytes")
+                }
+                MemorySegment.copy(MemorySegment.ofArray(msg.bytes), 0, memory.resolve(recvBuf, bytes), 0, bytes)
+            },
+        )
+    }
+
+    override fun groupStart(): Int {
+        groupDepth.set(groupDepth.get() + 1)
+        return NcclResult.SUCCESS
+    }
+
+    override fun groupEnd(): Int {
+        val depth = groupDepth.get()
+        if (depth == 0) return NcclResult.INVALID_USAGE
+        groupDepth.set(depth - 1)
+        if (depth > 1) return NcclResult.SUCCESS
+        val ops = ArrayList(groupOps.get())
+        groupOps.get().clear()
+        if (ops.isEmpty()) return NcclResult.SUCCESS
+        return launchMaybeAsync(ops)
+    }
+
+    override fun getErrorString(result: Int): String = "simulated ${NcclResult.name(result)}"
+
+    override fun getLastError(comm: Long): String? = platform.lookup<SimComm>(comm)?.lastError
+
+    private companion object {
+        val RANDOM = SecureRandom()
+    }
+}
