@@ -19,7 +19,9 @@ import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.InternalCoroutinesApi
 import kotlinx.coroutines.Job
+import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.withContext
 import kotlinx.serialization.KSerializer
 import kotlinx.serialization.json.Json
@@ -664,6 +666,20 @@ public class NcclCommunicator internal constructor(
             throw CommunicatorAbortedException("the communicator was closed; create a new one", rank, backendName, name, -1, null, recorder.dumpJson())
         }
         val issued = AtomicBoolean(false)
+        val finished = AtomicBoolean(false)
+        // A cancellation must abort even while the native thread is blocked in the library (then the
+        // coroutine cannot resume there): this handler runs on the cancelling thread.
+        @OptIn(InternalCoroutinesApi::class)
+        val onCancel = currentCoroutineContext()[Job]?.invokeOnCompletion(onCancelling = true, invokeImmediately = false) { cause ->
+            if (cause is CancellationException && issued.get() && !finished.get() && failure.get() == null) {
+                abort(
+                    CommunicatorAbortedException(
+                        "a $name call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
+                        rank, backendName, name, -1, cause, recorder.dumpJson(),
+                    ),
+                )
+            }
+        }
         try {
             return withContext(dispatcher) {
                 val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0, peers, detail)
@@ -703,6 +719,7 @@ public class NcclCommunicator internal constructor(
                     }
                     // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
                     for (p in op.temps) runtime.freeAsync(p, stream)
+                    finished.set(true)
                     entry.complete()
                     result
                 } catch (e: CancellationException) {
@@ -729,6 +746,8 @@ public class NcclCommunicator internal constructor(
                 )
             }
             throw e
+        } finally {
+            onCancel?.dispose()
         }
     }
 

@@ -39,12 +39,14 @@ class ConsistencyAndCopiesTest : FunSpec({
         }
         c.allReduce(dev(A, DType.Float32, 3))
         verifyOrder {
-            p.runtime.malloc(any(), 112)
+            p.runtime.hostAlloc(any(), 112) // page-locked staging: the device-to-host copy never blocks the native thread
+            p.runtime.mallocAsync(any(), 112, STREAM)
             p.runtime.memcpyAsync(TEMP_BASE + 56, any(), 56, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, STREAM)
             p.api.allGather(TEMP_BASE + 56, TEMP_BASE, 56, NcclDataType.UINT8, COMM, STREAM)
             p.runtime.memcpyAsync(any(), TEMP_BASE, 112, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, STREAM)
             p.api.allReduce(A, A, 3, NcclDataType.FLOAT32, NcclRedOp.SUM, COMM, STREAM)
         }
+        verify(exactly = 0) { p.runtime.free(any()) }
         c.close()
         // Rank 0's slot left as zeros: a mismatch naming rank 1 and the differing fields, and the communicator aborts.
         val m = MockPlatform()

@@ -16,6 +16,7 @@ import dev.tpcomm.gpu.MockPlatform.Companion.COMM
 import dev.tpcomm.gpu.MockPlatform.Companion.dev
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.longs.shouldBeLessThan
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
 import io.kotest.matchers.types.shouldBeInstanceOf
@@ -23,7 +24,9 @@ import io.mockk.every
 import io.mockk.verify
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.async
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.withTimeout
 import kotlinx.coroutines.coroutineScope
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration.Companion.milliseconds
@@ -128,9 +131,31 @@ class NcclFailureTest : FunSpec({
         verify { p.runtime.streamDestroy(any()) }
     }
 
-    test("init refuses libraries older than 2.14") {
-        val p = MockPlatform(version = 21305)
-        shouldThrow<IllegalStateException> { p.connect() }.message shouldContain "2.13.5 is too old"
+    test("init refuses libraries older than 2.18 with BackendUnavailableException") {
+        val p = MockPlatform(version = 21705)
+        shouldThrow<dev.tpcomm.BackendUnavailableException> { p.connect() }.message shouldContain "2.17.5 is too old"
+    }
+
+    test("a cancellation aborts the communicator while the native thread is blocked in a library call") {
+        val p = MockPlatform()
+        val blocked = java.util.concurrent.CountDownLatch(1)
+        val release = java.util.concurrent.CountDownLatch(1)
+        val c = p.connect(timeout = 30.seconds)
+        // The event query blocks (a driver call stuck on a dead peer) until ncclCommAbort is called.
+        every { p.runtime.eventQuery(any()) } answers { blocked.countDown(); release.await(); DeviceRuntime.ERROR_NOT_READY }
+        every { p.api.commAbort(COMM) } answers { release.countDown(); 0 }
+        val start = System.nanoTime()
+        coroutineScope {
+            val job = async(Dispatchers.Default) { c.allReduce(dev(A, DType.Float32, 4)) }
+            blocked.await()
+            job.cancel()
+            // The caller is not told before the native thread returns, but the abort is not queued behind it.
+            withTimeout(5.seconds) { runCatching { job.await() } }
+        }
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+        (System.nanoTime() - start) / 1_000_000 shouldBeLessThan 3_000
+        c.isAborted shouldBe true
+        c.close()
     }
 
     test("cancelling a call in flight aborts the communicator") {
