@@ -25,8 +25,12 @@ class SimulatedWorldLauncher(
 ) : WorldLauncher {
     private val world = SimulatedWorld(platform, backendName) { device }
 
-    override suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> =
-        world.run(worldSize, config) { block(it) }
+    /** Runs the world; then fails if the platform recorded misuse NCCL would turn into a hang or corruption. */
+    override suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> {
+        val result = world.run(worldSize, config) { block(it) }
+        platform.assertNoMisuse()
+        return result
+    }
 
     /** Host tensors to simulated device memory and back, bit for bit. */
     val placement: TensorPlacement = object : TensorPlacement {

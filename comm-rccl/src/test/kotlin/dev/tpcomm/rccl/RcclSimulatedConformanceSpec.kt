@@ -19,18 +19,21 @@ private object RocmSimLauncher : WorldLauncher {
     private val device = Device.Rocm(0)
     private val world = SimulatedWorld(platform, "rccl") { device }
 
-    override suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> =
-        world.run(worldSize, config) { c ->
+    override suspend fun <R> run(worldSize: Int, config: CommConfig, block: suspend (Communicator) -> R): List<R> {
+        val result = world.run(worldSize, config) { c ->
             check(c.device == device && c.backendName == "rccl")
             block(c)
         }
+        platform.assertNoMisuse() // what RCCL would turn into a hang or corruption fails the case
+        return result
+    }
 
     val placement = object : TensorPlacement {
         override fun toBackend(host: Tensor): Tensor = platform.upload(host, device)
         override fun toHost(tensor: Tensor): Tensor = platform.download(tensor)
     }
 
-    // As comm-nccl's run (see its SimulatedWorldLauncher for why p2p is off), smaller.
+    // As comm-nccl's run (see comm-gpu's SimulatedWorldLauncher for why p2p is off), smaller.
     val options = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
