@@ -667,11 +667,13 @@ public class NcclCommunicator internal constructor(
         }
         val issued = AtomicBoolean(false)
         val finished = AtomicBoolean(false)
+        val cancelled = AtomicBoolean(false)
         // A cancellation must abort even while the native thread is blocked in the library (then the
         // coroutine cannot resume there): this handler runs on the cancelling thread.
         @OptIn(InternalCoroutinesApi::class)
         val onCancel = currentCoroutineContext()[Job]?.invokeOnCompletion(onCancelling = true, invokeImmediately = false) { cause ->
             if (cause is CancellationException && issued.get() && !finished.get() && failure.get() == null) {
+                cancelled.set(true)
                 abort(
                     CommunicatorAbortedException(
                         "a $name call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
@@ -736,6 +738,10 @@ public class NcclCommunicator internal constructor(
                     inFlight--
                 }
             }
+        } catch (e: CommunicationException) {
+            // The caller was cancelled and this call aborted for it: the caller sees its cancellation.
+            if (cancelled.get()) throw CancellationException("$name was cancelled; the communicator was aborted").apply { initCause(e) }
+            throw e
         } catch (e: CancellationException) {
             if (issued.get() && failure.get() == null) {
                 abort(

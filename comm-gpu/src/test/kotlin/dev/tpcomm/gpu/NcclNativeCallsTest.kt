@@ -68,7 +68,7 @@ class NcclNativeCallsTest : FunSpec({
         verify { p.api.allGather(A, B, 6, 7, COMM, STREAM) }
         c.reduceScatterInto(dev(B, DType.Float32, 2, 3), dev(A, DType.Float32, 8, 3), ReduceOp.Sum)
         verify { p.api.reduceScatter(A, B, 6, 7, 0, COMM, STREAM) }
-        verify(exactly = 0) { p.runtime.malloc(any(), any()) }
+        verify(exactly = 0) { p.runtime.mallocAsync(any(), any(), any()) }
         c.close()
     }
 
@@ -78,12 +78,12 @@ class NcclNativeCallsTest : FunSpec({
         // input 3x2 float32 (rows of 8 bytes); output 3x4 (rows of 16 bytes)
         c.allGatherInto(dev(B, DType.Float32, 3, 4), dev(A, DType.Float32, 3, 2), 1)
         verifyOrder {
-            p.runtime.malloc(any(), 48)
+            p.runtime.mallocAsync(any(), 48, STREAM)
             p.api.allGather(A, TEMP_BASE, 6, 7, COMM, STREAM)
             p.runtime.memcpy2DAsync(B, 16, TEMP_BASE, 8, 8, 3, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, STREAM)
             p.runtime.memcpy2DAsync(B + 8, 16, TEMP_BASE + 24, 8, 8, 3, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, STREAM)
             p.runtime.eventRecord(any(), STREAM)
-            p.runtime.free(TEMP_BASE)
+            p.runtime.freeAsync(TEMP_BASE, STREAM) // stream-ordered: never cudaFree on the native thread
         }
         c.close()
     }
@@ -93,7 +93,7 @@ class NcclNativeCallsTest : FunSpec({
         val c = p.connect(worldSize = 2, rank = 1)
         c.reduceScatterInto(dev(B, DType.Float32, 3, 2), dev(A, DType.Float32, 3, 4), ReduceOp.Sum, 1)
         verifyOrder {
-            p.runtime.malloc(any(), 48)
+            p.runtime.mallocAsync(any(), 48, STREAM)
             p.runtime.memcpy2DAsync(TEMP_BASE, 8, A, 16, 8, 3, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, STREAM)
             p.runtime.memcpy2DAsync(TEMP_BASE + 24, 8, A + 8, 16, 8, 3, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, STREAM)
             p.api.reduceScatter(TEMP_BASE, B, 6, 7, 0, COMM, STREAM)
@@ -164,10 +164,11 @@ class NcclNativeCallsTest : FunSpec({
         val c = p.connect()
         c.barrier()
         c.barrier()
-        verify(exactly = 1) { p.runtime.malloc(any(), 4) }
+        verify(exactly = 1) { p.runtime.mallocAsync(any(), 4, STREAM) }
         verify(exactly = 2) { p.api.allReduce(TEMP_BASE, TEMP_BASE, 1, NcclDataType.INT32, NcclRedOp.SUM, COMM, STREAM) }
         c.close()
-        verify { p.runtime.free(TEMP_BASE) }
+        verify { p.runtime.freeAsync(TEMP_BASE, STREAM) }
+        verify(exactly = 0) { p.runtime.free(any()) }
     }
 
     test("send and recv move bytes (ncclUint8) with the peer") {
