@@ -7,6 +7,7 @@ import jdk.jfr.Event
 import jdk.jfr.Label
 import jdk.jfr.Name
 import jdk.jfr.StackTrace
+import jdk.jfr.Threshold
 
 /**
  * The JDK Flight Recorder events of tpcomm (category "tpcomm"), emitted by every [FlightRecorder]:
@@ -21,6 +22,7 @@ internal object FlightEvents {
     /** The fields every operation event carries. Absent root, peer, tag are -1 (any source is -1 too: see the peer's label). */
     @Category("tpcomm")
     @StackTrace(false)
+    @Threshold("1 ms") // in recordings that do not name these events (e.g. the JDK's default.jfc): slow operations only
     internal abstract class OperationEvent : Event() {
         @JvmField @Label("Backend") var backend: String? = null
         @JvmField @Label("Communicator") var communicator: String? = null
