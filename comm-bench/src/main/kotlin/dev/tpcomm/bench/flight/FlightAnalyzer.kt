@@ -119,12 +119,12 @@ public class FlightAnalyzer(
             val culprits = if (majority.size == 1) groups.entries.filter { it != majority[0] }.flatMap { it.value }.sorted() else inTime.keys.sorted()
             val majorityRecord = if (majority.size == 1) inTime.getValue(majority[0].value.first()) else null
             val fields = culprits.flatMap { r -> diffFields(inTime.getValue(r), majorityRecord ?: inTime.getValue(inTime.keys.first { it != r })) }.distinct()
-            val describeCulprits = culprits.joinToString("; ") { r -> "rank $r called ${describe(inTime.getValue(r))}" }
+            val describeCulprits = culprits.joinToString("; ") { r -> "rank $r called ${describe(inTime.getValue(r), withSequence = false)}" }
             val skipped = culprits.filter { r ->
                 val next = majority.singleOrNull()?.value?.firstNotNullOfOrNull { views.getValue(it).byCollective[n + 1] }
                 next != null && signature(next) == signature(inTime.getValue(r))
             }
-            val others = if (majorityRecord != null) " where rank(s) ${majority[0].value.sorted().joinToString(",")} called ${describe(majorityRecord)}" else ""
+            val others = if (majorityRecord != null) " where rank(s) ${majority[0].value.sorted().joinToString(",")} called ${describe(majorityRecord, withSequence = false)}" else ""
             val skipText = if (skipped.isNotEmpty()) "; rank(s) ${skipped.joinToString(",")} skipped collective $n (their call is the others' collective ${n + 1})" else ""
             return result(
                 Kind.Mismatch, culprits,
@@ -132,7 +132,7 @@ public class FlightAnalyzer(
             )
         }
 
-        val op = reference.firstOrNull()?.let { describe(it) } ?: issued.values.firstOrNull()?.let { describe(it) } ?: "?"
+        val op = (reference.firstOrNull() ?: issued.values.firstOrNull())?.let { describe(it, withSequence = false) } ?: "?"
         val waiting = inTime.keys.filter { inTime.getValue(it).state != FlightRecorder.State.Completed }.sorted()
 
         // 2. Ranks that left no dump.
@@ -213,7 +213,7 @@ public class FlightAnalyzer(
         return Result(
             Kind.Straggler, id, listOf(r), seq,
             "verdict: no failure; straggler: rank $r of $id arrived last at ${lastCount[r]} of the last $n collectives, making the others wait " +
-                "${total / 1000} ms in total; worst at collective $seq (${describe(views.getValue(r).byCollective.getValue(seq))})",
+                "${total / 1000} ms in total; worst at collective $seq (${describe(views.getValue(r).byCollective.getValue(seq), withSequence = false)})",
             table,
         ) to total
     }
@@ -256,7 +256,7 @@ public class FlightAnalyzer(
 
     public companion object {
         /** `seq 5 allReduce Float32[2] op=Sum`-style text of a record. */
-        public fun describe(r: FlightRecord): String = buildString {
+        public fun describe(r: FlightRecord, withSequence: Boolean = true): String = buildString {
             append(r.operation)
             r.dtype?.let { append(' ').append(it) }
             r.shape?.let { append(it.joinToString(",", "[", "]")) }
@@ -265,7 +265,7 @@ public class FlightAnalyzer(
             r.tag?.let { append(" tag=").append(it) }
             r.reduceOp?.let { append(" op=").append(it) }
             r.dim?.let { append(" dim=").append(it) }
-            r.collectiveSequence?.let { append(" (collective ").append(it).append(')') } ?: append(" (seq ").append(r.sequence).append(')')
+            if (withSequence) r.collectiveSequence?.let { append(" (collective ").append(it).append(')') } ?: append(" (seq ").append(r.sequence).append(')')
         }
     }
 }
