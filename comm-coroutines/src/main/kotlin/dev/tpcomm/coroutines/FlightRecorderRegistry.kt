@@ -20,7 +20,7 @@ internal object FlightRecorderRegistry {
     }
 
     fun register(recorder: FlightRecorder) {
-        sweep()
+        if (recorder.instance % 64 == 0L) sweep()
         var name: ObjectName? = null
         if (JMX) {
             try {
