@@ -15,6 +15,13 @@ for f in glob.glob(os.path.join(out, "r*-*-*.json")):
         raw = [x for fork in run["primaryMetric"]["rawData"] for x in fork]
         data.setdefault((backend, variant), {})[rnd] = raw
 
+for f in glob.glob(os.path.join(out, "cpu-r*-*-*.txt")):
+    m = re.match(r"cpu-r(\d+)-(\w+)-(\w+)\.txt", os.path.basename(f))
+    rnd, backend, variant = int(m.group(1)), m.group(2), m.group(3)
+    xs = [float(l.split()[3]) for l in open(f) if l.startswith("sample ")]
+    if xs:
+        data.setdefault((backend + " (cpu)", variant), {})[rnd] = xs
+
 variants = ["eventsCompiledOut", "eventsOff", "jfrTpcommJfc", "jfrEveryOp"]
 for backend in sorted({b for b, _ in data}):
     base = data.get((backend, "eventsCompiledOut"), {})

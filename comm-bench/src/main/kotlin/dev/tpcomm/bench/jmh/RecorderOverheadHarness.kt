@@ -52,6 +52,33 @@ public class RecorderOverheadHarness(private val backend: String) : AutoCloseabl
         }
     }
 
+    /**
+     * [iterations] all-reduces like [allReduce] on one rank (local1 or mpi), then [cpuNanos] with
+     * the CPU time the looping thread spent in them.
+     */
+    public fun allReduceTimed(iterations: Int, cpuNanos: (Long) -> Unit) {
+        val threads = java.lang.management.ManagementFactory.getThreadMXBean()
+        val m = mpi
+        val t = tensors[0]
+        if (m != null) {
+            runBlocking {
+                withContext(m.nativeDispatcher) {
+                    val c0 = threads.currentThreadCpuTime
+                    repeat(iterations) { m.allReduce(t, ReduceOp.Sum) }
+                    cpuNanos(threads.currentThreadCpuTime - c0)
+                }
+            }
+            return
+        }
+        require(comms.size == 1) { "allReduceTimed needs one rank (local1 or mpi)" }
+        val c = comms[0]
+        runBlocking {
+            val c0 = threads.currentThreadCpuTime
+            repeat(iterations) { c.allReduce(t, ReduceOp.Sum) }
+            cpuNanos(threads.currentThreadCpuTime - c0)
+        }
+    }
+
     /** Closes the communicators and frees the tensors. */
     override fun close() {
         mpi?.close()
