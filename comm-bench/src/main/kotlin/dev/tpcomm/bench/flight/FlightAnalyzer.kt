@@ -24,7 +24,9 @@ import kotlin.io.path.readText
  * 4. [Kind.Stuck]: ranks still inside N (or timed out in it) when others completed it.
  * 5. [Kind.Failed]: every rank reached N and it failed with no rank to blame (e.g. a data error).
  * 6. [Kind.Straggler]: nothing failed; the rank whose late arrival made the others wait longest
- *    over the recent collectives, with the collective where it cost most.
+ *    over the recent collectives (the first collective, whose arrival times measure process
+ *    start-up, left out), with the collective where it cost most. Start times are as precise as
+ *    the backend's recorder clock (MPI without profiling: the watchdog's 50 ms scan).
  * 7. [Kind.Healthy]: nothing failed and no rank made others wait more than [stragglerMinMicros].
  *
  * Dumps of several communicators (a world and its splits) are analysed per communicator; the
@@ -185,7 +187,8 @@ public class FlightAnalyzer(
     }
 
     private fun straggler(id: String, views: Map<Int, RankView>, worldSize: Int): Pair<Result, Long> {
-        val common = views.values.map { it.byCollective.keys }.reduce { a, b -> a intersect b }.sorted().takeLast(window)
+        // Arrival at the first collective measures how long each process took to start, not a straggler.
+        val common = views.values.map { it.byCollective.keys }.reduce { a, b -> a intersect b }.filter { it > 1 }.sorted().takeLast(window)
         val caused = LongArray(worldSize)
         val lastCount = IntArray(worldSize)
         var worst = 0L; var worstSeq = 0L; var worstRank = -1
