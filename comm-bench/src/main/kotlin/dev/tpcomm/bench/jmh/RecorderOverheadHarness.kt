@@ -26,7 +26,7 @@ public class RecorderOverheadHarness(private val backend: String) : AutoCloseabl
         "local2" -> LocalWorld(2)
         else -> null
     }
-    private val mpi: MpiCommunicator? = if (backend == "mpi") runBlocking { MpiBackendFactory().create(CommConfig()) } as MpiCommunicator else null
+    private val mpi: MpiCommunicator? = if (backend == "mpi") runBlocking { MpiBackendFactory().create(CommConfig.fromEnvironment(emptyMap())) } as MpiCommunicator else null
     private val comms: List<Communicator> = local?.let { w -> List(w.worldSize) { w.communicator(it) } } ?: listOfNotNull(mpi)
     private val tensors = comms.map { Tensor.zeros(DType.Float32, 2) }
 
