@@ -193,7 +193,7 @@ internal object TensorFormat {
     fun describe(t: Tensor, max: Int = 8): String {
         if (t.isClosed) return "${t.dtype}${t.shape} (closed)"
         val n = minOf(t.numel, max.toLong())
-        val values = (0 until n).joinToString(", ") { i -> if (t.dtype.isInteger) t.getLong(i).toString() else t.getDouble(i).toString() }
+        val values = (0 until n).joinToString(", ") { i -> TensorComparison.show(t, i) }
         return "${t.dtype}${t.shape} [${values}${if (t.numel > n) ", ... (${t.numel} elements)" else ""}]"
     }
 }

@@ -71,7 +71,12 @@ internal object TensorComparison {
         return out.toList()
     }
 
-    private fun show(t: Tensor, i: Long): String = if (t.dtype.isInteger) t.getLong(i).toString() else t.getDouble(i).toString()
+    /** Element [i] at its dtype's precision (a Float32 element as a Float, not as its Double expansion). */
+    fun show(t: Tensor, i: Long): String = when {
+        t.dtype.isInteger -> t.getLong(i).toString()
+        t.dtype == DType.Float64 -> t.getDouble(i).toString()
+        else -> t.getFloat(i).toString()
+    }
 
     fun compare(actual: Tensor, expected: Tensor, rtol: Double, atol: Double, equalNan: Boolean): MatcherResult {
         val tol = "rtol = $rtol, atol = $atol"
