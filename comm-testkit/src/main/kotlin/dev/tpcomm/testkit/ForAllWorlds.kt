@@ -32,9 +32,12 @@ import kotlin.time.Duration.Companion.seconds
  * On failure, the same seed is re-run on each smaller configured world size, and a
  * [WorldPropertyException] reports the smallest world that still fails: which rank failed first and
  * with what, what the others ended with, and the seed to reproduce. A world still running after
- * `2 * timeout + 10 s` is cancelled and reported with its hung ranks.
+ * `2 * timeout + 10 s` is cancelled and reported with its hung ranks (this needs the property's
+ * waiting to be cancellable, as tpcomm's collectives and `delay` are; a rank stuck in
+ * `Thread.sleep` or a non-interruptible lock holds its world until it returns).
  *
- * Suspends until done; cancelling the caller cancels the running world.
+ * Suspends until done; cancelling the caller cancels the running world. Not thread-confined: call
+ * it from any coroutine (a Kotest test, `runBlocking` in a JUnit test).
  */
 public suspend fun forAllWorlds(
     config: WorldCheckConfig = WorldCheckConfig(),
