@@ -161,8 +161,8 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      * List<Step> steps = comm.allGatherObject(new Step(rank, loss), Step.class).join();
      * ```
      *
-     * Values travel as UTF-8 JSON, the bytes a Kotlin rank's `allGatherObject` sends. For a Java
-     * record or POJO use the [ObjectCodec] overload. Failures complete the future exceptionally:
+     * Values are encoded as JSON (kotlinx-serialization) and move through the backend's own object
+     * collectives, so this works on every backend. For a Java record or POJO use the [ObjectCodec] overload. Failures complete the future exceptionally:
      * [IllegalArgumentException] when [type] has no serializer (on every rank, before anything is
      * sent); [ObjectCodecException] on every rank when a value cannot be encoded or decoded (the
      * collective completes and the communicator stays usable); a [CommunicationException] when the

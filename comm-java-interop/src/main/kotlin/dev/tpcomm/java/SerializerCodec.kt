@@ -6,9 +6,8 @@ import kotlinx.serialization.json.Json
 import kotlinx.serialization.serializer
 
 /**
- * An [ObjectCodec] over a kotlinx.serialization [serializer], writing UTF-8 JSON exactly as
- * comm-api's `Communicator.allGatherObject` does (`Json { encodeDefaults = true }`), so the bytes on
- * the wire are the same as a Kotlin rank's.
+ * An [ObjectCodec] over a kotlinx.serialization [serializer], writing UTF-8 JSON with the settings
+ * of comm-api's `Communicator.allGatherObject` (`Json { encodeDefaults = true }`).
  */
 internal class SerializerCodec<T>(private val serializer: KSerializer<T>) : ObjectCodec<T> {
     override fun encode(value: T): ByteArray = json.encodeToString(serializer, value).encodeToByteArray()
