@@ -19,7 +19,9 @@
 #                            (CommunicationTimeoutException / CommunicatorAbortedException) and ending
 #                            (default conformance)
 #   --hosts N --ranks-per-host R   (default 2 x 2)
-#   --timeout S              collective timeout in seconds (TPCOMM_TIMEOUT_SECONDS; default 10)
+#   --timeout S              linkcut: collective timeout in seconds (TPCOMM_TIMEOUT_SECONDS; default 10);
+#                            the other scenarios keep the program's own (the demo's rank 0 computes
+#                            the dense reference while the others wait, longer than 10 s on a busy machine)
 #   --grace S                linkcut: seconds allowed beyond the timeout (default 5)
 #   --tcp-retries N          net.ipv4.tcp_retries2 on the launcher's host (default 1; Linux's is 15)
 #   --limit S                hard wall-clock limit of the job in seconds (default 300)
@@ -186,19 +188,20 @@ launch_command() {
       # --tag-output: each line carries [jobid,rank]<stdout|stderr>, so the check knows who said what.
       LAUNCH=(mpirun.openmpi --allow-run-as-root --hostfile "$STATE/hostfile" -np "$n" --tag-output
         --mca plm_rsh_agent "$AGENT"
-        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24"
-        -x TPCOMM_TIMEOUT_SECONDS="$TIMEOUT")
+        --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24")
+      [ "$SCENARIO" != linkcut ] || LAUNCH+=(-x TPCOMM_TIMEOUT_SECONDS="$TIMEOUT")
       ;;
     mpich)
       # -prepend-rank: each line starts with [rank]. UCX (MPICH's ch4:ucx) over TCP on eth0.
       LAUNCH=(mpiexec.hydra -launcher ssh -launcher-exec "$AGENT" -hosts "$hosts" -localhost "$LAUNCHER_ADDR" -n "$n" -prepend-rank
-        -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES "$IFACE" -genv TPCOMM_TIMEOUT_SECONDS "$TIMEOUT")
+        -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES "$IFACE")
+      [ "$SCENARIO" != linkcut ] || LAUNCH+=(-genv TPCOMM_TIMEOUT_SECONDS "$TIMEOUT")
       ;;
   esac
   case "$SCENARIO" in
     conformance) PROGRAM=("$JAVA" "${JVM_FLAGS[@]}" -cp "$CP" dev.tpcomm.mpi.jobs.MpiConformanceMain "$OUT" "multihost.$MPI") ;;
     demo) PROGRAM=("$JAVA" "${JVM_FLAGS[@]}" -cp "$CP" dev.tpcomm.examples.DemoMain --backend mpi --mpi "$MPI" --world "$n"
-      --worker --no-progress --steps 10 --timing-steps 2) ;;
+      --worker --no-progress --steps 5 --hidden 64 --ffn 256 --seq 16 --batch 2 --timing-steps 1) ;;
     linkcut) PROGRAM=("$JAVA" "${JVM_FLAGS[@]}" -cp "$CP" dev.tpcomm.mpi.jobs.MpiLinkCutMain "$LIMIT") ;;
   esac
 }
