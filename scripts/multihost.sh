@@ -343,10 +343,17 @@ mkdir -p "$STATE"
 exec 9>"$STATE/lock"
 say "waiting for $STATE/lock (one multi-host run at a time) ..."
 flock -w "$LIMIT" 9 || { say "another run held $STATE/lock for $LIMIT s"; exit 4; }
-[ "$KEEP" = 1 ] || trap 'down' EXIT
+OWN_OUT=0; OUT_OK=0
+cleanup() {
+  [ "$KEEP" = 1 ] || down
+  # a temporary report directory goes when the run passed; kept (and named above) when it failed
+  [ "$OWN_OUT" = 1 ] && [ "$OUT_OK" = 1 ] && rm -rf "$OUT"
+  return 0
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM
 classpath
-if [ -z "$OUT" ]; then OUT="$(mktemp -d /tmp/tpcomm-multihost.XXXXXX)"; fi
+if [ -z "$OUT" ]; then OUT="$(mktemp -d /tmp/tpcomm-multihost.XXXXXX)"; OWN_OUT=1; fi
 mkdir -p "$OUT"; rm -f "$OUT"/rank-*.tsv
 up
 launch_command
@@ -354,7 +361,7 @@ JOB_RC=0; LINKCUT_OK=0
 run_job
 [ "$DRY" = 1 ] && exit 0
 case "$SCENARIO" in
-  conformance) check_conformance && { say "conformance: PASSED"; exit 0; } || exit 1 ;;
-  demo) if [ "$JOB_RC" -eq 0 ]; then say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks)"; exit 0; else say "demo: FAILED (exit code $JOB_RC)"; exit 1; fi ;;
-  linkcut) [ "$LINKCUT_OK" = 1 ] && exit 0 || exit 1 ;;
+  conformance) check_conformance && { OUT_OK=1; say "conformance: PASSED"; exit 0; } || exit 1 ;;
+  demo) OUT_OK=1; if [ "$JOB_RC" -eq 0 ]; then say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks)"; exit 0; else say "demo: FAILED (exit code $JOB_RC)"; exit 1; fi ;;
+  linkcut) OUT_OK=1; [ "$LINKCUT_OK" = 1 ] && exit 0 || exit 1 ;;
 esac
