@@ -75,7 +75,7 @@ class MultiHostJobsTest : FunSpec({
                 }
                 // MPICH 4.0.2's hydra sends nothing to the lost host's proxy after an abort and keeps
                 // waiting for its exit status (its control socket has no keepalive); an exiting ssh does
-                // not end it either. Measured: still running 75 s after the cut, until killed.
+                // not end it either. Measured: still running 109 s after the cut, until killed.
                 val hydra = launcher == Launcher.Mpich
                 test("multihost.${launcher.id}.linkcut: the launcher ends within timeout + 5 s of the cut" +
                     if (hydra) " (hydra waits for the lost host: known, docs/mpi.md)" else "").config(enabled = !hydra) {
