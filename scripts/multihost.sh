@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A multi-host MPI job on one machine: each "host" is a Linux network namespace with its own
-# address, joined by veth pairs to a bridge in the root namespace (the "switch"); the launcher
-# (mpirun / hydra, started in the root namespace like on a login node) reaches each host through
-# scripts/multihost-agent.sh instead of ssh, and the ranks talk over TCP between the namespaces.
+# address and host name, joined by veth pairs to a bridge in the root namespace (the "switch"); the
+# launcher (mpirun / hydra) runs on one more namespace, the login host, and reaches each host through
+# scripts/multihost-agent.sh instead of ssh; the ranks talk over TCP between the namespaces.
 #
 #   scripts/multihost.sh [options] up          create the hosts (removes stale ones first), print them
 #   scripts/multihost.sh [options] down        remove the hosts (ends what still runs in them)
@@ -15,8 +15,9 @@
 #                            linkcut: every rank all-reduces in a loop (MpiLinkCutMain); once all
 #                            ranks are running, the last host's link goes down (`ip link set ... down`
 #                            on its switch port); the job must end non-zero within the timeout plus
-#                            --grace seconds, every rank on the other hosts reporting the failure
-#                            (CommunicationTimeoutException / CommunicatorAbortedException) and ending
+#                            --grace seconds, the ranks on the other hosts ending, and one of them
+#                            naming the failure (CommunicationTimeoutException's class or message,
+#                            or CommunicatorAbortedException)
 #                            (default conformance)
 #   --hosts N --ranks-per-host R   (default 2 x 2)
 #   --timeout S              linkcut: collective timeout in seconds (TPCOMM_TIMEOUT_SECONDS; default 10);
@@ -112,7 +113,7 @@ up() {
   doit ip link set "$BRIDGE" up
   mkdir -p "$STATE"
   : >"$STATE/hosts.new"
-  local i ns addr name
+  local i ns addr
   # host "login" (index L) runs the launcher; hosts 0..HOSTS-1 run the ranks.
   for i in $(seq 0 $((HOSTS - 1))) L; do
     if [ "$i" = L ]; then ns=$LOGIN; addr=$LAUNCHER_ADDR; else ns=$PREFIX-h$i; addr=$SUBNET.$((i + 1)); fi
@@ -125,9 +126,10 @@ up() {
     doit ip -n "$ns" link set lo up
     echo "$addr $ns $ns" >>"$STATE/hosts.new"
   done
-  # The launcher gives up on a host that stopped answering after a few seconds of retransmissions
-  # (tcp_retries2=1) instead of Linux's default 15 retries (about 15 minutes): Open MPI's mpirun and
-  # MPICH's hydra both wait for every host's daemon after an abort; see "Across hosts" in docs/mpi.md.
+  # The launcher's host gives up on a peer that stopped answering after about a second of
+  # retransmissions (tcp_retries2=1) instead of Linux's default 15 retries (about 15 minutes):
+  # after an abort, Open MPI's mpirun waits until its kill order to every daemon was delivered or
+  # failed. (MPICH's hydra sends nothing and waits regardless.) See "Across hosts" in docs/mpi.md.
   doit ip netns exec "$LOGIN" sysctl -q -w net.ipv4.tcp_retries2="$TCP_RETRIES"
   # Each host's /etc/hosts names every host (`ip netns exec` bind-mounts /etc/netns/NS/hosts over
   # /etc/hosts), so a host resolves its own name and its peers' as on a cluster.
@@ -355,7 +357,7 @@ trap 'exit 130' INT TERM
 classpath
 if [ -z "$OUT" ]; then OUT="$(mktemp -d /tmp/tpcomm-multihost.XXXXXX)"; OWN_OUT=1; fi
 mkdir -p "$OUT"; rm -f "$OUT"/rank-*.tsv
-up
+[ "$DRY" = 1 ] || up
 launch_command
 JOB_RC=0; LINKCUT_OK=0
 run_job
