@@ -265,10 +265,10 @@ linkcut_watch() {
   wait "$pid" && rc=0 || rc=$?
   cat "$log"
   JOB_RC=$rc
-  local gone=never ended="never (killed)"
-  [ -n "$tsurv" ] && gone="$(secs "$tcut" "$tsurv") s"
-  [ -n "$tend" ] && ended="$(secs "$tcut" "$tend") s"
-  say "after the cut: ranks on the other hosts gone after $gone; launcher ended after $ended with exit code $rc"
+  local gone=never ended=never
+  [ -n "$tsurv" ] && gone="$(secs "$tcut" "$tsurv")"
+  [ -n "$tend" ] && ended="$(secs "$tcut" "$tend")"
+  say "after the cut: ranks on the other hosts gone after $gone s; launcher ended after $ended s$([ -n "$tend" ] || echo " (killed)") with exit code $rc"
   local left; left="$(ip netns pids "$cutns" 2>/dev/null | xargs -r ps -o pid=,comm= -p 2>/dev/null | awk '{print $2}' | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
   say "still running on the cut host $cutns: ${left:-nothing}"
   # The verdict.
@@ -293,7 +293,7 @@ linkcut_watch() {
     say "FAILED: no rank on the hosts that kept their link printed CommunicationTimeoutException / CommunicatorAbortedException"; LINKCUT_OK=0
   fi
   # One line for programs (MultiHostJobsTest): seconds from the cut; "never" when it did not happen.
-  echo "multihost-result scenario=linkcut mpi=$MPI timeout=$TIMEOUT grace=$GRACE survivors_gone=${tsurv:+$(secs "$tcut" "$tsurv")}${tsurv:-never} launcher_end=${tend:+$(secs "$tcut" "$tend")}${tend:-never} exit=$rc named=${named:-none}" >&2
+  echo "multihost-result scenario=linkcut mpi=$MPI timeout=$TIMEOUT grace=$GRACE survivors_gone=$gone launcher_end=$ended exit=$rc named=${named:-none}" >&2
   [ "$LINKCUT_OK" = 1 ] && say "linkcut: PASSED (job ended $(secs "$tcut" "$tend") s after the cut, budget $budget s, exit code $rc)"
   return 0
 }
