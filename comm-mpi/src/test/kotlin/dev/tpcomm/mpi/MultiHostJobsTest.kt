@@ -45,6 +45,7 @@ class MultiHostJobsTest : FunSpec({
             } else {
             context("multihost.${launcher.id}.conformance") {
                 val job = MultiHost.run(script, listOf("--mpi", launcher.id, "--scenario", "conformance", "--cp", MpiJobs.classpath, "run"), 420)
+                println(job.output.lineSequence().filter { it.startsWith("multihost: conformance") || it.startsWith("multihost: job exit") }.joinToString("\n"))
                 test("multihost.${launcher.id}.conformance: the suite passes on 2 hosts x 2 ranks") {
                     withClue(job.toString()) {
                         job.timedOut shouldBe false
@@ -59,6 +60,8 @@ class MultiHostJobsTest : FunSpec({
                 val job = MultiHost.run(script, listOf("--mpi", launcher.id, "--scenario", "linkcut", "--timeout", "10", "--grace", "5",
                     "--cp", MpiJobs.classpath, "run"), 300)
                 val result = MultiHost.result(job.output)
+                // The measured seconds, for the build log (docs/mpi.md "When a host is cut off").
+                println("multihost.${launcher.id}.linkcut: $result")
                 test("multihost.${launcher.id}.linkcut: the ranks on the host that kept its link are gone within timeout + 5 s of the cut") {
                     withClue(job.toString()) {
                         val gone = result["survivors_gone"]
