@@ -293,7 +293,7 @@ linkcut_watch() {
     say "FAILED: no rank on the hosts that kept their link printed CommunicationTimeoutException / CommunicatorAbortedException"; LINKCUT_OK=0
   fi
   # One line for programs (MultiHostJobsTest): seconds from the cut; "never" when it did not happen.
-  echo "multihost-result scenario=linkcut mpi=$MPI timeout=$TIMEOUT grace=$GRACE survivors_gone=$gone launcher_end=$ended exit=$rc named=${named:-none}" >&2
+  echo "multihost-result scenario=linkcut mpi=$MPI timeout=$TIMEOUT grace=$GRACE survivors_gone=$gone launcher_end=$ended exit=$rc named=$(tr -d ' ' <<<"${named:-none}")" >&2
   [ "$LINKCUT_OK" = 1 ] && say "linkcut: PASSED (job ended $(secs "$tcut" "$tend") s after the cut, budget $budget s, exit code $rc)"
   return 0
 }

@@ -25,6 +25,8 @@ class MultiHostDemoTest : FunSpec({
         script == null -> "no scripts/multihost.sh"
         uid != "0" -> "needs root for network namespaces"
         listOf("ip", "unshare", "flock").any { tool -> path.none { File(it, tool).canExecute() } } -> "needs iproute2, util-linux"
+        runCatching { ProcessBuilder("unshare", "--net", "--uts", "true").start().waitFor() }.getOrDefault(-1) != 0 ->
+            "this machine refuses new network namespaces"
         else -> null
     }
     val classpath = System.getProperty("surefire.test.class.path")?.takeIf { it.isNotBlank() } ?: System.getProperty("java.class.path")

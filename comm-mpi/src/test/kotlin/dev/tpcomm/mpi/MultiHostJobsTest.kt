@@ -109,6 +109,9 @@ internal object MultiHost {
         if (uid != "0") return "needs root for network namespaces"
         val path = System.getenv("PATH").orEmpty().split(':') + listOf("/usr/sbin", "/sbin")
         for (tool in listOf("ip", "unshare", "flock")) if (path.none { File(it, tool).canExecute() }) return "needs $tool"
+        // Root in a container may still be refused new network namespaces (no CAP_SYS_ADMIN).
+        val probe = runCatching { ProcessBuilder("unshare", "--net", "--uts", "true").start().waitFor() }.getOrDefault(-1)
+        if (probe != 0) return "this machine refuses new network namespaces (unshare --net failed)"
         return null
     }
 
