@@ -165,15 +165,13 @@ classpath() {
     tpcomm_build comm-examples
     CP="$(cd "$repo" && realpath comm-examples/target/comm-examples-0.1.0-SNAPSHOT.jar):$TPCOMM_CP"
   else
-    tpcomm_build comm-mpi
-    if [ ! -d comm-mpi/target/test-classes/dev/tpcomm/mpi/jobs ] || [ -n "$(find comm-mpi/src/test -newer comm-mpi/target/test-classes -name '*.kt' | head -1)" ]; then
-      say "compiling comm-mpi's test classes ..."
-      ./mvnw -B -q -o -pl comm-testkit,comm-mpi -am test-compile >&2
-      touch comm-mpi/target/test-classes
-    fi
+    # comm-mpi's test classes and its test classpath, compiled in one reactor (so this checkout's
+    # modules appear as their target/classes), again when a source or pom is newer than the list.
     local f=comm-mpi/target/test-classpath.txt
-    if [ ! -f "$f" ] || [ comm-mpi/pom.xml -nt "$f" ]; then
-      ./mvnw -B -q -o -pl comm-mpi dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$repo/$f" >&2
+    if [ ! -f "$f" ] || [ ! -d comm-mpi/target/test-classes/dev/tpcomm/mpi/jobs ] || \
+       [ -n "$(find comm-api comm-coroutines comm-testkit comm-mpi pom.xml -newer "$f" \( -name '*.kt' -o -name pom.xml \) -not -path '*/target/*' 2>/dev/null | head -1)" ]; then
+      say "compiling comm-mpi and its test classes ..."
+      ./mvnw -B -q -o -pl comm-mpi -am test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$repo/$f" >&2
     fi
     CP="$repo/comm-mpi/target/test-classes:$repo/comm-mpi/target/classes:$(tr ':' '\n' <"$f" | sed -E "s#^.*/dev/tpcomm/([^/]+)/[^/]+/[^/]+\.jar\$#$repo/\1/target/classes#" | paste -sd:)"
   fi
@@ -268,7 +266,7 @@ linkcut_watch() {
   local gone=never ended=never
   [ -n "$tsurv" ] && gone="$(secs "$tcut" "$tsurv")"
   [ -n "$tend" ] && ended="$(secs "$tcut" "$tend")"
-  say "after the cut: ranks on the other hosts gone after $gone s; launcher ended after $ended s$([ -n "$tend" ] || echo " (killed)") with exit code $rc"
+  say "after the cut: ranks on the other hosts gone after $gone${tsurv:+ s}; launcher ended after $ended${tend:+ s}$([ -n "$tend" ] || echo " (killed by this script)") with exit code $rc"
   local left; left="$(ip netns pids "$cutns" 2>/dev/null | xargs -r ps -o pid=,comm= -p 2>/dev/null | awk '{print $2}' | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}')"
   say "still running on the cut host $cutns: ${left:-nothing}"
   # The verdict.
