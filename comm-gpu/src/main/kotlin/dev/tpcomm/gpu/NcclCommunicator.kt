@@ -82,11 +82,11 @@ public class NcclCommunicator internal constructor(
     public val libraryVersion: Int,
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
-) : Communicator {
+) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
     private val validator = CollectiveValidator(worldSize, device, nativeMemory = false)
-    private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName)
+    private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
     private val failure = AtomicReference<CommunicationException?>(null)
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
@@ -128,6 +128,9 @@ public class NcclCommunicator internal constructor(
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
+    /** This communicator's flight recorder. */
+    override val flightRecorder: FlightRecorder get() = recorder
+
     // ---------------------------------------------------------------- collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
@@ -135,7 +138,7 @@ public class NcclCommunicator internal constructor(
         validator.allReduce(tensor, op)
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, detail = "op=$op", signature = sig(name, tensor, op)) {
+        return run(name, tensor, op = op, signature = sig(name, tensor, op)) {
             nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, comm, stream), "ncclAllReduce")
             tensor
         }
@@ -145,7 +148,7 @@ public class NcclCommunicator internal constructor(
         val name = "broadcast"
         validator.broadcast(tensor, root)
         checkTensor(tensor, name)
-        return run(name, tensor, peers = "root=$root", signature = sig(name, tensor, root = root)) {
+        return run(name, tensor, root = root, signature = sig(name, tensor, root = root)) {
             nccl(api.broadcast(tensor.address, tensor.address, tensor.numel, dt(tensor), root, comm, stream), "ncclBroadcast")
             tensor
         }
@@ -156,7 +159,7 @@ public class NcclCommunicator internal constructor(
         validator.reduce(tensor, root, op)
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, peers = "root=$root", detail = "op=$op", signature = sig(name, tensor, op, root)) {
+        return run(name, tensor, root = root, op = op, signature = sig(name, tensor, op, root)) {
             nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, root, comm, stream), "ncclReduce")
             tensor
         }
@@ -166,7 +169,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         val shape = validator.allGatherShape(input, dim)
         checkTensor(input, name)
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueAllGather(out, input, dim)
             out
@@ -177,7 +180,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         validator.allGatherInto(output, input, dim)
         checkTensor(input, name)
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             issueAllGather(output, input, dim)
             output
         }
@@ -188,7 +191,7 @@ public class NcclCommunicator internal constructor(
         val shape = validator.reduceScatterShape(input, op, dim)
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueReduceScatter(out, input, red, dim)
             out
@@ -200,7 +203,7 @@ public class NcclCommunicator internal constructor(
         validator.reduceScatterInto(output, input, op, dim)
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
             issueReduceScatter(output, input, red, dim)
             output
         }
@@ -212,7 +215,7 @@ public class NcclCommunicator internal constructor(
         val shape = validator.allGatherShape(input, dim, name)
         checkTensor(input, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, peers = "root=$root", detail = "dim=$dim", signature = sig(name, input, root = root, dim = dim)) {
+        return run(name, input, root = root, dim = dim, signature = sig(name, input, root = root, dim = dim)) {
             if (rank == root) {
                 val out = allocateOutput(input.dtype, shape)
                 val blocks = if (outer == 1L) out.address else temp(out.byteSize)
@@ -240,7 +243,7 @@ public class NcclCommunicator internal constructor(
         validator.scatter(output, input, root, rank, dim)
         checkTensor(output, name)
         val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, peers = "root=$root", detail = "dim=$dim", signature = sig(name, output, root = root, dim = dim)) {
+        run(name, output, root = root, dim = dim, signature = sig(name, output, root = root, dim = dim)) {
             if (rank == root) {
                 val src = input!!
                 val chunk = output.byteSize
@@ -266,7 +269,7 @@ public class NcclCommunicator internal constructor(
         validator.allToAll(input, dim)
         checkTensor(input, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, input.shape)
             val chunk = input.byteSize / worldSize
             val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
@@ -311,7 +314,7 @@ public class NcclCommunicator internal constructor(
         return JSON.decodeFromString(serializer, String(payload, Charsets.UTF_8))
     }
 
-    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null, detail = "bytes=${bytes.size}") {
+    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null) {
         val n = bytes.size.toLong()
         val seg = staging(n * worldSize)
         MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
@@ -323,7 +326,7 @@ public class NcclCommunicator internal constructor(
         seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
     }
 
-    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, peers = "root=$root", detail = "bytes=${bytes.size}") {
+    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, root = root) {
         val n = bytes.size.toLong()
         val seg = staging(n)
         MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
@@ -349,7 +352,7 @@ public class NcclCommunicator internal constructor(
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         val name = "send"
         checkP2p(tensor, dst, tag, name, sending = true)
-        run(name, tensor, peers = "dst=$dst", p2p = true) {
+        run(name, tensor, peer = dst, p2p = true) {
             nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend")
         }
     }
@@ -357,7 +360,7 @@ public class NcclCommunicator internal constructor(
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         val name = "recv"
         checkP2p(tensor, src, tag, name, sending = false)
-        run(name, tensor, peers = "src=$src", p2p = true) {
+        run(name, tensor, peer = src, p2p = true) {
             nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv")
         }
         return MessageInfo(src, 0, tensor.byteSize)
@@ -374,7 +377,7 @@ public class NcclCommunicator internal constructor(
         val name = "sendRecv"
         checkP2p(send, dst, 0, name, sending = true)
         checkP2p(recv, src, 0, name, sending = false)
-        run(name, send, peers = "dst=$dst src=$src") {
+        run(name, send, peer = dst) {
             closeP2p()
             group {
                 nccl(api.send(send.address, send.byteSize, BYTES, dst, comm, stream), "ncclSend")
@@ -406,7 +409,7 @@ public class NcclCommunicator internal constructor(
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val name = "split"
         require(color == null || color >= 0) { "$name: color must be >= 0, or null to opt out; got $color" }
-        return run(name, null, detail = "color=$color key=$key", onStream = false) {
+        return run(name, null, onStream = false) {
             // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
             // (on this thread, so no later call of this device's communicators is issued meanwhile).
             awaitStream(this)
@@ -452,6 +455,7 @@ public class NcclCommunicator internal constructor(
      */
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
+        recorder.close()
         val done = CountDownLatch(1)
         val task = Runnable {
             try {
@@ -645,8 +649,10 @@ public class NcclCommunicator internal constructor(
     private suspend fun <T> run(
         name: String,
         tensor: Tensor?,
-        peers: String? = null,
-        detail: String? = null,
+        root: Int = FlightRecorder.NONE,
+        peer: Int = FlightRecorder.NONE,
+        op: ReduceOp? = null,
+        dim: Int = FlightRecorder.NONE,
         onStream: Boolean = true,
         signature: LongArray? = null,
         p2p: Boolean = false,
@@ -674,7 +680,7 @@ public class NcclCommunicator internal constructor(
         }
         try {
             return withContext(dispatcher) {
-                val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0, peers, detail)
+                val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
                 failure.get()?.let { cause ->
                     val e = abortedError(name, entry.sequence, cause)
                     entry.fail(e)
@@ -836,6 +842,7 @@ public class NcclCommunicator internal constructor(
      */
     private fun abort(cause: CommunicationException) {
         if (!failure.compareAndSet(null, cause)) return
+        recorder.recordAbort(cause)
         if (dispatcher.isNativeThread) {
             if (groupDepth == 0) releaseComm(abort = true)
             return
