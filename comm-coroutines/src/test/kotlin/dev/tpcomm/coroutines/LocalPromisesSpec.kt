@@ -8,6 +8,7 @@ import dev.tpcomm.DType
 import dev.tpcomm.Tensor
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldBeIn
 import io.kotest.matchers.comparables.shouldBeLessThan
 import io.kotest.matchers.nulls.shouldNotBeNull
 import io.kotest.matchers.shouldBe
@@ -20,6 +21,7 @@ import io.kotest.property.arbitrary.int
 import io.kotest.property.checkAll
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitCancellation
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
@@ -122,6 +124,30 @@ class LocalPromisesSpec : FunSpec({
                 a.toFloatArray().toList() shouldBe listOf(1f, 2f)
                 world.isAborted shouldBe true
                 peer.shouldBeInstanceOf<CommunicatorAbortedException>().message shouldContain "cancelled"
+            }
+        }
+    }
+
+    test("cancel() racing a running data movement: once cancel() returns, the cancelled rank's tensor never changes again").config(timeout = 60.seconds) {
+        val n = 4 shl 20 // 16 MiB per rank: the data movement takes milliseconds
+        checkAll(6, Arb.int(0..3_000)) { lagMicros ->
+            LocalWorld(2, CommConfig(timeout = 30.seconds)).use { world ->
+                val a = Tensor.zeros(DType.Float32, n).also { t -> for (i in 0 until n step 4096) t.setFloat(i.toLong(), 1f) }
+                val b = Tensor.zeros(DType.Float32, n).also { t -> for (i in 0 until n step 4096) t.setFloat(i.toLong(), 2f) }
+                withContext(Dispatchers.Default) {
+                    val h = allReduceAsync(world.communicator(0), a)
+                    val peer = async { runCatching { world.communicator(1).allReduce(b) } }
+                    val until = System.nanoTime() + lagMicros * 1000L
+                    while (System.nanoTime() < until) Thread.onSpinWait()
+                    h.cancel()
+                    val snapshot = a.toFloatArray()
+                    peer.await()
+                    h.join()
+                    a.toFloatArray().contentEquals(snapshot) shouldBe true
+                    // All or nothing: either the reduction ran (1 + 2) or it never started.
+                    snapshot[0] shouldBeIn listOf(1f, 3f)
+                    snapshot[n - 4096] shouldBe snapshot[0]
+                }
             }
         }
     }

@@ -13,12 +13,12 @@ import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.suspendCancellableCoroutine
-import kotlin.coroutines.intrinsics.COROUTINE_SUSPENDED
-import kotlin.coroutines.intrinsics.suspendCoroutineUninterceptedOrReturn
+import kotlin.coroutines.resume
 
 /**
  * One rank of a [LocalGroup]: the in-process backend's [Communicator].
@@ -26,9 +26,9 @@ import kotlin.coroutines.intrinsics.suspendCoroutineUninterceptedOrReturn
  * A collective assigns its sequence number under [issueLock] synchronously in the call (so issue
  * order is call order, also for concurrent callers and `CoroutineStart.UNDISPATCHED`), records
  * itself in the flight recorder, writes its signature into the group's slot for that number and
- * arrives. The last arriver checks the signatures, moves the data and resumes the others; a
- * waiting rank suspends without a cancellation handler (cheap), and the watchdog turns a
- * cancellation or a missed deadline into an abort of the world.
+ * arrives. The last arriver checks the signatures, moves the data and resumes the others. A
+ * waiting rank suspends with a cancellation handler ([CancelledWait]) that aborts the world at
+ * once when it is cancelled; the watchdog turns a missed deadline into an abort of the world.
  */
 internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator {
     private val world = group.world
@@ -86,6 +86,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         if (closed) {
             return CommunicatorAbortedException(
                 "this communicator is closed; create a new one to communicate again", rank, BACKEND, operation, seq, world.abortCause,
+                recorder.dumpJson(),
             )
         }
         world.abortCause?.let { return abortedException(operation, seq, it) }
@@ -223,7 +224,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             if (group.anyClosed) {
                 val ex = CommunicatorAbortedException(
                     "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
-                    rank, BACKEND, name, e.sequence,
+                    rank, BACKEND, name, e.sequence, null, recorder.dumpJson(),
                 )
                 e.fail(ex); throw ex
             }
@@ -279,9 +280,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         var slot = p.slot
         if (slot == null) {
             slot = awaitSlot(p.seq, p.name, entry)
-            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot)
+            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot, p.name, entry)
         } else if (!slot.isFinal) {
-            await(slot)
+            await(slot, p.name, entry)
         }
         if (slot.state.get() == OpSlot.DONE) {
             val result = slot.results[rank]
@@ -294,12 +295,11 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.depart()
         val ex = failureException(f, p.name, entry.sequence)
         entry.fail(ex)
-        currentCoroutineContext().ensureActive()
         throw ex
     }
 
     private fun runAsLast(slot: OpSlot, seq: Long) {
-        val mismatch = Signatures.check(slot, group.size, seq, group.description)
+        val mismatch = Signatures.compare(slot, group.size, seq, group.description)
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
             if (slot.fail(f)) {
@@ -314,12 +314,12 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         }
         if (!slot.state.compareAndSet(OpSlot.PENDING, OpSlot.RUNNING)) return // failed by an abort meanwhile
         try {
-            CollectiveExecution.run(slot, group.size, group)
+            CollectiveExecution.execute(slot, group.size, group)
         } catch (t: Throwable) {
             // The data movement itself failed (e.g. a tensor was closed while in flight).
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             slot.failRunning(SlotFailure(SlotFailure.ABORTED, msg, t))
-            world.abort(CommunicatorAbortedException(msg, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], t))
+            world.abort(CommunicatorAbortedException(msg, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], t, recorder.dumpJson()))
             return
         }
         slot.complete(rank)
@@ -338,19 +338,75 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             }
         } catch (c: CancellationException) {
             // The sequence number is taken: without this rank the others could never complete it.
-            world.abort(CommunicatorAbortedException("rank $rank was cancelled while issuing $name", rank, BACKEND, name, entry.sequence, c))
-            entry.fail(c)
+            val reason = cancellationReason(name, entry.sequence, c, "while waiting to issue it")
+            world.abort(reason)
+            entry.fail(reason)
+            if (reason is CommunicationTimeoutException && world.abortCause === reason) throw reason
             throw c
         }
     }
 
-    @Suppress("NOTHING_TO_INLINE")
-    private suspend inline fun await(slot: OpSlot) {
+    /**
+     * Why the world aborts when this rank is cancelled inside [name]: a [CommunicationTimeoutException]
+     * when the cancellation is a caller's deadline (`withTimeout`), a [CommunicatorAbortedException] otherwise.
+     */
+    private fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
+        if (cause is TimeoutCancellationException) {
+            CommunicationTimeoutException(
+                "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator",
+                rank, BACKEND, name, seq, cause, recorder.dumpJson(),
+            )
+        } else {
+            CommunicatorAbortedException(
+                "rank $rank was cancelled $where in $name; the collective cannot complete without it", rank, BACKEND, name, seq, cause,
+                recorder.dumpJson(),
+            )
+        }
+
+    /**
+     * The cancellation handler of one wait of this rank in [slot]: it runs in the canceller's thread,
+     * inside its `cancel()`. A collective still pending is failed at once by aborting the world (so its
+     * data movement never starts and the peers get a named exception); one whose data movement already
+     * runs is waited for, so that no tensor of the cancelled rank is written after `cancel()` returns.
+     */
+    private inner class CancelledWait(private val slot: OpSlot, private val name: String, private val seq: Long) : (Throwable?) -> Unit {
+        /** The abort this cancellation caused, if it was the first. */
+        @Volatile var reason: CommunicationException? = null
+
+        override fun invoke(cause: Throwable?) {
+            if (slot.state.get() == OpSlot.PENDING) {
+                val r = cancellationReason(name, seq, cause, "while waiting")
+                if (world.abort(r)) reason = r
+            }
+            while (!slot.isFinal) Thread.onSpinWait()
+        }
+    }
+
+    /**
+     * Waits until [slot] is final. Cancellation of the waiting coroutine is handled at once by a
+     * [CancelledWait] (see there). Returns normally when the slot is final for another reason (done,
+     * or failed by a failure elsewhere: the caller throws that named failure); throws when this
+     * rank's cancellation failed it: the [CommunicationTimeoutException] of a caller's deadline, or
+     * the [CancellationException].
+     */
+    private suspend fun await(slot: OpSlot, name: String, entry: FlightRecorder.Entry) {
         var spins = SPIN
         while (!slot.isFinal) {
             if (spins-- > 0) { Thread.onSpinWait(); continue }
-            suspendCoroutineUninterceptedOrReturn<Unit> { cont ->
-                if (slot.waiters.compareAndSet(rank, null, cont)) COROUTINE_SUSPENDED else Unit
+            val handler = CancelledWait(slot, name, entry.sequence)
+            try {
+                suspendCancellableCoroutine<Unit> { cont ->
+                    cont.invokeOnCancellation(handler)
+                    if (!slot.waiters.compareAndSet(rank, null, cont)) cont.resume(Unit)
+                }
+            } catch (c: CancellationException) {
+                while (!slot.isFinal) Thread.onSpinWait()
+                if (slot.state.get() == OpSlot.DONE) return // completed before the cancellation could stop it
+                val own = handler.reason ?: return // failed by a failure elsewhere: the caller throws it
+                slot.depart()
+                entry.fail(own)
+                if (own is CommunicationTimeoutException) throw own
+                throw c
             }
             if (!slot.isFinal) {
                 // Woken without a result: only possible in an aborted world (a stale wake-up).
@@ -403,6 +459,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
                 throw CommunicatorAbortedException(
                     "rank $src closed its communicator and no matching message from it is queued", rank, BACKEND, name, entry.sequence,
+                    null, recorder.dumpJson(),
                 )
             }
             val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }

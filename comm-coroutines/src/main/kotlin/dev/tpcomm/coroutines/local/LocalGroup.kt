@@ -88,26 +88,12 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         for (c in communicators) c.markClosed()
     }
 
-    /** Watchdog pass over this group; returns true when it aborted the world. */
-    fun check(now: Long): Boolean {
+    /** Watchdog pass over this group (deadlines); returns true when it aborted the world. */
+    fun watchdogPass(now: Long): Boolean {
         val timeoutNanos = world.config.timeout.inWholeNanoseconds
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             if (s.state.get() != OpSlot.PENDING || s.arrived.get() == 0) continue
-            // Cancelled waiters: the cancellation of an in-flight collective aborts the world.
-            for (r in 0 until size) {
-                val c = s.waiter(r) ?: continue
-                val job = c.context[kotlinx.coroutines.Job]
-                if (job != null && job.isCancelled) {
-                    val comm = communicators[r]
-                    val name = OpKind.name(s.kinds[r])
-                    val reason = dev.tpcomm.CommunicatorAbortedException(
-                        "rank $r was cancelled while in $name; the collective cannot complete without it",
-                        r, LocalCommunicator.BACKEND, name, s.recorderSeqs[r], null, comm.recorder.dumpJson(),
-                    )
-                    if (world.abort(reason)) return true
-                }
-            }
             val first = s.firstArrivalNanos
             if (first != 0L && now - first > timeoutNanos) {
                 val waiting = (0 until size).filter { s.present[it] }

@@ -54,11 +54,11 @@ internal class LocalWorldState(val config: CommConfig) {
         stopWatchdog()
     }
 
-    /** One watchdog pass: deadlines and cancelled waiters of every group. */
-    fun check(nowNanos: Long) {
+    /** One watchdog pass: the deadlines of every group. */
+    fun watchdogPass(nowNanos: Long) {
         if (cause.get() != null) { stopWatchdog(); return }
         for (g in groups) {
-            if (g.check(nowNanos)) return
+            if (g.watchdogPass(nowNanos)) return
         }
     }
 

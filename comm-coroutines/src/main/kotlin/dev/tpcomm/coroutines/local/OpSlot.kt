@@ -87,9 +87,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
         }
     }
 
-    /** The continuation rank [r] is suspended with, if any (for the watchdog's cancellation check). */
-    fun waiter(r: Int): Continuation<*>? = waiters.get(r) as? Continuation<*>
-
     /** Called by every rank once it no longer reads the slot; the last one recycles it for the next generation. */
     fun depart() {
         if (departed.incrementAndGet() != size) return

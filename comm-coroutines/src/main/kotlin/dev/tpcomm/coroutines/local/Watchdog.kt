@@ -8,8 +8,7 @@ import java.util.concurrent.TimeUnit
 
 /**
  * One daemon thread that checks every live local world periodically for calls past their deadline
- * and for cancelled coroutines waiting in a collective (the collectives' fast path suspends without
- * registering a cancellation handler, so cancellation is noticed here, within one period).
+ * (cancellation of a waiting rank is handled at once by its own cancellation handler, not here).
  * A world that became unreachable without being closed stops its own check.
  */
 internal object Watchdog {
@@ -30,7 +29,7 @@ internal object Watchdog {
                 future.cancel(false)
             } else {
                 try {
-                    w.check(System.nanoTime())
+                    w.watchdogPass(System.nanoTime())
                 } catch (t: Throwable) {
                     // A bug in the check must not kill the shared thread; abort that world instead.
                     w.abort(t)
