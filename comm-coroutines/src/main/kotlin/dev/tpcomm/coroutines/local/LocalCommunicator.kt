@@ -31,7 +31,7 @@ import kotlin.coroutines.resume
  * once when it is cancelled; the watchdog turns a missed deadline into an abort of the world.
  */
 internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator {
-    private val world = group.world
+    val world = group.world
     override val worldSize: Int get() = group.size
     override val backendName: String get() = BACKEND
     override val device: Device get() = Device.Host
@@ -280,9 +280,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         var slot = p.slot
         if (slot == null) {
             slot = awaitSlot(p.seq, p.name, entry)
-            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot, p.name, entry)
+            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot, entry)
         } else if (!slot.isFinal) {
-            await(slot, p.name, entry)
+            await(slot, entry)
         }
         if (slot.state.get() == OpSlot.DONE) {
             val result = slot.results[rank]
@@ -350,7 +350,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      * Why the world aborts when this rank is cancelled inside [name]: a [CommunicationTimeoutException]
      * when the cancellation is a caller's deadline (`withTimeout`), a [CommunicatorAbortedException] otherwise.
      */
-    private fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
+    fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
         if (cause is TimeoutCancellationException) {
             CommunicationTimeoutException(
                 "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator",
@@ -369,14 +369,15 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      * data movement never starts and the peers get a named exception); one whose data movement already
      * runs is waited for, so that no tensor of the cancelled rank is written after `cancel()` returns.
      */
-    private inner class CancelledWait(private val slot: OpSlot, private val name: String, private val seq: Long) : (Throwable?) -> Unit {
-        /** The abort this cancellation caused, if it was the first. */
-        @Volatile var reason: CommunicationException? = null
+    class CancelledWait(private val comm: LocalCommunicator, private val slot: OpSlot) : (Throwable?) -> Unit {
+        /** The abort this cancellation caused, if it was the first (reset before each wait). */
+        @Volatile @JvmField var reason: CommunicationException? = null
 
         override fun invoke(cause: Throwable?) {
             if (slot.state.get() == OpSlot.PENDING) {
-                val r = cancellationReason(name, seq, cause, "while waiting")
-                if (world.abort(r)) reason = r
+                val r = comm.rank
+                val reason = comm.cancellationReason(OpKind.name(slot.kinds[r]), slot.recorderSeqs[r], cause, "while waiting")
+                if (comm.world.abort(reason)) this.reason = reason
             }
             while (!slot.isFinal) Thread.onSpinWait()
         }
@@ -389,11 +390,14 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      * rank's cancellation failed it: the [CommunicationTimeoutException] of a caller's deadline, or
      * the [CancellationException].
      */
-    private suspend fun await(slot: OpSlot, name: String, entry: FlightRecorder.Entry) {
+    @Suppress("NOTHING_TO_INLINE")
+    private suspend inline fun await(slot: OpSlot, entry: FlightRecorder.Entry) {
         var spins = SPIN
         while (!slot.isFinal) {
             if (spins-- > 0) { Thread.onSpinWait(); continue }
-            val handler = CancelledWait(slot, name, entry.sequence)
+            // One handler per rank and ring slot, reused by every generation: nothing allocated per wait.
+            val handler = slot.cancelHandlers[rank] ?: CancelledWait(this, slot).also { slot.cancelHandlers[rank] = it }
+            handler.reason = null
             try {
                 suspendCancellableCoroutine<Unit> { cont ->
                     cont.invokeOnCancellation(handler)

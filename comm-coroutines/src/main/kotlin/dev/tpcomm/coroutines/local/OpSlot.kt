@@ -46,6 +46,9 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     /** Per-rank results of split/group (the new communicator or null). */
     @JvmField val results = arrayOfNulls<Any>(size)
 
+    /** Per rank: its cancellation handler for waits in this slot, made at its first wait and kept across generations. */
+    @JvmField val cancelHandlers = arrayOfNulls<LocalCommunicator.CancelledWait>(size)
+
     /** Per rank: null (not waiting yet), a suspended continuation, or [WOKEN]. */
     @JvmField val waiters = AtomicReferenceArray<Any?>(size)
 
