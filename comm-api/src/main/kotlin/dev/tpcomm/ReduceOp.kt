@@ -14,10 +14,9 @@ package dev.tpcomm
  * NaN under [Max] and [Min] **propagates**: the rule is IEEE 754-2019 `maximum`/`minimum` (as
  * PyTorch's `torch.maximum`/`torch.minimum` and Java's `Math.max`/`Math.min`): if any rank's value
  * at an index is NaN, the result there is NaN, whichever rank holds it; signed zeros order as
- * `-0 < +0`. tpcomm keeps this rule wherever it computes the reduction itself: the local backend
- * (scalar and Vector API kernels) for Float16, BFloat16, Float32 and Float64, and the host-side
- * reductions (staging paths) of the other backends. Where a native library reduces on its native
- * path, the library decides and tpcomm does not rewrite its answer: `MPI_MAX`/`MPI_MIN` leave NaN
+ * `-0 < +0`. The local backend keeps this rule for Float16, BFloat16, Float32 and Float64 (scalar
+ * and Vector API kernels alike). Where a native library reduces on its native path (MPI, NCCL,
+ * RCCL), the library decides and tpcomm does not rewrite its answer: `MPI_MAX`/`MPI_MIN` leave NaN
  * unspecified (Open MPI and MPICH have been seen to return the non-NaN operand depending on the
  * rank order, e.g. `[NaN, 1]` on one and `[1, NaN]` on the other), and NCCL/RCCL use the device's
  * own max/min. Programs that must see NaN on those backends should check for NaN before reducing.
