@@ -99,7 +99,7 @@ public class LocalWorld(
      * throw [CommunicatorAbortedException]. Idempotent.
      */
     override fun close() {
-        state.close(CommunicatorAbortedException("the local world was closed", -1, "local", "close", -1))
+        state.close(state.failures.aborted("close", -1, "the local world was closed"))
     }
 
     override fun toString(): String = "LocalWorld(worldSize=$worldSize)"

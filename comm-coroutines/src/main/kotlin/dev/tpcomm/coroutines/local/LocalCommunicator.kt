@@ -1,6 +1,5 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
@@ -11,6 +10,7 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
@@ -39,6 +39,13 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = false)
 
     val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND)
+
+    /**
+     * The builder of this rank's exceptions (rank, backend, operation, sequence and the flight
+     * recorder's dump). The abort state itself is the world's ([LocalWorldState.failures]): an abort
+     * anywhere aborts the whole tree of communicators.
+     */
+    val failures = FailureState(rank, BACKEND) { recorder.dumpJson() }
     private val issueLock = Any()
     private var collectiveSeq = 0L
     @Volatile private var closed = false
@@ -74,22 +81,17 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     // ---------------------------------------------------------------- exceptions
 
     fun abortedException(operation: String, seq: Long, cause: Throwable): CommunicatorAbortedException =
-        CommunicatorAbortedException(
-            "the communicator was aborted: ${LocalWorldState.describe(cause)}", rank, BACKEND, operation, seq, cause, recorder.dumpJson(),
-        )
+        failures.aborted(operation, seq, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
 
     fun failureException(f: SlotFailure, operation: String, seq: Long): CommunicationException = when (f.kind) {
-        SlotFailure.MISMATCH -> CollectiveMismatchException(f.message, rank, BACKEND, operation, seq, f.ranks, f.fields, recorder.dumpJson())
-        SlotFailure.TIMEOUT -> CommunicationTimeoutException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
-        else -> CommunicatorAbortedException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
+        SlotFailure.MISMATCH -> failures.mismatch(operation, seq, f.message, f.ranks, f.fields)
+        SlotFailure.TIMEOUT -> failures.timeout(operation, seq, f.message, f.cause)
+        else -> failures.aborted(operation, seq, f.message, f.cause)
     }
 
     private fun unusable(operation: String, seq: Long): CommunicationException? {
         if (closed) {
-            return CommunicatorAbortedException(
-                "this communicator is closed; create a new one to communicate again", rank, BACKEND, operation, seq, world.abortCause,
-                recorder.dumpJson(),
-            )
+            return failures.aborted(operation, seq, "this communicator is closed; create a new one to communicate again", world.abortCause)
         }
         world.abortCause?.let { return abortedException(operation, seq, it) }
         return null
@@ -193,9 +195,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             val e = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
             unusable(name, e.sequence)?.let { e.fail(it); throw it }
             if (group.anyClosed) {
-                val ex = CommunicatorAbortedException(
+                val ex = failures.aborted(
+                    name, e.sequence,
                     "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
-                    rank, BACKEND, name, e.sequence, null, recorder.dumpJson(),
                 )
                 e.fail(ex); throw ex
             }
@@ -274,12 +276,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
             if (slot.fail(f)) {
-                world.abort(
-                    CollectiveMismatchException(
-                        mismatch.message, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.ranks, mismatch.fields,
-                        recorder.dumpJson(),
-                    ),
-                )
+                world.abort(failures.mismatch(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.message, mismatch.ranks, mismatch.fields))
             }
             return
         }
@@ -290,7 +287,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             // The data movement itself failed (e.g. a tensor was closed while in flight).
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             slot.failRunning(SlotFailure(SlotFailure.ABORTED, msg, t))
-            world.abort(CommunicatorAbortedException(msg, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], t, recorder.dumpJson()))
+            world.abort(failures.aborted(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], msg, t))
             return
         }
         slot.complete(rank)
@@ -323,15 +320,11 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      */
     fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
         if (cause is TimeoutCancellationException) {
-            CommunicationTimeoutException(
-                "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator",
-                rank, BACKEND, name, seq, cause, recorder.dumpJson(),
+            failures.timeout(
+                name, seq, "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator", cause,
             )
         } else {
-            CommunicatorAbortedException(
-                "rank $rank was cancelled $where in $name; the collective cannot complete without it", rank, BACKEND, name, seq, cause,
-                recorder.dumpJson(),
-            )
+            failures.aborted(name, seq, "rank $rank was cancelled $where in $name; the collective cannot complete without it", cause)
         }
 
     /**
@@ -427,10 +420,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         try {
             box.tryTake(src, tag, target, name)?.let { entry.complete(); return it }
             if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
-                throw CommunicatorAbortedException(
-                    "rank $src closed its communicator and no matching message from it is queued", rank, BACKEND, name, entry.sequence,
-                    null, recorder.dumpJson(),
-                )
+                throw failures.aborted(name, entry.sequence, "rank $src closed its communicator and no matching message from it is queued")
             }
             val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }
             entry.complete()

@@ -4,7 +4,7 @@ import dev.tpcomm.CommConfig
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.ScheduledFuture
 import java.util.concurrent.atomic.AtomicBoolean
-import java.util.concurrent.atomic.AtomicReference
+import dev.tpcomm.spi.FailureState
 
 /**
  * State shared by a world and every group split from it: the abort flag and the watchdog.
@@ -14,7 +14,8 @@ import java.util.concurrent.atomic.AtomicReference
  * cause wins and is kept as [abortCause].
  */
 internal class LocalWorldState(val config: CommConfig) {
-    private val cause = AtomicReference<Throwable?>(null)
+    /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
+    val failures = FailureState(-1, LocalCommunicator.BACKEND) { null }
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
@@ -22,7 +23,7 @@ internal class LocalWorldState(val config: CommConfig) {
     private val closed = AtomicBoolean(false)
     @Volatile private var watchdogTask: ScheduledFuture<*>? = null
 
-    val abortCause: Throwable? get() = cause.get()
+    val abortCause: Throwable? get() = failures.cause
     val isClosed: Boolean get() = closed.get()
 
     /**
@@ -31,7 +32,7 @@ internal class LocalWorldState(val config: CommConfig) {
      * with CommunicatorAbortedException. Returns false if the world was already aborted.
      */
     fun abort(reason: Throwable, failure: SlotFailure? = null, timedOut: Any? = null): Boolean {
-        if (!cause.compareAndSet(null, reason)) return false
+        if (!failures.abort(reason)) return false
         val generic = SlotFailure(SlotFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
         for (g in groups) g.failPending(failure, generic, timedOut)
         stopWatchdog()
@@ -56,7 +57,7 @@ internal class LocalWorldState(val config: CommConfig) {
 
     /** One watchdog pass: the deadlines of every group. */
     fun watchdogPass(nowNanos: Long) {
-        if (cause.get() != null) { stopWatchdog(); return }
+        if (failures.isAborted) { stopWatchdog(); return }
         for (g in groups) {
             if (g.watchdogPass(nowNanos)) return
         }
