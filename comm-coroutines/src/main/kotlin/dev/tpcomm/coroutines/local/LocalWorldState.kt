@@ -1,10 +1,10 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
-import java.util.concurrent.CopyOnWriteArrayList
-import java.util.concurrent.ScheduledFuture
-import java.util.concurrent.atomic.AtomicBoolean
+import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.FailureState
+import java.util.concurrent.CopyOnWriteArrayList
+import java.util.concurrent.atomic.AtomicBoolean
 
 /**
  * State shared by a world and every group split from it: the abort flag and the watchdog.
@@ -13,7 +13,7 @@ import dev.tpcomm.spi.FailureState
  * tensor-parallel group would otherwise leave its data-parallel peers waiting for it. The first
  * cause wins and is kept as [abortCause].
  */
-internal class LocalWorldState(val config: CommConfig) {
+internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
     val failures = FailureState(-1, LocalCommunicator.BACKEND) { null }
     val groups = CopyOnWriteArrayList<LocalGroup>()
@@ -21,7 +21,7 @@ internal class LocalWorldState(val config: CommConfig) {
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
     @Volatile var rootGroup: LocalGroup? = null
     private val closed = AtomicBoolean(false)
-    @Volatile private var watchdogTask: ScheduledFuture<*>? = null
+    @Volatile private var watchdogTask: DeadlineWatchdog.Registration? = null
 
     val abortCause: Throwable? get() = failures.cause
     val isClosed: Boolean get() = closed.get()
@@ -39,12 +39,25 @@ internal class LocalWorldState(val config: CommConfig) {
         return true
     }
 
+    /**
+     * Registers with the core's [DeadlineWatchdog], weakly: a world that became unreachable without
+     * being closed stops its own check. The period is a tenth of the timeout, between 2 and 50 ms.
+     */
     fun startWatchdog() {
-        watchdogTask = Watchdog.schedule(this)
+        watchdogTask = DeadlineWatchdog.register(this, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
     }
 
     private fun stopWatchdog() {
-        watchdogTask?.cancel(false)
+        watchdogTask?.close()
+    }
+
+    /** The watchdog's call: [watchdogPass], and a bug in it aborts this world rather than going unnoticed. */
+    override fun checkDeadlines(nowNanos: Long) {
+        try {
+            watchdogPass(nowNanos)
+        } catch (t: Throwable) {
+            abort(t)
+        }
     }
 
     /** Closes the world: pending calls fail, later calls throw CommunicatorAbortedException. */
