@@ -4,12 +4,17 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.local.LocalCommunicator
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.Deferred
 import kotlinx.coroutines.ExperimentalCoroutinesApi
 import kotlinx.coroutines.async
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.supervisorScope
 import java.util.concurrent.atomic.AtomicReference
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.seconds
 
 /**
  * Runs [block] once per rank of a new in-process world of [worldSize] ranks, each as a coroutine
@@ -17,8 +22,9 @@ import java.util.concurrent.atomic.AtomicReference
  * ranks' own computation in parallel), and returns the results in rank order.
  *
  * Structured, and never left waiting on a failed world: when one rank's block throws, the world is
- * aborted at once (the other ranks' pending and later calls fail with a `CommunicationException`
- * instead of hanging) and every rank still running is cancelled, wherever it waits: outside any
+ * aborted at once, so the other ranks' pending and later calls fail with a named
+ * `CommunicationException` instead of hanging; a rank still running one second (or
+ * [CommConfig.timeout] if shorter) after that is cancelled, wherever it waits: outside any
  * collective too (`awaitCancellation()`, a `yield()` loop, a hand-off from the rank that threw).
  * Then the FIRST exception thrown by a rank is rethrown (a rank's `CommunicationTimeoutException`
  * within [CommConfig.timeout] when another rank never arrives), with the other ranks' exceptions
@@ -41,6 +47,7 @@ public suspend fun <R> runLocalWorld(
         return supervisorScope {
             // The first exception thrown by a rank, in time; the ranks cancelled because of it do not replace it.
             val first = AtomicReference<Throwable?>(null)
+            val firstFailedRank = CompletableDeferred<Int>()
             lateinit var ranks: List<Deferred<R>>
             ranks = List(worldSize) { r ->
                 async(start = CoroutineStart.LAZY) {
@@ -53,15 +60,23 @@ public suspend fun <R> runLocalWorld(
                     } catch (t: Throwable) {
                         if (first.compareAndSet(null, t)) {
                             world.abort(t)
-                            val stop = CancellationException("runLocalWorld: rank $r failed, so the other ranks are cancelled: $t", t)
-                            for ((i, d) in ranks.withIndex()) if (i != r) d.cancel(stop)
+                            firstFailedRank.complete(r)
                         }
                         throw t
                     }
                 }
             }
             for (d in ranks) d.start()
+            // Ranks in or entering a collective end by themselves with a named exception once the world is
+            // aborted; the grace lets them, then whatever still runs (waiting outside any collective) is cancelled.
+            val reaper = launch {
+                val r = firstFailedRank.await()
+                delay(minOf(config.timeout, CANCEL_GRACE_MAX))
+                val stop = CancellationException("runLocalWorld: rank $r failed, so the ranks still running are cancelled: ${first.get()}", first.get())
+                for ((i, d) in ranks.withIndex()) if (i != r) d.cancel(stop)
+            }
             for (d in ranks) d.join()
+            reaper.cancel()
             // The exceptions as thrown (await() may hand out copies made for stack-trace recovery).
             @OptIn(ExperimentalCoroutinesApi::class)
             val failures = ranks.mapNotNull { it.getCompletionExceptionOrNull() }
@@ -80,3 +95,9 @@ public suspend fun <R> runLocalWorld(
         world.close()
     }
 }
+
+/**
+ * How long [runLocalWorld] lets the other ranks end by themselves after the first failure before it
+ * cancels those still running (at most the world's timeout).
+ */
+private val CANCEL_GRACE_MAX: Duration = 1.seconds

@@ -85,6 +85,19 @@ class LocalPromisesSpec : FunSpec({
         start.elapsedNow() shouldBeLessThan 5.seconds
     }
 
+    test("after the first failure, a rank that reaches a collective within the grace ends with a named exception, not a cancellation").config(timeout = 20.seconds) {
+        val boom = IllegalStateException("rank 1 failed")
+        val e = shouldThrow<IllegalStateException> {
+            runLocalWorld(2, CommConfig(timeout = 1.minutes)) { comm ->
+                if (comm.rank == 1) throw boom
+                delay(100) // still computing when rank 1 fails
+                comm.allReduce(Tensor.of(floatArrayOf(1f)))
+            }
+        }
+        val original = if (e === boom) e else e.cause.shouldNotBeNull()
+        original.suppressed.single().shouldBeInstanceOf<CommunicatorAbortedException>().rank shouldBe 0
+    }
+
     test("property: whichever rank throws and whatever the others wait on, the first cause surfaces, not the test timeout").config(timeout = 30.seconds) {
         checkAll(8, Arb.int(2..4), Arb.int(0..3), Arb.element("await", "yield", "collective", "handoff")) { n, thrower0, wait ->
             val thrower = thrower0 % n
