@@ -192,6 +192,10 @@ class OperationQueueTest {
             long id1 = queue.add(world.get(1).allReduce(Tensor.of(new float[] {2f})));
             assertTrue(rank0Done.await(10, TimeUnit.SECONDS));
             assertThrows(IllegalArgumentException.class, () -> queue.awaitAll(Duration.ofSeconds(10)));
+            // id0 completes on a worker thread, which runs its own listener (rank0Done) before the
+            // queue-wide ones: the latter may still be running here.
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (completed.size() < 2 && System.nanoTime() < until) Thread.onSpinWait();
             assertEquals(2, completed.size());
             assertSame(t0, completed.get(id0));
             assertArrayEquals(new float[] {3f}, ((Tensor) completed.get(id1)).toFloatArray());
