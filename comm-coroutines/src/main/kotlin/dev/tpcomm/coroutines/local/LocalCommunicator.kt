@@ -29,7 +29,7 @@ import kotlin.coroutines.resume
  * waiting rank suspends with a cancellation handler ([CancelledWait]) that aborts the world at
  * once when it is cancelled; the watchdog turns a missed deadline into an abort of the world.
  */
-internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator {
+internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
     val world = group.world
     override val worldSize: Int get() = group.size
     override val backendName: String get() = BACKEND
@@ -38,7 +38,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     /** The core's argument checks; the JVM moves the data, so heap-backed tensors are fine here. */
     private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = false)
 
-    val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND)
+    override val flightRecorder: FlightRecorder get() = recorder
+    val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size, communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = world.config.flightRecorderDir)
 
     /**
      * The builder of this rank's exceptions (rank, backend, operation, sequence and the flight
@@ -49,7 +50,6 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     private val issueLock = Any()
     private var collectiveSeq = 0L
     @Volatile private var closed = false
-    private val rootNames = Array(group.size) { "root=$it" }
 
     // ---------------------------------------------------------------- lifecycle
 
@@ -58,6 +58,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     fun markClosed() {
         closed = true
+        recorder.close()
     }
 
     /** Closes this communicator and, first, every communicator split from it (recursively). */
@@ -73,6 +74,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     override fun close() {
         if (closed) return
         closed = true
+        recorder.close()
         group.rankClosed(rank)
     }
 
@@ -192,7 +194,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         var issued: FlightRecorder.Entry? = null
         var seq = 0L
         synchronized(issueLock) {
-            val e = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
+            val e = recorder.start(name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L, root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = op, dim = if (OpKind.hasDim(kind)) dim else FlightRecorder.NONE)
             unusable(name, e.sequence)?.let { e.fail(it); throw it }
             if (group.anyClosed) {
                 val ex = failures.aborted(
@@ -388,7 +390,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         validator.send(tensor, dst, tag)
-        val entry = issueP2p("send", tensor, "dst=$dst", tag)
+        val entry = issueP2p("send", tensor, dst, tag)
         try {
             group.mailboxes[dst].deliver(rank, tag, tensor.segment)
             entry.complete()
@@ -399,18 +401,18 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         validator.recv(tensor, src, tag)
-        val entry = issueP2p("recv", tensor, "src=$src", tag)
+        val entry = issueP2p("recv", tensor, src, tag)
         return receive("recv", src, tag, tensor, entry)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         validator.probe(src, tag)
-        val entry = issueP2p("probe", null, "src=$src", tag)
+        val entry = issueP2p("probe", null, src, tag)
         return receive("probe", src, tag, null, entry)
     }
 
-    private fun issueP2p(name: String, tensor: Tensor?, peer: String, tag: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0L, peer, "tag=$tag")
+    private fun issueP2p(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
+        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag)
         unusable(name, entry.sequence)?.let { entry.fail(it); throw it }
         return entry
     }

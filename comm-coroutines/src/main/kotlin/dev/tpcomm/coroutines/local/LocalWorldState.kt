@@ -33,6 +33,7 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
      */
     fun abort(reason: Throwable, failure: SlotFailure? = null, timedOut: Any? = null): Boolean {
         if (!failures.abort(reason)) return false
+        for (g in groups) for (c in g.communicators) c.recorder.recordAbort(reason)
         val generic = SlotFailure(SlotFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
         for (g in groups) g.failPending(failure, generic, timedOut)
         stopWatchdog()
