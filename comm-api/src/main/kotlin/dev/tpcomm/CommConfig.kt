@@ -89,6 +89,18 @@ public data class CommConfig @JvmOverloads constructor(
     }
 
     public companion object {
+        private val TRUE_WORDS = setOf("true", "1", "yes", "on")
+        private val FALSE_WORDS = setOf("false", "0", "no", "off")
+
+        /** [value] of environment variable [name] as a boolean, refusing anything but the accepted words. */
+        private fun boolean(name: String, value: String): Boolean = when (value.trim().lowercase()) {
+            in TRUE_WORDS -> true
+            in FALSE_WORDS -> false
+            else -> throw IllegalArgumentException(
+                "environment variable $name=\"$value\" is not a boolean; use one of true, false, 1, 0, yes, no, on, off (any case)",
+            )
+        }
+
         /** A builder starting from the defaults. */
         @JvmStatic
         public fun builder(): Builder = Builder(CommConfig())
@@ -101,7 +113,11 @@ public data class CommConfig @JvmOverloads constructor(
          * `TPCOMM_TIMEOUT_SECONDS`, `TPCOMM_CHECK_CONSISTENCY` and `TPCOMM_FLIGHT_RECORDER_DIR`
          * ([flightRecorderDir]). Without any, a world of one.
          *
-         * @throws IllegalArgumentException when a variable is not a number or the rank is out of range.
+         * `TPCOMM_CHECK_CONSISTENCY` takes `true`/`false`, `1`/`0`, `yes`/`no` or `on`/`off`, in any case.
+         *
+         * @throws IllegalArgumentException when a variable is not a number (or, for
+         * `TPCOMM_CHECK_CONSISTENCY`, not one of those words) or the rank is out of range; the
+         * message names the variable and what it accepts.
          */
         @JvmStatic
         @JvmOverloads
@@ -130,7 +146,7 @@ public data class CommConfig @JvmOverloads constructor(
                 require(it > 0) { "TPCOMM_TIMEOUT_SECONDS must be positive, got $it" }
                 config = config.copy(timeout = kotlin.time.Duration.parse("${it}s"))
             }
-            env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = it == "1" || it.equals("true", true)) }
+            env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = boolean("TPCOMM_CHECK_CONSISTENCY", it)) }
             env["TPCOMM_RENDEZVOUS"]?.let { config = config.copy(rendezvous = it) }
             env["TPCOMM_FLIGHT_RECORDER_DIR"]?.takeIf { it.isNotBlank() }?.let { config = config.copy(flightRecorderDir = it) }
             return config

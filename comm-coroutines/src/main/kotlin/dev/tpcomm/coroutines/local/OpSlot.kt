@@ -46,6 +46,9 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     /** Per-rank results of split/group (the new communicator or null). */
     @JvmField val results = arrayOfNulls<Any>(size)
 
+    /** Per rank: its cancellation handler for waits in this slot, made at its first wait and kept across generations. */
+    @JvmField val cancelHandlers = arrayOfNulls<LocalCommunicator.CancelledWait>(size)
+
     /** Per rank: null (not waiting yet), a suspended continuation, or [WOKEN]. */
     @JvmField val waiters = AtomicReferenceArray<Any?>(size)
 
@@ -86,9 +89,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
             if (prev is Continuation<*>) (prev as Continuation<Unit>).intercepted().resume(Unit)
         }
     }
-
-    /** The continuation rank [r] is suspended with, if any (for the watchdog's cancellation check). */
-    fun waiter(r: Int): Continuation<*>? = waiters.get(r) as? Continuation<*>
 
     /** Called by every rank once it no longer reads the slot; the last one recycles it for the next generation. */
     fun depart() {

@@ -7,7 +7,7 @@ package dev.tpcomm.coroutines.local
 internal object Signatures {
     class Mismatch(val message: String, val ranks: List<Int>, val fields: List<String>)
 
-    fun check(s: OpSlot, size: Int, seq: Long, description: String): Mismatch? {
+    fun compare(s: OpSlot, size: Int, seq: Long, description: String): Mismatch? {
         var bad = false
         for (r in 1 until size) if (!same(s, 0, r)) { bad = true; break }
         if (!bad) return null
