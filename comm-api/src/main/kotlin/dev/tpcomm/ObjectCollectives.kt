@@ -40,9 +40,19 @@ internal object ObjectCollectives {
     /** The builder of this rank's exceptions (no flight recorder at this layer: the dump is null). */
     private fun failures(comm: Communicator) = FailureState(comm.rank, comm.backendName) { null }
 
+    /**
+     * The length a rank announces when its own serializer failed: it still takes part in the
+     * length exchange, so its peers fail at once with a named exception instead of waiting for a
+     * payload that never comes.
+     */
+    private const val ENCODING_FAILED: Long = -2L
+
     /** Refuses a [length] announced by [who] that no encoded value can have. */
     private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
         if (length in 0..MAX_LENGTH) return
+        if (length == ENCODING_FAILED) {
+            throw failures(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
+        }
         throw failures(comm).failure(
             operation, -1,
             "$who announced a value of $length bytes, which is not in 0..$MAX_LENGTH; " +
@@ -69,8 +79,10 @@ internal object ObjectCollectives {
 
     suspend fun <T> allGather(comm: Communicator, value: T, serializer: KSerializer<T>): List<T> {
         val op = "allGatherObject"
-        val bytes = json.encodeToString(serializer, value).encodeToByteArray()
-        val lengths = comm.allGather(Tensor.of(longArrayOf(bytes.size.toLong())))
+        val encoded = runCatching { json.encodeToString(serializer, value).encodeToByteArray() }
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        val lengths = comm.allGather(Tensor.of(longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)))
+        encoded.exceptionOrNull()?.let { throw it }
         val all = lengths.toLongArray()
         for (r in all.indices) checkLength(comm, op, "rank $r", all[r])
         val max = all.max().toInt()
@@ -88,9 +100,13 @@ internal object ObjectCollectives {
         if (comm.rank == root) {
             requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
         }
-        val bytes = if (comm.rank == root) @Suppress("UNCHECKED_CAST") json.encodeToString(serializer, value as T).encodeToByteArray() else ByteArray(0)
-        val length = Tensor.of(longArrayOf(bytes.size.toLong()))
+        val encoded = runCatching {
+            if (comm.rank == root) @Suppress("UNCHECKED_CAST") json.encodeToString(serializer, value as T).encodeToByteArray() else ByteArray(0)
+        }
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        val length = Tensor.of(longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED))
         comm.broadcast(length, root)
+        encoded.exceptionOrNull()?.let { throw it }
         val announced = length.getLong(0)
         checkLength(comm, op, "the root rank $root", announced)
         val n = announced.toInt()

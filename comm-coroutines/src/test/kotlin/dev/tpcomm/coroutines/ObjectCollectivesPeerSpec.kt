@@ -8,6 +8,7 @@ import dev.tpcomm.allGatherObject
 import dev.tpcomm.broadcastObject
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
+import kotlinx.coroutines.async
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
 import kotlin.time.Duration.Companion.seconds
@@ -85,4 +86,40 @@ class ObjectCollectivesPeerSpec : FunSpec({
         e.operation shouldBe "allGatherObject"
         e.message shouldContain "rank 1"
     }
+
+    test("a serializer that throws on one rank fails every rank at once, not at the timeout").config(timeout = 30.seconds) {
+        val failing = object : kotlinx.serialization.KSerializer<Int> {
+            override val descriptor = kotlinx.serialization.descriptors.PrimitiveSerialDescriptor("Flaky", kotlinx.serialization.descriptors.PrimitiveKind.INT)
+            override fun serialize(encoder: kotlinx.serialization.encoding.Encoder, value: Int) {
+                if (value == 1) throw IllegalStateException("rank 1's value cannot be encoded")
+                encoder.encodeInt(value)
+            }
+            override fun deserialize(decoder: kotlinx.serialization.encoding.Decoder): Int = decoder.decodeInt()
+        }
+        val world = dev.tpcomm.coroutines.LocalWorld(2, config)
+        val t0 = System.nanoTime()
+        val outcomes = kotlinx.coroutines.coroutineScope {
+            (0 until 2).map { r ->
+                async { runCatching { world.communicator(r).allGatherObject(r, failing) }.exceptionOrNull() }
+            }.map { it.await() }
+        }
+        val seconds = (System.nanoTime() - t0) / 1e9
+        (seconds < 5.0) shouldBe true
+        outcomes[1]!!.message shouldContain "rank 1's value cannot be encoded"
+        val peer = outcomes[0].shouldBeInstanceOfCommunication()
+        peer.operation shouldBe "allGatherObject"
+        peer.message shouldContain "rank 1 could not encode its value"
+        val b = kotlinx.coroutines.coroutineScope {
+            val w2 = dev.tpcomm.coroutines.LocalWorld(2, config)
+            (0 until 2).map { r ->
+                async { runCatching { w2.communicator(r).broadcastObject(if (r == 0) 1 else null, 0, failing) }.exceptionOrNull() }
+            }.map { it.await() }
+        }
+        b[1].shouldBeInstanceOfCommunication().message shouldContain "the root rank 0 could not encode its value"
+    }
 })
+
+private fun Throwable?.shouldBeInstanceOfCommunication(): CommunicationException {
+    (this is CommunicationException) shouldBe true
+    return this as CommunicationException
+}

@@ -9,6 +9,8 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CancellationException
@@ -232,6 +234,13 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.roots[r] = root
         slot.dims[r] = dim
         slot.extras[r] = extra
+        val op0 = CollectiveOp.entries[kind]
+        CollectiveSignature.encode(
+            slot.signatures, r * CollectiveSignature.SIZE, op0, sig, op,
+            root = if (op0.hasRoot) root else -1,
+            dim = if (op0.hasDim) dim else -1,
+            extra = if (op0 == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
+        )
         slot.inputs[r] = input
         slot.outputs[r] = output
         slot.recorderSeqs[r] = entry.sequence
@@ -274,7 +283,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     }
 
     private fun runAsLast(slot: OpSlot, seq: Long) {
-        val mismatch = Signatures.compare(slot, group.size, seq, group.description)
+        val mismatch = CollectiveSignature.compare(slot.signatures, group.size, seq, group.description)
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
             if (slot.fail(f)) {

@@ -3,6 +3,7 @@ package dev.tpcomm.coroutines.local
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveSignature
 import java.lang.foreign.MemorySegment
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
@@ -39,6 +40,9 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val roots = IntArray(size)
     @JvmField val dims = IntArray(size)
     @JvmField val extras = arrayOfNulls<Any>(size)
+
+    /** Per-rank signatures in the core's one encoding ([CollectiveSignature]), rank r at `r * SIZE`. */
+    @JvmField val signatures = LongArray(size * CollectiveSignature.SIZE)
     @JvmField val inputs = arrayOfNulls<Tensor>(size)
     @JvmField val outputs = arrayOfNulls<Tensor>(size)
     @JvmField val recorderSeqs = LongArray(size)

@@ -77,7 +77,7 @@ class LocalFailureSpec : FunSpec({
             val m = e.shouldBeInstanceOf<CollectiveMismatchException>()
             m.rank shouldBe r
             m.ranks shouldContainExactly listOf(1, 2)
-            m.fields shouldContainExactly listOf("shape", "op", "operation")
+            m.fields shouldContainExactly listOf("operation", "op", "shape")
             m.message shouldContain "broadcast"
         }
     }
