@@ -71,3 +71,22 @@ public open class BackendUnavailableException(
     message: String,
     cause: Throwable? = null,
 ) : CommunicationException(message, -1, backend, "create", -1, cause)
+
+/**
+ * A call into a native library failed: [result] is the library's error code (`ncclResult_t` for
+ * NCCL/RCCL, an MPI error class for MPI), or the device runtime's (`cudaError_t`/`hipError_t`) when
+ * [isRuntimeError]. The communicator is aborted; every pending and later call fails with a
+ * [CommunicatorAbortedException] whose cause is this exception.
+ */
+public open class NativeLibraryException(
+    message: String,
+    rank: Int,
+    backend: String,
+    operation: String,
+    sequenceNumber: Long,
+    /** The library's or runtime's error code. */
+    public val result: Int,
+    /** True when [result] is a device runtime's code rather than the communication library's. */
+    public val isRuntimeError: Boolean = false,
+    flightRecorderDump: String? = null,
+) : CommunicationException(message, rank, backend, operation, sequenceNumber, null, flightRecorderDump)

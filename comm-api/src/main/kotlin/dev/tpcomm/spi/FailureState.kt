@@ -5,6 +5,7 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.NativeLibraryException
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicReference
 
@@ -116,6 +117,10 @@ public class FailureState(
     /** [operation] failed for another reason (a native error, a peer's bad data). */
     public fun failure(operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationException =
         CommunicationException(message, rank, backend, operation, sequence, cause, takeDump())
+
+    /** A native library call behind [operation] failed with [result] (a runtime's code when [isRuntimeError]). */
+    public fun nativeError(operation: String, sequence: Long, message: String, result: Int, isRuntimeError: Boolean = false): NativeLibraryException =
+        NativeLibraryException(message, rank, backend, operation, sequence, result, isRuntimeError, takeDump())
 
     /** The exception that [close] records as the failure, so later calls say the communicator was closed. */
     public fun closed(): CommunicatorAbortedException =

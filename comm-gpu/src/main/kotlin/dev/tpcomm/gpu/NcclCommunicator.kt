@@ -17,6 +17,9 @@ import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CollectiveSignature
+import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveValidator
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.InternalCoroutinesApi
@@ -87,7 +90,8 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     private val validator = CollectiveValidator(worldSize, device, nativeMemory = false)
     private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
-    private val failure = AtomicReference<CommunicationException?>(null)
+    /** The core's failure state: first cause wins; the only builder of this communicator's exceptions. */
+    private val failures = FailureState(rank, backendName) { recorder.dumpJson() }
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
@@ -123,7 +127,10 @@ public class NcclCommunicator internal constructor(
     public var producerStream: Long = 0L
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
-    public val isAborted: Boolean get() = failure.get() != null
+    public val isAborted: Boolean get() = failures.isAborted
+
+    /** The first failure (every cause this communicator records is a [CommunicationException]). */
+    private fun failedWith(): CommunicationException? = failures.cause as CommunicationException?
 
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
@@ -520,7 +527,7 @@ public class NcclCommunicator internal constructor(
             }
             val end = api.groupEnd()
             groupDepth--
-            if (groupDepth == 0 && failure.get() != null && !commReleased.get()) releaseComm(abort = true)
+            if (groupDepth == 0 && failedWith() != null && !commReleased.get()) releaseComm(abort = true)
             if (error != null) throw error
             nccl(end, "ncclGroupEnd")
         }
@@ -544,7 +551,7 @@ public class NcclCommunicator internal constructor(
             p2pOpen = false
             val end = api.groupEnd()
             groupDepth--
-            if (failure.get() != null && !commReleased.get()) releaseComm(abort = true)
+            if (failedWith() != null && !commReleased.get()) releaseComm(abort = true)
             nccl(end, "ncclGroupEnd")
         }
 
@@ -619,13 +626,10 @@ public class NcclCommunicator internal constructor(
             nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
             cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
             awaitStream(this)
-            val all = List(worldSize) { r -> LongArray(sig.size) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, (r * sig.size + i).toLong()) } }
-            val bad = (0 until worldSize).filter { !all[it].contentEquals(all[0]) }
-            if (bad.isEmpty()) return
-            val fields = bad.flatMap { r -> SIG_FIELDS.indices.filter { all[r][it] != all[0][it] }.map { SIG_FIELDS[it] } }.distinct()
-            val message = "collective mismatch (checkConsistency): ranks $bad differ from rank 0 in $fields; " +
-                (listOf(0) + bad).joinToString("; ") { r -> "rank $r called ${describeSig(all[r])}" } + ". The communicator was aborted."
-            throw fail(this, CollectiveMismatchException(message, rank, backendName, name, entry.sequence, bad, fields, dumpWith(this, message)))
+            val all = LongArray(sig.size * worldSize) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, i.toLong()) }
+            val mismatch = CollectiveSignature.compare(all, worldSize, entry.sequence, "a $backendName communicator of $worldSize ranks") ?: return
+            entry.fail(RuntimeException(mismatch.message))
+            throw fail(this, failures.mismatch(name, entry.sequence, mismatch))
         }
 
         fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
@@ -659,7 +663,7 @@ public class NcclCommunicator internal constructor(
         issue: Op.() -> T,
     ): T {
         if (closed.get()) {
-            throw CommunicatorAbortedException("the communicator was closed; create a new one", rank, backendName, name, -1, null, recorder.dumpJson())
+            throw failures.aborted(name, -1, "the communicator was closed; create a new one")
         }
         val issued = AtomicBoolean(false)
         val finished = AtomicBoolean(false)
@@ -668,12 +672,13 @@ public class NcclCommunicator internal constructor(
         // coroutine cannot resume there): this handler runs on the cancelling thread.
         @OptIn(InternalCoroutinesApi::class)
         val onCancel = currentCoroutineContext()[Job]?.invokeOnCompletion(onCancelling = true, invokeImmediately = false) { cause ->
-            if (cause is CancellationException && issued.get() && !finished.get() && failure.get() == null) {
+            if (cause is CancellationException && issued.get() && !finished.get() && failedWith() == null) {
                 cancelled.set(true)
                 abort(
-                    CommunicatorAbortedException(
+                    failures.aborted(
+                        name, -1,
                         "a $name call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
-                        rank, backendName, name, -1, cause, recorder.dumpJson(),
+                        cause,
                     ),
                 )
             }
@@ -681,7 +686,7 @@ public class NcclCommunicator internal constructor(
         try {
             return withContext(dispatcher) {
                 val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
-                failure.get()?.let { cause ->
+                failedWith()?.let { cause ->
                     val e = abortedError(name, entry.sequence, cause)
                     entry.fail(e)
                     throw e
@@ -726,9 +731,7 @@ public class NcclCommunicator internal constructor(
                     entry.fail(e)
                     throw e
                 } catch (e: Throwable) {
-                    val wrapped = CommunicationException(
-                        "unexpected failure while issuing: $e", rank, backendName, name, entry.sequence, e, null,
-                    )
+                    val wrapped = failures.failure(name, entry.sequence, "unexpected failure while issuing: $e", e)
                     throw fail(op, wrapped)
                 } finally {
                     inFlight--
@@ -739,11 +742,12 @@ public class NcclCommunicator internal constructor(
             if (cancelled.get()) throw CancellationException("$name was cancelled; the communicator was aborted").apply { initCause(e) }
             throw e
         } catch (e: CancellationException) {
-            if (issued.get() && failure.get() == null) {
+            if (issued.get() && failedWith() == null) {
                 abort(
-                    CommunicatorAbortedException(
+                    failures.aborted(
+                        name, -1,
                         "a $name call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
-                        rank, backendName, name, -1, e, recorder.dumpJson(),
+                        e,
                     ),
                 )
             }
@@ -754,7 +758,7 @@ public class NcclCommunicator internal constructor(
     }
 
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
-        failure.get()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
+        failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
         when (val q = runtime.eventQuery(event)) {
             DeviceRuntime.SUCCESS -> {
                 // A kernel that gave up on a failed peer also lets the event complete: check before reporting success.
@@ -773,7 +777,7 @@ public class NcclCommunicator internal constructor(
     private fun waitReady(handle: Long, call: String, op: Op, alsoAbort: Long = 0L) {
         var spins = 0
         while (true) {
-            failure.get()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
+            failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
             val code = api.commGetAsyncError(handle, status)
             val state = if (code != NcclResult.SUCCESS) code else status[0]
             when (state) {
@@ -841,7 +845,7 @@ public class NcclCommunicator internal constructor(
      * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
      */
     private fun abort(cause: CommunicationException) {
-        if (!failure.compareAndSet(null, cause)) return
+        if (!failures.abort(cause)) return
         recorder.recordAbort(cause)
         if (dispatcher.isNativeThread) {
             if (groupDepth == 0) releaseComm(abort = true)
@@ -878,12 +882,9 @@ public class NcclCommunicator internal constructor(
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failure.compareAndSet(
-            null,
-            CommunicatorAbortedException("the communicator was closed", rank, backendName, "close", recorder.nextSequenceNumber - 1, null, null),
-        )
+        failures.abort(failures.closed())
         if (p2pOpen && groupDepth > 0) { api.groupEnd(); groupDepth--; p2pOpen = false }
-        val healthy = !busy && failure.get()?.operation == "close"
+        val healthy = !busy && failedWith()?.operation == "close"
         releaseComm(abort = !healthy)
         if (scratch != 0L) runtime.freeAsync(scratch, stream)
         scratch = 0L
@@ -946,33 +947,26 @@ public class NcclCommunicator internal constructor(
         val last = runCatching { api.getLastError(comm) }.getOrNull()?.takeIf { it.isNotBlank() }
         val message = "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + (last?.let { " — $it" } ?: "") +
             ". ${NcclResult.hint(code)}. The communicator was aborted."
-        return NcclException(message, rank, backendName, op.name, op.entry.sequence, code, false, dumpWith(op, message))
+        op.entry.fail(RuntimeException(message))
+        return failures.nativeError(op.name, op.entry.sequence, message, code)
     }
 
     private fun runtimeError(code: Int, call: String, op: Op): NcclException {
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
         val message = "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
-        return NcclException(message, rank, backendName, op.name, op.entry.sequence, code, true, dumpWith(op, message))
+        op.entry.fail(RuntimeException(message))
+        return failures.nativeError(op.name, op.entry.sequence, message, code, isRuntimeError = true)
     }
 
     private fun timeoutError(op: Op): CommunicationTimeoutException {
         val message = "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
             "the communicator was aborted with ncclCommAbort"
-        return CommunicationTimeoutException(message, rank, backendName, op.name, op.entry.sequence, null, dumpWith(op, message))
-    }
-
-    /** Marks [op]'s record failed with [message] first, so the dump shows it. */
-    private fun dumpWith(op: Op, message: String): String {
         op.entry.fail(RuntimeException(message))
-        return recorder.dumpJson()
+        return failures.timeout(op.name, op.entry.sequence, message)
     }
 
     private fun abortedError(operation: String, sequence: Long, cause: CommunicationException): CommunicatorAbortedException =
-        CommunicatorAbortedException(
-            if (cause.operation == "close") "the communicator was closed; create a new one"
-            else "the communicator was aborted by an earlier failure: ${cause.message}",
-            rank, backendName, operation, sequence, cause, cause.flightRecorderDump ?: recorder.dumpJson(),
-        )
+        failures.aborted(operation, sequence, failures.abortedMessage(cause), cause)
 
     private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype)
 
@@ -999,23 +993,13 @@ public class NcclCommunicator internal constructor(
          */
         const val P2P_GRACE_NANOS = 5_000_000L
 
-        val SIG_OPS = listOf("allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier")
-        val SIG_FIELDS = listOf("operation", "dtype", "op", "root", "dim", "shape", "shape")
-
-        /** What every rank must agree on for one collective, as 7 longs (see [SIG_FIELDS]). */
-        fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray = longArrayOf(
-            SIG_OPS.indexOf(operation).toLong(),
-            t?.dtype?.ordinal?.toLong() ?: -1,
-            op?.ordinal?.toLong() ?: -1,
-            root.toLong(),
-            if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim).toLong(),
-            t?.shape?.hashCode()?.toLong() ?: -1,
-            t?.numel ?: -1,
-        )
-
-        fun describeSig(v: LongArray): String =
-            "${SIG_OPS.getOrElse(v[0].toInt()) { "?" }}(dtype=${DType.entries.getOrNull(v[1].toInt()) ?: "-"}, " +
-                "op=${ReduceOp.entries.getOrNull(v[2].toInt()) ?: "-"}, root=${v[3]}, dim=${v[4]}, elements=${v[6]})"
+        /** This call's signature in the core's one encoding ([CollectiveSignature]). */
+        fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
+            CollectiveSignature.of(
+                requireNotNull(CollectiveOp.byApiName(operation)) { "no CollectiveOp named $operation" },
+                t, op, root,
+                if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim),
+            )
 
         fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 

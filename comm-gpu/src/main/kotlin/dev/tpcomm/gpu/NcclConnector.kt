@@ -2,6 +2,7 @@
 
 package dev.tpcomm.gpu
 
+import dev.tpcomm.spi.FailureState
 import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
@@ -108,10 +109,10 @@ public object NcclConnector {
             }
             if (System.nanoTime() - deadline > 0) {
                 api.commAbort(comm)
-                throw CommunicationTimeoutException(
+                throw FailureState(config.rank, backend) { null }.timeout(
+                    "init", 0,
                     "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
                         "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
-                    config.rank, backend, "init", 0,
                 )
             }
             if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 200_000)
@@ -121,18 +122,16 @@ public object NcclConnector {
     internal fun checkNccl(code: Int, call: String, api: NcclApi, backend: String, config: CommConfig) {
         if (code == NcclResult.SUCCESS) return
         val text = runCatching { api.getErrorString(code) }.getOrNull()
-        throw NcclException(
-            "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.",
-            config.rank, backend, "init", 0, code,
+        throw FailureState(config.rank, backend) { null }.nativeError(
+            "init", 0, "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.", code,
         )
     }
 
     private fun check(code: Int, call: String, runtime: DeviceRuntime, backend: String, config: CommConfig) {
         if (code == DeviceRuntime.SUCCESS) return
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        throw NcclException(
-            "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""),
-            config.rank, backend, "init", 0, code, true,
+        throw FailureState(config.rank, backend) { null }.nativeError(
+            "init", 0, "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""), code, isRuntimeError = true,
         )
     }
 

@@ -25,25 +25,25 @@ import io.mockk.verifyOrder
 import kotlin.time.Duration.Companion.seconds
 
 class ConsistencyAndCopiesTest : FunSpec({
-    test("with checkConsistency each collective first all-gathers a 56-byte signature staged through device memory") {
+    test("with checkConsistency each collective first all-gathers a 128-byte signature (the core's CollectiveSignature) staged through device memory") {
         val p = MockPlatform()
         val c = NcclConnector.connect(
             p.api, p.runtime, Device.Cuda(0), CommConfig(worldSize = 2, rank = 1, timeout = 5.seconds, checkConsistency = true),
             { _, _ -> ByteArray(NcclConnector.UNIQUE_ID_BYTES) }, "nccl",
         )
         // The mock moves no data: make the "gathered" block hold this rank's signature in rank 0's slot too.
-        every { p.runtime.memcpyAsync(any(), any(), 112, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, any()) } answers {
-            val host = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(112)
-            MemorySegment.copy(host, 56, host, 0, 56)
+        every { p.runtime.memcpyAsync(any(), any(), 256, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, any()) } answers {
+            val host = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(256)
+            MemorySegment.copy(host, 128, host, 0, 128)
             0
         }
         c.allReduce(dev(A, DType.Float32, 3))
         verifyOrder {
-            p.runtime.hostAlloc(any(), 112) // page-locked staging: the device-to-host copy never blocks the native thread
-            p.runtime.mallocAsync(any(), 112, STREAM)
-            p.runtime.memcpyAsync(TEMP_BASE + 56, any(), 56, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, STREAM)
-            p.api.allGather(TEMP_BASE + 56, TEMP_BASE, 56, NcclDataType.UINT8, COMM, STREAM)
-            p.runtime.memcpyAsync(any(), TEMP_BASE, 112, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, STREAM)
+            p.runtime.hostAlloc(any(), 256) // page-locked staging: the device-to-host copy never blocks the native thread
+            p.runtime.mallocAsync(any(), 256, STREAM)
+            p.runtime.memcpyAsync(TEMP_BASE + 128, any(), 128, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, STREAM)
+            p.api.allGather(TEMP_BASE + 128, TEMP_BASE, 128, NcclDataType.UINT8, COMM, STREAM)
+            p.runtime.memcpyAsync(any(), TEMP_BASE, 256, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, STREAM)
             p.api.allReduce(A, A, 3, NcclDataType.FLOAT32, NcclRedOp.SUM, COMM, STREAM)
         }
         verify(exactly = 0) { p.runtime.free(any()) }
@@ -56,8 +56,8 @@ class ConsistencyAndCopiesTest : FunSpec({
         )
         val e = shouldThrow<CollectiveMismatchException> { mc.allReduce(dev(A, DType.Float32, 3)) }
         e.ranks shouldBe listOf(1)
-        e.fields shouldContain "root"
-        e.message!! shouldContain "rank 1 called allReduce(dtype=Float32, op=Sum"
+        e.fields shouldContain "protocol" // rank 0's words are zeros: not a tpcomm signature of this version
+        e.message!! shouldContain "rank 1 called allReduce(Float32[3], op=Sum)"
         verify(exactly = 0) { m.api.allReduce(any(), any(), any(), any(), any(), any(), any()) }
         verify { m.api.commAbort(COMM) }
         val q = MockPlatform()
