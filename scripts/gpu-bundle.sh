@@ -51,8 +51,11 @@ tree="$stage/tpcomm-gpu-bundle-$version"
 mkdir -p "$tree/lib"
 jar --create --file "$tree/lib/comm-nccl-$version-gpucheck.jar" -C comm-nccl/target/test-classes .
 tpcomm_dist_jars "$tree/lib" "comm-nccl/target/comm-nccl-$version.jar" "$(cat comm-nccl/target/gpu-bundle.classpath)"
-# Test-only jars GpuCheckMain never loads (MockK and its agent, the JUnit runner): size, not need.
-rm -f "$tree"/lib/mockk*.jar "$tree"/lib/byte-buddy*.jar "$tree"/lib/objenesis*.jar
+# Test-only jars GpuCheckMain never loads (MockK and its agent, the JUnit/Kotest runners, the
+# coroutines debug agent, and JNA, which Kotest's console output uses and which would pull
+# java.desktop into the runtime): without them the bundle stays under the limit.
+rm -f "$tree"/lib/mockk*.jar "$tree"/lib/byte-buddy*.jar "$tree"/lib/objenesis*.jar "$tree"/lib/jna*.jar \
+  "$tree"/lib/junit-jupiter*.jar "$tree"/lib/kotest-runner-junit*.jar "$tree"/lib/kotlinx-coroutines-debug*.jar
 tpcomm_launcher "$tree/bin/gpu-check" dev.tpcomm.nccl.GpuCheckMainKt \
   "gpu-check: GpuCheckMain (comm-nccl) with the bundle's runtime; arguments: conformance | bench."
 tpcomm_jlink "$tree/runtime" "$tree/lib"
