@@ -190,6 +190,18 @@ public class FlightRecorder(
  * One operation as the [FlightRecorder] saw it. `durationMicros` runs until now while the state is
  * Issued; for a finished operation it is null when the recorder does not record completion times
  * ([FlightRecorder.timing]).
+ *
+ * @property sequence the operation's number in its communicator's program order, from 1.
+ * @property operation the operation's name (`allReduce`, `send`, ...).
+ * @property dtype the element type's name, or null when the operation carries no tensor.
+ * @property shape the tensor's shape, or null when the operation carries no tensor.
+ * @property bytes the bytes this rank contributes.
+ * @property peers root, peer or member description (free text such as `root=2`), or null.
+ * @property detail extra fields such as the reduce op, or null.
+ * @property state Issued, Completed or Failed when the dump was taken.
+ * @property startEpochMillis when the operation was issued (wall clock, milliseconds since the epoch).
+ * @property durationMicros how long it ran (until the dump while Issued), or null when not recorded.
+ * @property error the failure's message when [state] is Failed, else null.
  */
 @Serializable
 public data class FlightRecord(
@@ -206,7 +218,13 @@ public data class FlightRecord(
     public val error: String?,
 )
 
-/** The JSON document [FlightRecorder.dumpJson] writes. */
+/**
+ * The JSON document [FlightRecorder.dumpJson] writes.
+ *
+ * @property rank the rank whose recorder this is.
+ * @property backend the backend's name.
+ * @property entries the recorded operations, oldest first.
+ */
 @Serializable
 public data class FlightRecorderDump(
     public val rank: Int,
