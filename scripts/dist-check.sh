@@ -39,6 +39,15 @@ out=$("$home/bin/tpcomm-check" --backend local --world 1,2 2>&1) || { echo "$out
 echo "$out" | tail -1
 grep -q 'tpcomm-check: local backend, worlds \[1, 2\]: [1-9][0-9]* passed, 0 failed' <<<"$out" || { echo "$out" | tail -20; fail "tpcomm-check printed no clean summary"; }
 
+echo "-- bin/tpcomm-check --backend mpi --world 2 --cases '^split: colors' (mpirun, Open MPI)"
+out=$("$home/bin/tpcomm-check" --backend mpi --world 2 --cases '^split: colors' 2>&1) || { echo "$out" | tail -40; fail "tpcomm-check --backend mpi failed"; }
+echo "$out" | tail -1
+[ "$(grep -c 'Passed split: colors' <<<"$out")" = 2 ] || { echo "$out"; fail "tpcomm-check --backend mpi: expected the case to pass on both ranks"; }
+
+echo "-- bin/tpcomm-check with a bad argument says what to change and exits 2"
+set +e; out=$("$home/bin/tpcomm-check" --backend local --world 0 2>&1); rc=$?; set -e
+[ "$rc" = 2 ] && grep -q -- '--world takes sizes 1..64' <<<"$out" || { echo "$out"; fail "tpcomm-check --world 0 should exit 2 with a message (got $rc)"; }
+
 echo "-- bin/tpcomm-bench --backend mpi --world 2 (mpirun, Open MPI)"
 out=$("$home/bin/tpcomm-bench" --backend mpi --world 2 --mpi openmpi --op all_reduce --sizes 8,1K,64K \
   --iters 5 --warmup 2 --repeats 1 --no-progress --timeout 60 2>&1) || { echo "$out" | tail -40; fail "tpcomm-bench under mpirun failed"; }

@@ -135,7 +135,7 @@ public class ReleaseCheck {
             if (Files.isRegularFile(main)) {
                 try (var jar = new JarFile(main.toFile())) {
                     String name = jar.getManifest() == null ? null : jar.getManifest().getMainAttributes().getValue("Automatic-Module-Name");
-                    check(name != null && Pattern.matches("dev\\.tpcomm(\\.[a-z][a-z0-9]*)+", name),
+                    check(name != null && !name.equals("dev.tpcomm.unset") && Pattern.matches("dev\\.tpcomm(\\.[a-z][a-z0-9]*)+", name),
                         dir + ": Automatic-Module-Name '" + name + "' is missing or not a dev.tpcomm.* module name (set tpcomm.module.name in its POM)");
                     String other = moduleNames.put(name, dir);
                     check(other == null, dir + ": Automatic-Module-Name '" + name + "' is also " + other + "'s");
