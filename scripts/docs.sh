@@ -6,7 +6,7 @@
 # Dokka runs with reportUndocumented: every public declaration without KDoc is listed at the end
 # (all in DIR/undocumented.txt); it separates generated enum members, companions and overrides from
 # the declarations that lack KDoc (DIR/undocumented-missing.txt). Exits 0 either way.
-# (Dokka's multi-module page exists only for Gradle; with Maven each module is its own Dokka run.)
+# (Dokka's Maven plugin has no multi-module goal: each module is its own Dokka run, linked from the index.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
