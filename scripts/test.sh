@@ -20,3 +20,11 @@ fi
 
 echo "JDK: $JAVA_HOME"
 ./mvnw -B -ntp verify "$@"
+
+# Release artifacts (sources, Dokka javadoc, BOM, POM metadata) built into a private repository,
+# and a consumer project with the README's Maven lines; then the binary distribution and the GPU
+# bundle, unpacked and run from a temporary folder (they reuse that build).
+echo "== release check"
+scripts/release-check.sh
+echo "== binary distribution and GPU bundle"
+scripts/dist-check.sh --no-build

@@ -7,6 +7,12 @@ package dev.tpcomm
  * [rank], [backend], [operation] and [sequenceNumber] (the per-communicator count of operations
  * issued, starting at 1; -1 when no operation was involved), plus [flightRecorderDump], the JSON
  * of the communicator's recent operations when one was taken.
+ *
+ * @property rank the rank (in the failing communicator) that threw this exception.
+ * @property backend the backend's name (`local`, `mpi`, `nccl`, `rccl`).
+ * @property operation the operation that failed (`allReduce`, `send`, ...; `abort` or `create` outside one).
+ * @property sequenceNumber the operation's number in this communicator's program order, from 1; -1 when none was involved.
+ * @property flightRecorderDump JSON of the communicator's recent operations, or null when none was taken.
  */
 public open class CommunicationException(
     message: String,
@@ -36,6 +42,9 @@ public open class CommunicationTimeoutException(
  * Ranks called different collectives at the same position of their program order, or the same
  * collective with different arguments. [ranks] lists the ranks that disagreed with the first rank
  * and [fields] the fields that differ (`operation`, `dtype`, `shape`, `op`, `root`, ...).
+ *
+ * @property ranks the ranks whose call differed from the first rank's.
+ * @property fields the names of the fields that differed.
  */
 public open class CollectiveMismatchException(
     message: String,

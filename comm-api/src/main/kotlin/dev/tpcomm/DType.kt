@@ -5,6 +5,8 @@ package dev.tpcomm
  *
  * [byteSize] is the width of one element in bytes. Every backend carries every dtype;
  * which [ReduceOp]s apply to which dtype is given by [ReduceOp.supports].
+ *
+ * @property byteSize the width of one element in bytes.
  */
 public enum class DType(public val byteSize: Int) {
     /** IEEE 754 binary32. */

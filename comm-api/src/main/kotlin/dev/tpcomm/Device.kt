@@ -15,7 +15,11 @@ public sealed interface Device {
         override val isGpu: Boolean get() = false
     }
 
-    /** An NVIDIA GPU, numbered as CUDA numbers the visible devices. */
+    /**
+     * An NVIDIA GPU, numbered as CUDA numbers the visible devices.
+     *
+     * @property index the device's CUDA ordinal, from 0, among the visible devices.
+     */
     public data class Cuda(public val index: Int) : Device {
         init {
             require(index >= 0) { "CUDA device index must be >= 0, got $index" }
@@ -24,7 +28,11 @@ public sealed interface Device {
         override val isGpu: Boolean get() = true
     }
 
-    /** An AMD GPU, numbered as HIP numbers the visible devices. */
+    /**
+     * An AMD GPU, numbered as HIP numbers the visible devices.
+     *
+     * @property index the device's HIP ordinal, from 0, among the visible devices.
+     */
     public data class Rocm(public val index: Int) : Device {
         init {
             require(index >= 0) { "ROCm device index must be >= 0, got $index" }

@@ -4,6 +4,10 @@ package dev.tpcomm.mpi
  * Timing of one kind of operation on one communicator, collected when [MpiConfig.profiling] is on:
  * how many ran, and the total and longest native time in nanoseconds (blocking mode: the MPI call;
  * non-blocking mode: from issue to completion observed by `MPI_Test`). Immutable snapshot.
+ *
+ * @property count how many operations of this kind ran.
+ * @property totalNanos their native time in total, in nanoseconds.
+ * @property maxNanos the longest one's native time, in nanoseconds.
  */
 public data class MpiOpProfile(
     public val count: Long,

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Checks the binary distribution and the GPU bundle the way a user on a node would use them
+# (called by scripts/test.sh; about 2-4 minutes on 2 cores):
+#   1. scripts/dist.sh, unpacked into a temporary folder and run from there (not from the
+#      repository): bin/tpcomm-check --backend local (worlds of 1 and 2), bin/tpcomm-bench under
+#      mpirun (2 processes, Open MPI, small sizes, a few iterations), bin/tpcomm-demo --help;
+#   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
+#      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, and its jlinked runtime
+#      starts GpuCheckMain, which reports NCCL unavailable (exit 2) rather than crashing.
+# Options: --no-build (reuse the built jars).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo_root=$PWD
+source scripts/env.sh
+nobuild=()
+if [ "${1:-}" = "--no-build" ]; then
+  nobuild=(--no-build)
+  # what scripts/release-check.sh installed, to resolve the GPU bundle's classpath against
+  export TPCOMM_RELEASE_REPO="${TPCOMM_RELEASE_REPO:-/tmp/tpcomm-release-m2}"
+fi
+
+work=$(mktemp -d /tmp/tpcomm-dist-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "dist check FAILED: $*" >&2; exit 1; }
+start=$(date +%s)
+
+echo "== binary distribution"
+archive=$(scripts/dist.sh --out "$work/out" "${nobuild[@]}" | tail -1)
+[ -f "$archive" ] || fail "scripts/dist.sh wrote no archive"
+case "$(basename "$archive")" in tpcomm-*-bin.tar.gz) ;; *) fail "unexpected archive name $archive" ;; esac
+mkdir -p "$work/node" && tar -C "$work/node" -xzf "$archive"
+home=$(echo "$work"/node/tpcomm-*)
+for f in bin/tpcomm-bench bin/tpcomm-demo bin/tpcomm-check README.md LICENSE; do [ -e "$home/$f" ] || fail "the archive has no $f"; done
+ls "$home"/lib/comm-*.jar >/dev/null || fail "the archive has no tpcomm jars in lib/"
+
+cd "$work"   # run as a user would: not from the repository
+echo "-- bin/tpcomm-check --backend local --world 1,2"
+out=$("$home/bin/tpcomm-check" --backend local --world 1,2 2>&1) || { echo "$out" | tail -40; fail "tpcomm-check --backend local failed"; }
+echo "$out" | tail -1
+grep -q 'tpcomm-check: local backend, worlds \[1, 2\]: [1-9][0-9]* passed, 0 failed' <<<"$out" || { echo "$out" | tail -20; fail "tpcomm-check printed no clean summary"; }
+
+echo "-- bin/tpcomm-check --backend mpi --world 2 --cases '^split: colors' (mpirun, Open MPI)"
+out=$("$home/bin/tpcomm-check" --backend mpi --world 2 --cases '^split: colors' 2>&1) || { echo "$out" | tail -40; fail "tpcomm-check --backend mpi failed"; }
+echo "$out" | tail -1
+[ "$(grep -c 'Passed split: colors' <<<"$out")" = 2 ] || { echo "$out"; fail "tpcomm-check --backend mpi: expected the case to pass on both ranks"; }
+
+echo "-- bin/tpcomm-check with a bad argument says what to change and exits 2"
+set +e; out=$("$home/bin/tpcomm-check" --backend local --world 0 2>&1); rc=$?; set -e
+[ "$rc" = 2 ] && grep -q -- '--world takes sizes 1..64' <<<"$out" || { echo "$out"; fail "tpcomm-check --world 0 should exit 2 with a message (got $rc)"; }
+
+echo "-- bin/tpcomm-bench --backend mpi --world 2 (mpirun, Open MPI)"
+out=$("$home/bin/tpcomm-bench" --backend mpi --world 2 --mpi openmpi --op all_reduce --sizes 8,1K,64K \
+  --iters 5 --warmup 2 --repeats 1 --no-progress --timeout 60 2>&1) || { echo "$out" | tail -40; fail "tpcomm-bench under mpirun failed"; }
+echo "$out" | grep -v '^#' | tail -4
+[ "$(grep -cE '^ *(8|1024|65536) ' <<<"$out")" -ge 3 ] || { echo "$out"; fail "tpcomm-bench printed no row for each size"; }
+
+echo "-- bin/tpcomm-demo --help"
+"$home/bin/tpcomm-demo" --help >/dev/null 2>&1 || fail "tpcomm-demo --help failed"
+
+echo "== GPU bundle"
+cd "$repo_root"
+bundle=$(scripts/gpu-bundle.sh "$work/gpu" "${nobuild[@]}" | tail -1)
+[ -f "$bundle" ] || fail "scripts/gpu-bundle.sh wrote no bundle"
+size=$(stat -c %s "$bundle"); [ "$size" -lt $((60 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 60 MB"
+mkdir -p "$work/gpunode" && tar -C "$work/gpunode" -xzf "$bundle"
+gpu=$(echo "$work"/gpunode/tpcomm-gpu-bundle-*)
+cd "$work"
+if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  echo "-- this machine has an NVIDIA device: not checking the no-GPU path"
+else
+  set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" 2>&1); rc=$?; set -e
+  echo "$out"
+  [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || fail "the bundle's command should say 'no GPU found' and exit 2 (got $rc)"
+  # The jlinked runtime starts GpuCheckMain from the bundle's jars (no JDK on PATH): NCCL is unavailable here.
+  set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/bin/gpu-check" conformance 2>&1); rc=$?; set -e
+  echo "$out" | head -3
+  [ "$rc" = 2 ] && grep -q 'nccl is unavailable' <<<"$out" || fail "the bundle's runtime did not start GpuCheckMain (exit $rc)"
+fi
+echo "dist check passed in $(( $(date +%s) - start )) s (archive $(du -h "$archive" | cut -f1), GPU bundle $((size / 1024 / 1024)) MB)"
