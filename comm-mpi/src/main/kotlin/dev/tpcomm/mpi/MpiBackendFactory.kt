@@ -102,6 +102,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
                             "pass CommConfig.fromEnvironment() (or leave worldSize at 1) when running under mpirun"
                     }
                 }
+                if (existing == 0L) runtime.worldRank = rank
+                runtime.noteTimeout(config.timeout.inWholeNanoseconds)
                 val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
                 return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name)
             } catch (t: Throwable) {

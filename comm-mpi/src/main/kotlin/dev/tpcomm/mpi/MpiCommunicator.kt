@@ -969,7 +969,7 @@ public class MpiCommunicator internal constructor(
             rank, "mpi", operation, sequence, null, dump,
         )
         markBroken(e)
-        System.err.println("tpcomm-mpi: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
         return e
