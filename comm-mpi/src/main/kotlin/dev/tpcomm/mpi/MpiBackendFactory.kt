@@ -81,6 +81,10 @@ public class MpiBackendFactory @JvmOverloads constructor(
                 val (handles, rank, size) = dispatcher.execute {
                     Arena.ofConfined().use { a ->
                         val out = a.allocate(16, 8)
+                        // Errors MPICH raises on no communicator (request completion in MPI_Test,
+                        // generated bindings calling MPIR_Err_return_comm(NULL, ...)) use
+                        // MPI_COMM_WORLD's handler: make them return codes too, not aborts.
+                        if (existing == 0L) binding.commSetErrhandler(abi.commWorld, abi.errorsReturn)
                         val handle = if (existing != 0L) existing else {
                             val rc = binding.commDup(abi.commWorld, out.address())
                             check(rc == 0) { "MPI_Comm_dup(MPI_COMM_WORLD) failed: ${MpiErrors.describe(binding, rc)}" }

@@ -18,7 +18,10 @@ import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.runBlocking
 import java.lang.foreign.Arena
@@ -432,9 +435,45 @@ public class MpiCommunicator internal constructor(
         CollectiveChecks.tag(tag, name, allowAny = false)
         val n = count(tensor, name)
         val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "dst=$dst", "tag=$tag")
+        if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
     }
+
+    /**
+     * A send to this rank returns once the message is buffered: the tensor is copied, the copy is
+     * sent with `MPI_Isend`, and the dispatcher's progress loop completes that send whenever a
+     * receive takes it. Waiting for the send, as for other peers, would deadlock a program that
+     * sends to itself before receiving once the message is too big for MPI's eager protocol
+     * (16 MiB on Open MPI and MPICH). A self-send nobody receives within the timeout fails the
+     * communicator like any operation past its deadline.
+     */
+    private suspend fun sendToSelf(entry: FlightRecorder.Entry, tensor: Tensor, n: Int, tag: Int) {
+        val name = "send"
+        val copy = tensor.copy()
+        recordingFailures(entry, copy) {
+            ensureUsable(name, entry.sequence)
+            dispatcher.execute {
+                ensureUsable(name, entry.sequence)
+                checkAbortNotices(name, entry)
+                val p = Pending(this, entry, name, Pending.Kind.Request, copy, System.nanoTime() + timeoutNanos)
+                check(binding.isend(copy.segment.address(), n, abi.datatype(copy.dtype), rank, tag, handle, p.request), name, entry)
+                p.mainPending = true
+                p.issued()
+                background.launch {
+                    try {
+                        dispatcher.await(p)
+                    } catch (_: Throwable) {
+                        // Already recorded: a failure breaks the communicator (every later call says so).
+                    }
+                }
+            }
+            entry.complete()
+        }
+    }
+
+    /** Runs the progress of buffered self-sends ([sendToSelf]) on the communicator's thread. */
+    private val background = CoroutineScope(dispatcher + SupervisorJob())
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
@@ -447,12 +486,23 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
-        val status = pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.irecv(buf, n, t, mpiSrc, mpiTag, handle, r) }
-        if (status.byteCount != tensor.byteSize) {
+        val receive = { r: Long, from: Int, withTag: Int -> binding.irecv(buf, n, t, from, withTag, handle, r) }
+        // Probe first, then receive exactly the probed message (its source and tag; MPI keeps
+        // messages of one source and tag in order, and every receive of this communicator is
+        // posted from its one thread). A message of another size is refused before any receive is
+        // posted, so it stays queued and the communicator stays usable. Receiving it into a
+        // smaller buffer would truncate: Open MPI reports MPI_ERR_TRUNCATE from MPI_Test, but
+        // MPICH 4.0 raises it on no communicator (its generated bindings end in
+        // `MPIR_Err_return_comm(NULL, __func__, mpi_errno)`, pmodels/mpich src/binding/c), which
+        // the default MPI_ERRORS_ARE_FATAL of MPI_COMM_WORLD turns into an abort of the job.
+        val probe = StatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, tensor, Pending.Kind.Probe, probe, receive) { _ -> 0 }
+        if (status.refusedBytes >= 0) {
             throw CommunicationException(
-                "received a message of ${status.byteCount} bytes from rank ${status.source} (tag ${status.tag}) into a tensor of " +
-                    "${tensor.byteSize} bytes; the receiving tensor must have the sent message's size (use probe to learn it)",
-                rank, "mpi", name, entry.sequence,
+                "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
+                    "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
+                    "queued: receive it into a tensor of ${status.refusedBytes} bytes (probe tells the size)",
+                rank, "mpi", name, entry.sequence, null, recorder.dumpJson(),
             ).also { entry.fail(it) }
         }
         return MessageInfo(status.source, status.tag, status.byteCount)
@@ -625,6 +675,8 @@ public class MpiCommunicator internal constructor(
         keepAlive: Any?,
         kind: Pending.Kind,
         result: StatusResult = StatusResult(),
+        /** For a receive: posts it for the probed message (request, source, tag) once a probe found one of the expected size. */
+        receive: ((Long, Int, Int) -> Int)? = null,
         start: (Long) -> Int,
     ): StatusResult {
         recordingFailures(entry, keepAlive) {
@@ -634,6 +686,8 @@ public class MpiCommunicator internal constructor(
                 checkAbortNotices(operation, entry)
                 val p = Pending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
                 p.result = result
+                p.receive = receive
+                if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
                 if (kind == Pending.Kind.Request) {
                     check(start(p.request), operation, entry)
                 } else {
@@ -656,6 +710,9 @@ public class MpiCommunicator internal constructor(
         var byteCount: Long = 0
         var probeSource: Int = 0
         var probeTag: Int = 0
+
+        /** The size of a probed message refused by a receive of another size; -1 when none was refused. */
+        var refusedBytes: Long = -1
     }
 
     /** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
@@ -663,10 +720,16 @@ public class MpiCommunicator internal constructor(
         val comm: MpiCommunicator,
         val entry: FlightRecorder.Entry,
         val operation: String,
-        val kind: Kind,
+        var kind: Kind,
         val keepAlive: Any?,
         val deadline: Long,
     ) : NativeRequest {
+        /** For a receive that probes first: posts the receive of the probed message (request, source, tag). */
+        var receive: ((Long, Int, Int) -> Int)? = null
+
+        /** The message size that [receive] accepts. */
+        var expectedBytes: Long = -1
+
         enum class Kind { Request, Probe }
 
         // Own native memory: several operations may be in flight at once. Freed by the GC only
@@ -705,6 +768,21 @@ public class MpiCommunicator internal constructor(
                     Kind.Probe -> {
                         val r = result!!
                         comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
+                        val post = receive
+                        if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                            val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
+                            if (s.byteCount != expectedBytes) {
+                                r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
+                                mainPending = false
+                                retire()
+                                return true
+                            }
+                            // The probed message has the tensor's size: receive exactly it.
+                            memory.set(ValueLayout.JAVA_INT, 16, 0)
+                            kind = Kind.Request
+                            comm.check(post(request, s.source, s.tag), operation, entry)
+                            return false
+                        }
                     }
                 }
                 if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
