@@ -3,7 +3,11 @@ package dev.tpcomm.mpi
 import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeoutOrNull
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
@@ -48,15 +52,52 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * and which package to install).
      * @throws IllegalArgumentException when [config]'s worldSize/rank contradict MPI's, or an MPI
      * option is invalid.
+     * @throws CommunicationTimeoutException when MPI did not start within [CommConfig.timeout] (a
+     * rank of the job has not arrived); with [MpiConfig.abortOnTimeout] (the default) the process
+     * instead prints it and ends with exit code 14, which makes the launcher end the job.
      */
     override suspend fun create(config: CommConfig): Communicator {
         val mpiConfig = MpiConfig.from(config.options, env)
-        val runtime = MpiRuntime.initialize(mpiConfig, env)
-        return wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+        // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open
+        // MPI's init ends in a PMIx fence, MPICH's in a PMI barrier): run them on a helper thread
+        // and wait at most the timeout, so a rank that never starts cannot hold this one forever.
+        val started = CompletableDeferred<MpiCommunicator>()
+        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-create").start {
+            try {
+                started.complete(runBlocking {
+                    val runtime = MpiRuntime.initialize(mpiConfig, env)
+                    wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+                })
+            } catch (t: Throwable) {
+                started.completeExceptionally(t)
+            }
+        }
+        val comm = withTimeoutOrNull(config.timeout) { started.await() }
+        if (comm != null) return comm
+        started.cancel() // a communicator made after the deadline is not handed to anyone
+        val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
+        val e = CommunicationTimeoutException(
+            "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
+                "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
+                if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else "",
+            rank, "mpi", "create", -1,
+        )
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
+        System.err.flush()
+        if (mpiConfig.abortOnTimeout) {
+            // MPI is not (fully) initialised, so MPI_Abort is not allowed: end the process; the
+            // launcher sees a rank exit non-zero and ends the others (Open MPI and MPICH alike).
+            System.out.flush()
+            haltProcess(MpiCommunicator.ABORT_CODE)
+        }
+        throw e
     }
 
     internal companion object {
         private val counter = AtomicInteger()
+
+        /** Ends the process after a `create` timeout ([MpiConfig.abortOnTimeout]); replaced by tests. */
+        @Volatile var haltProcess: (Int) -> Unit = { Runtime.getRuntime().halt(it) }
 
         fun launched(env: Map<String, String>): Boolean = env.keys.any {
             it.startsWith("OMPI_COMM_WORLD_") || it.startsWith("PMI_") || it.startsWith("PMIX_") || it == "MPI_LOCALRANKID"
