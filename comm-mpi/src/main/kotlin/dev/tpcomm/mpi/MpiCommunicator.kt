@@ -1057,6 +1057,12 @@ public class MpiCommunicator internal constructor(
         timedOut(currentOperation, sequence)
     }
 
+    override fun describeActiveCall(): String? = when {
+        activeCall != 0L -> "$currentOperation #$currentSequence on $name"
+        inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
+        else -> null
+    }
+
     internal fun recordProfile(operation: String, nanos: Long) {
         if (!mpiConfig.profiling) return
         stats.computeIfAbsent(operation) { MpiOpProfile.Accumulator() }.add(nanos)

@@ -116,7 +116,7 @@ internal class MpiRuntime(
      * `MPI_Finalize` waits for every rank of the job to finalize (Open MPI's `ompi_mpi_finalize`
      * and MPICH's `MPII_Finalize` end in a PMI fence/barrier), so a rank that finished early waits
      * here for its peers. It waits as long as the longest communicator timeout
-     * ([finalizeTimeoutNanos]): healthy peers that are still working within that time are never
+     * ([finalizeTimeoutNanos]) plus [FINALIZE_MARGIN_NANOS]: healthy peers that are still working within that time are never
      * killed. Past it the job is failing (a peer stalled, died, or works longer than the timeout
      * allows): the rank says so and ends itself with exit code [MpiCommunicator.ABORT_CODE]
      * (`MPI_Abort` is not allowed once `MPI_Finalize` started), which makes the launcher end the
@@ -140,7 +140,9 @@ internal class MpiRuntime(
                 finalize.run()
                 return
             }
-            val waitNanos = finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS
+            // The peers' own deadlines come first: a peer blocked in a collective this rank left
+            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
+            val waitNanos = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
             val waitMillis = (waitNanos / 1_000_000).coerceAtLeast(1)
             val finished = if (shared != null) {
                 runOn(shared, waitMillis) { finalize.run() }
@@ -151,7 +153,7 @@ internal class MpiRuntime(
             }
             if (!finished) {
                 System.err.println(
-                    "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds} (the communicator timeout): " +
+                    "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds} (the communicator timeout plus ${FINALIZE_MARGIN_NANOS.nanoseconds}): " +
                         "another rank of the job has not finished (it stalled, died, or works longer than the timeout allows); " +
                         "ending this process with exit code ${MpiCommunicator.ABORT_CODE}, which ends the job",
                 )
@@ -160,6 +162,26 @@ internal class MpiRuntime(
                 haltNow(MpiCommunicator.ABORT_CODE, "MPI_Finalize timed out")
             }
         }
+    }
+
+    /**
+     * The JVM is shutting down (`main` returned, `System.exit`, or a signal such as the launcher's
+     * SIGTERM after a peer died). With an operation still in progress this rank cannot finish it
+     * and `MPI_Finalize` would wait for it: say so, naming the operation, and end the process with
+     * exit code [MpiCommunicator.ABORT_CODE]. Otherwise finalize ([finalizeOnce]).
+     */
+    fun onShutdown() {
+        val busy = if (finalized) emptyList() else watchdog.activeCalls()
+        if (busy.isNotEmpty()) {
+            System.err.println(
+                "tpcomm-mpi: rank $worldRank: dev.tpcomm.CommunicatorAbortedException: the process is shutting down (System.exit, or a " +
+                    "signal from the launcher after another rank failed) while ${busy.joinToString()} is in progress; " +
+                    "ending with exit code ${MpiCommunicator.ABORT_CODE}",
+            )
+            haltNow(MpiCommunicator.ABORT_CODE, "shut down during an MPI operation")
+            return
+        }
+        finalizeOnce()
     }
 
     /**
@@ -199,6 +221,9 @@ internal class MpiRuntime(
     companion object {
         /** How long `MPI_Finalize` waits when no communicator said (the default [dev.tpcomm.CommConfig.timeout] is longer). */
         const val DEFAULT_FINALIZE_WAIT_NANOS: Long = 600_000_000_000
+
+        /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
+        const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
 
         /** How long `MPI_Abort` may take to end the process before it ends itself. */
         const val ABORT_GRACE_MILLIS: Long = 2_000
@@ -263,7 +288,7 @@ internal class MpiRuntime(
                 }
                 // MPI may grant more than was asked: at MPI_THREAD_MULTIPLE every communicator has its own thread.
                 if (mpiThread != null && !runtime.sharesOneThread) mpiThread.close()
-                Runtime.getRuntime().addShutdownHook(Thread({ runtime.finalizeOnce() }, "tpcomm-mpi-finalize"))
+                Runtime.getRuntime().addShutdownHook(Thread({ runtime.onShutdown() }, "tpcomm-mpi-shutdown"))
                 instance = runtime
                 return runtime
             }

@@ -21,6 +21,8 @@ import kotlin.time.Duration.Companion.seconds
  * Modes (the victim is rank `worldSize - 1`):
  * - `early`: the victim returns from main after the first all-reduce (no close); the others call a second.
  * - `exit`: the victim calls `System.exit(0)` instead of the second all-reduce.
+ * - `exitduring`: the victim enters the second all-reduce before the others (they sleep 3 s first)
+ *   and another of its threads calls `System.exit(0)` 1 s later, while the all-reduce waits.
  * - `kill9`: the victim kills itself with `kill -9`.
  * - `stuck`: the victim computes forever (a busy loop) instead of the second all-reduce.
  * - `apart`: rank 0 finishes and closes at once; the others compute (sleep) for `apartSeconds`
@@ -67,6 +69,17 @@ object MpiFaultMain {
             when (mode) {
                 "early" -> if (victim) { say("FAULT ${System.currentTimeMillis()}"); return@runBlocking } else secondCall(comm, t)
                 "exit" -> if (victim) { say("FAULT ${System.currentTimeMillis()}"); System.exit(0) } else secondCall(comm, t)
+                "exitduring" -> if (victim) {
+                    Thread.ofPlatform().daemon(true).start {
+                        Thread.sleep(1_000)
+                        say("FAULT ${System.currentTimeMillis()}")
+                        System.exit(0)
+                    }
+                    secondCall(comm, t)
+                } else {
+                    Thread.sleep(3_000)
+                    secondCall(comm, t)
+                }
                 "kill9" -> if (victim) {
                     say("FAULT ${System.currentTimeMillis()}")
                     ProcessBuilder("kill", "-9", ProcessHandle.current().pid().toString()).inheritIO().start().waitFor()
