@@ -9,6 +9,7 @@ import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeoutOrNull
 import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
 
@@ -138,7 +139,17 @@ public class MpiBackendFactory @JvmOverloads constructor(
                         check(binding.commRank(handle, out.address()) == 0) { "MPI_Comm_rank failed" }
                         val rank = out.get(ValueLayout.JAVA_INT, 0)
                         check(binding.commSize(handle, out.address()) == 0) { "MPI_Comm_size failed" }
-                        Triple(longArrayOf(handle, control), rank, out.get(ValueLayout.JAVA_INT, 0))
+                        val size = out.get(ValueLayout.JAVA_INT, 0)
+                        // MPI_TAG_UB: the largest tag (MPICH 4.0: 2^28 - 1 with ch4:ucx; Open MPI 4.1: 2^31 - 1).
+                        val attr = a.allocate(16, 8)
+                        val tagUb = if (binding.commGetAttr(handle, abi.tagUbKey, attr.address(), attr.address() + 8) == 0 &&
+                            attr.get(ValueLayout.JAVA_INT, 8) != 0 && attr.get(ValueLayout.JAVA_LONG, 0) != 0L
+                        ) {
+                            MemorySegment.ofAddress(attr.get(ValueLayout.JAVA_LONG, 0)).reinterpret(4).get(ValueLayout.JAVA_INT, 0)
+                        } else {
+                            32767 // the standard's minimum
+                        }
+                        Triple(longArrayOf(handle, control, tagUb.toLong()), rank, size)
                     }
                 }
                 if (existing == 0L && config.worldSize > 1) {
@@ -150,7 +161,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
                 if (existing == 0L) runtime.worldRank = rank
                 runtime.noteTimeout(config.timeout.inWholeNanoseconds)
                 val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
-                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name)
+                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name, handles[2].toInt())
             } catch (t: Throwable) {
                 if (ownsDispatcher) dispatcher.close()
                 runtime.release()

@@ -21,6 +21,9 @@ import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.TimeoutCancellationException
+import kotlinx.coroutines.suspendCancellableCoroutine
+import kotlin.coroutines.EmptyCoroutineContext
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.runBlocking
@@ -92,6 +95,11 @@ public class MpiCommunicator internal constructor(
     /** False when [dispatcher] is the process's one MPI thread, shared below `MPI_THREAD_MULTIPLE`. */
     private val ownsDispatcher: Boolean,
     private val name: String,
+    /**
+     * The largest tag [send], [recv] and [probe] accept: the communicator's `MPI_TAG_UB` attribute
+     * (MPICH 4.0 with ch4:ucx: 2^28 - 1; Open MPI 4.1: 2^31 - 1; at least 32767 by the standard).
+     */
+    public val tagUpperBound: Int = 32767,
 ) : Communicator, MpiWatchdog.Watched {
     private val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
@@ -173,8 +181,15 @@ public class MpiCommunicator internal constructor(
      */
     public fun profile(): Map<String, MpiOpProfile> = stats.mapValues { it.value.snapshot() }
 
-    /** Whether an earlier failure broke this communicator (every later call throws). */
-    public val isBroken: Boolean get() = broken != null
+    /**
+     * Whether this communicator was aborted (a timeout, a mismatch, an MPI error, a cancelled call,
+     * or another rank's abort notice): every later call throws [CommunicatorAbortedException].
+     */
+    public val isAborted: Boolean get() = broken != null
+
+    /** The former name of [isAborted]. */
+    @Deprecated("named isAborted on every backend", ReplaceWith("isAborted"))
+    public val isBroken: Boolean get() = isAborted
 
     // ------------------------------------------------------------------ collectives
 
@@ -186,7 +201,7 @@ public class MpiCommunicator internal constructor(
         if (hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
-            val staging = Tensor.zeros(tensor.dtype, listOf(worldSize * n))
+            val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val entry = start(name, tensor, "op=$op")
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
@@ -245,7 +260,8 @@ public class MpiCommunicator internal constructor(
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
         if (hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
-            val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(worldSize * n)) else null
+            val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
+            val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
             val entry = start(name, tensor, "root=$root op=$op")
             val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging),
@@ -276,8 +292,10 @@ public class MpiCommunicator internal constructor(
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
         val name = "allGather"
-        checkTensor(input, name); checkTensor(output, name)
+        checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.dim(input, dim, name)
+        checkGatheredDim(input, normalize(input, dim), name)
         val expected = CollectiveShapes.allGather(input, worldSize, dim)
         CollectiveChecks.shape(output, expected, "output", name)
         val d = normalize(input, dim)
@@ -285,10 +303,24 @@ public class MpiCommunicator internal constructor(
         count(output, name)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
-        val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
         val entry = start(name, input, "dim=$d")
-        val src = addr(input); val dst = addr(staging); val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging),
+        val t = abi.datatype(input.dtype)
+        // An input inside the output (PyTorch's in-place all_gather_into_tensor: this rank's
+        // block) must not be passed as a separate buffer: MPI forbids aliased buffers and MPICH
+        // checks it (MPIR_ERRTEST_ALIAS_COLL: "Buffers must not be aliased"), failing the call.
+        // Exactly this rank's block is MPI_IN_PLACE; any other overlap is copied first.
+        val dst = addr(staging)
+        val overlap = !input.device.isGpu && !staging.device.isGpu && overlaps(input, staging)
+        val blockBytes = n.toLong() * input.dtype.byteSize
+        val ownBlock = overlap && addr(input) == dst + rank * blockBytes && input.byteSize == blockBytes
+        val sendCopy = if (overlap && !ownBlock) input.copy() else null
+        val src = when {
+            ownBlock -> abi.inPlace
+            sendCopy != null -> addr(sendCopy)
+            else -> addr(input)
+        }
+        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
@@ -298,7 +330,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
         val name = "reduceScatter"
-        checkTensor(input, name); checkTensor(output, name)
+        checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.op(op, input.dtype, name)
         val expected = CollectiveShapes.reduceScatter(input, worldSize, dim)
@@ -316,7 +348,7 @@ public class MpiCommunicator internal constructor(
         val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
         val entry = start(name, input, "op=$op dim=$d")
         if (half) {
-            val blocks = Tensor.zeros(input.dtype, listOf(worldSize * n))
+            val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
             collective(entry, name, sig, arrayOf(input, send, blocks),
                 { binding.alltoall(src, n, t, dst, n, t, handle) },
@@ -345,15 +377,18 @@ public class MpiCommunicator internal constructor(
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         if (staging.needed(input)) return staging.gather(input, root, dim)
         val name = "gather"
-        checkTensor(input, name)
+        checkTensor(input, name, written = false)
         CollectiveChecks.root(root, worldSize, name)
+        CollectiveChecks.dim(input, dim, name)
+        checkGatheredDim(input, normalize(input, dim), name)
         val outShape = CollectiveShapes.allGather(input, worldSize, dim)
         val d = normalize(input, dim)
         val n = count(input, name)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val output = if (rank == root) zerosLike(input, outShape) else null
-        val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val stagingCount = blocksCount(n, name, "the staging buffer")
+        val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
         val entry = start(name, input, "root=$root dim=$d")
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
         collective(entry, name, signature(OP_GATHER, input, root, d, null), arrayOf(input, output, staging),
@@ -376,7 +411,7 @@ public class MpiCommunicator internal constructor(
         if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
         if (input != null) {
             // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
-            checkTensor(input, name)
+            checkTensor(input, name, written = false)
             CollectiveChecks.sameDtype(input, output, name)
             CollectiveChecks.divisible(input, d, worldSize, name)
             val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
@@ -395,7 +430,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         if (staging.needed(input)) return staging.allToAll(input, dim)
         val name = "allToAll"
-        checkTensor(input, name)
+        checkTensor(input, name, written = false)
         CollectiveChecks.dim(input, dim, name)
         val d = normalize(input, dim)
         CollectiveChecks.divisible(input, d, worldSize, name)
@@ -430,9 +465,10 @@ public class MpiCommunicator internal constructor(
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
         val name = "send"
-        checkTensor(tensor, name)
+        checkTensor(tensor, name, written = false)
         CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
         CollectiveChecks.tag(tag, name, allowAny = false)
+        checkTagBound(tag, name)
         val n = count(tensor, name)
         val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "dst=$dst", "tag=$tag")
         if (dst == rank) return sendToSelf(entry, tensor, n, tag)
@@ -481,6 +517,7 @@ public class MpiCommunicator internal constructor(
         checkTensor(tensor, name)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
+        checkTagBound(tag, name)
         val n = count(tensor, name)
         val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "src=$src", "tag=$tag")
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
@@ -512,6 +549,7 @@ public class MpiCommunicator internal constructor(
         val name = "probe"
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
+        checkTagBound(tag, name)
         val entry = recorder.start(name, null, null, 0, "src=$src", "tag=$tag")
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
@@ -636,7 +674,7 @@ public class MpiCommunicator internal constructor(
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
-            val pending = dispatcher.execute {
+            val pending = onThread {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
@@ -665,6 +703,26 @@ public class MpiCommunicator internal constructor(
             }
             if (pending != null) dispatcher.await(pending)
             entry.complete()
+        }
+    }
+
+    /**
+     * Runs [block] on the communicator's thread and returns its result (inline when already there).
+     * Unlike `withContext`, the caller does not wait for a block that is running when its coroutine
+     * is cancelled (its `withTimeout` expired, its handle was cancelled): it is resumed at once,
+     * while the blocking MPI call goes on under the watchdog (the communicator is aborted by the
+     * caller's failure, see [recordingFailures]). A block cancelled before it started never starts.
+     *
+     * @throws NativeDispatcherClosedException when the thread is closed.
+     */
+    private suspend fun <T> onThread(block: () -> T): T {
+        if (dispatcher.isNativeThread) return block()
+        if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
+        return suspendCancellableCoroutine { cont ->
+            dispatcher.dispatch(EmptyCoroutineContext, Runnable {
+                // A call cancelled while queued must not start: the other ranks are told by the abort.
+                if (cont.isActive) cont.resumeWith(runCatching(block))
+            })
         }
     }
 
@@ -947,6 +1005,18 @@ public class MpiCommunicator internal constructor(
             val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
             failed(entry, x)
             throw x
+        } catch (e: TimeoutCancellationException) {
+            // The caller's own deadline (withTimeout) passed while the call was in progress: it is
+            // told now, with the communicator aborted (the other ranks cannot finish the call
+            // without this one); a blocking MPI call still in progress stays under the watchdog,
+            // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
+            failed(entry, e)
+            val x = CommunicationTimeoutException(
+                "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted",
+                rank, "mpi", entry.operationName(), entry.sequence, e, recorder.dumpJson(),
+            )
+            entry.fail(x)
+            throw x
         } catch (e: Throwable) {
             failed(entry, e)
             throw e
@@ -960,8 +1030,8 @@ public class MpiCommunicator internal constructor(
         if (e is CancellationException && broken == null) {
             markBroken(
                 CommunicatorAbortedException(
-                    "a call was cancelled while in flight; the other ranks cannot finish it without this one",
-                    rank, "mpi", currentOperation, entry.sequence, e,
+                    "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one",
+                    rank, "mpi", entry.operationName(), entry.sequence, e,
                 ),
             )
         }
@@ -1073,8 +1143,51 @@ public class MpiCommunicator internal constructor(
     private fun start(operation: String, t: Tensor, detail: String): FlightRecorder.Entry =
         recorder.start(operation, t.dtype.name, t.shape, t.byteSize, null, detail)
 
-    private fun checkTensor(t: Tensor, operation: String) {
+    /**
+     * Refuses tensors whose memory MPI cannot be given: closed ones, views of a closed tensor (the
+     * memory is freed), heap segments (`MemorySegment.ofArray`: no native address; MPI would get 0),
+     * and, when MPI writes the tensor ([written]), read-only segments.
+     */
+    private fun checkTensor(t: Tensor, operation: String, written: Boolean = true) {
         require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
+        if (t.device.isGpu) return
+        val seg = t.segment
+        require(seg.scope().isAlive) {
+            "$operation: the tensor's memory was freed (it is a view, e.g. a chunk(), of a tensor that was closed); keep the parent open while its views are used"
+        }
+        require(seg.isNative) {
+            "$operation: the tensor wraps a heap segment (MemorySegment.ofArray), which has no native address MPI can use; " +
+                "allocate it off-heap (Tensor.zeros, Tensor.of, or Tensor.wrap of an Arena's segment) or copy it into one"
+        }
+        require(!written || !seg.isReadOnly) {
+            "$operation: the tensor's segment is read-only but MPI writes the result into it; pass a writable tensor (copy() it)"
+        }
+    }
+
+    /** Refuses tags above [tagUpperBound] (MPI would fail the call and abort the communicator). */
+    private fun checkTagBound(tag: Int, operation: String) {
+        require(tag == Communicator.ANY_TAG || tag <= tagUpperBound) {
+            "$operation: tag $tag is above this MPI's MPI_TAG_UB ($tagUpperBound, ${runtime.implementation}); use a tag in 0..$tagUpperBound"
+        }
+    }
+
+    /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
+    private fun blocksCount(n: Int, operation: String, what: String): Int {
+        val total = n.toLong() * worldSize
+        require(total <= Int.MAX_VALUE) {
+            "$operation: $what would have $worldSize x $n = $total elements, more than MPI's int count and a tensor dimension allow " +
+                "(${Int.MAX_VALUE}); split the tensor into smaller ones"
+        }
+        return total.toInt()
+    }
+
+    /** Refuses an input whose gathered size along [d] overflows a tensor dimension (computed in Long). */
+    private fun checkGatheredDim(input: Tensor, d: Int, operation: String) {
+        val gathered = input.shape[d].toLong() * worldSize
+        require(gathered <= Int.MAX_VALUE) {
+            "$operation: dimension $d of the result would be ${input.shape[d]} x $worldSize = $gathered, more than a tensor dimension " +
+                "holds (${Int.MAX_VALUE}); split the tensor into smaller ones"
+        }
     }
 
     private fun checkHost(t: Tensor, operation: String, why: String) {
@@ -1085,6 +1198,11 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
+
+    private fun overlaps(a: Tensor, b: Tensor): Boolean {
+        val a0 = a.segment.address(); val b0 = b.segment.address()
+        return a0 < b0 + b.byteSize && b0 < a0 + a.byteSize
+    }
 
     private fun count(t: Tensor, operation: String): Int {
         require(t.numel <= Int.MAX_VALUE) {
