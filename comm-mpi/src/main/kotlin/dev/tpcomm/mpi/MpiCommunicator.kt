@@ -100,7 +100,7 @@ public class MpiCommunicator internal constructor(
      * (MPICH 4.0 with ch4:ucx: 2^28 - 1; Open MPI 4.1: 2^31 - 1; at least 32767 by the standard).
      */
     public val tagUpperBound: Int = 32767,
-) : Communicator, MpiWatchdog.Watched {
+) : Communicator {
     private val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
@@ -138,19 +138,32 @@ public class MpiCommunicator internal constructor(
     private val activeCallCell = java.util.concurrent.atomic.AtomicLong(0L)
     private var callTokens: Long = 0L // native thread only
 
-    override val activeCall: Long get() = activeCallCell.get()
-
-    override val callTimeoutNanos: Long get() = timeoutNanos
-
-    override var currentSequence: Long = 0L
-        private set
+    private var currentSequence: Long = 0L
 
     private var currentOperation: String = ""
 
     @Volatile private var inFlightOps: Int = 0
 
+    /**
+     * How the watchdog sees this communicator. Not the communicator itself: its deadline callback
+     * ends in `MPI_Abort`, so it must not be a public member a user could call.
+     */
+    private val watched = object : MpiWatchdog.Watched {
+        override val activeCall: Long get() = activeCallCell.get()
+        override val currentSequence: Long get() = this@MpiCommunicator.currentSequence
+        override val callTimeoutNanos: Long get() = timeoutNanos
+        override fun onDeadline(sequence: Long) {
+            timedOut(currentOperation, sequence)
+        }
+        override fun describeActiveCall(): String? = when {
+            activeCallCell.get() != 0L -> "$currentOperation #${this@MpiCommunicator.currentSequence} on $name"
+            inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
+            else -> null
+        }
+    }
+
     init {
-        runtime.watchdog.register(this)
+        runtime.watchdog.register(watched)
     }
 
     override val backendName: String get() = "mpi"
@@ -615,7 +628,7 @@ public class MpiCommunicator internal constructor(
      */
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
-        runtime.watchdog.unregister(this)
+        runtime.watchdog.unregister(watched)
         val free = broken == null && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
@@ -1121,16 +1134,6 @@ public class MpiCommunicator internal constructor(
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
         return e
-    }
-
-    override fun onDeadline(sequence: Long) {
-        timedOut(currentOperation, sequence)
-    }
-
-    override fun describeActiveCall(): String? = when {
-        activeCall != 0L -> "$currentOperation #$currentSequence on $name"
-        inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
-        else -> null
     }
 
     internal fun recordProfile(operation: String, nanos: Long) {
