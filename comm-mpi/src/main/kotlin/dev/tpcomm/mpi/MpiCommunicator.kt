@@ -80,10 +80,10 @@ import kotlin.coroutines.cancellation.CancellationException
  * Thread-safe. [close] is idempotent; the last MPI communicator to close calls `MPI_Finalize`.
  */
 public class MpiCommunicator internal constructor(
-    private val runtime: MpiRuntime,
-    private val binding: MpiBinding,
-    private val handle: Long,
-    /** A duplicate of [handle] carrying only abort notices between ranks (tag [ABORT_TAG]). */
+    internal val runtime: MpiRuntime,
+    internal val binding: MpiBinding,
+    internal val handle: Long,
+    /** A duplicate of [handle] carrying only abort notices between ranks ([MpiAbortNotices]). */
     private val controlHandle: Long,
     override val rank: Int,
     override val worldSize: Int,
@@ -101,7 +101,7 @@ public class MpiCommunicator internal constructor(
      */
     public val tagUpperBound: Int = 32767,
 ) : Communicator {
-    private val abi: MpiAbi = binding.abi
+    internal val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
     private val recorder = FlightRecorder(
@@ -112,8 +112,7 @@ public class MpiCommunicator internal constructor(
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
-    private val sigSend: MemorySegment = arena.allocate(8L * SIG_LEN, 64)
-    private val sigRecv: MemorySegment = arena.allocate(8L * SIG_LEN * worldSize, 64)
+    private val signatures = MpiSignatureProtocol(worldSize, arena)
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
@@ -124,13 +123,11 @@ public class MpiCommunicator internal constructor(
 
     private val staging = MpiDeviceStaging(this, deviceTensors)
 
+    private val workarounds = MpiWorkarounds(binding.abi)
+
     @Volatile private var broken: Throwable? = null
 
-    @Volatile private var noticesSent = false
-    private val noticeRequests: MemorySegment = arena.allocate(8L * worldSize, 8)
-    private val noticeRequest: MemorySegment = arena.allocate(8L, 8)
-    private val noticeBuffer: MemorySegment = arena.allocate(8L, 8)
-    private var noticeReceivePosted = false // native thread only
+    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
 
     // Written by the communicator's thread around each blocking call, read by the watchdog. The
     // sequence and operation are plain fields published by the release store of the call token,
@@ -142,7 +139,8 @@ public class MpiCommunicator internal constructor(
 
     private var currentOperation: String = ""
 
-    @Volatile private var inFlightOps: Int = 0
+    /** Non-blocking operations of this communicator in flight (changed on its thread only). */
+    @Volatile internal var inFlightOps: Int = 0
 
     /**
      * How the watchdog sees this communicator. Not the communicator itself: its deadline callback
@@ -211,7 +209,7 @@ public class MpiCommunicator internal constructor(
         val name = "allReduce"
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
-        if (hostReduced(tensor.dtype, op)) {
+        if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
@@ -226,9 +224,9 @@ public class MpiCommunicator internal constructor(
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
         val entry = start(name, tensor, OP_DETAILS[op.ordinal])
-        val flip = flipsUnsignedBytes(tensor, op)
-        val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
-        if (flip) flipTopBits(tensor)
+        val flip = workarounds.flipsUnsignedBytes(tensor, op)
+        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
+        if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
                 inlineBlocking(entry, name, tensor) { binding.allreduce(inPlace, buf, n, t, o, handle) }
@@ -238,7 +236,7 @@ public class MpiCommunicator internal constructor(
                     { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
             }
         } finally {
-            if (flip) flipTopBits(tensor)
+            if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
@@ -271,7 +269,7 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
-        if (hostReduced(tensor.dtype, op)) {
+        if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
@@ -288,15 +286,15 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val o = abi.op(op)
         val send = if (rank == root) abi.inPlace else buf
         val recv = if (rank == root) buf else 0L
-        val flip = flipsUnsignedBytes(tensor, op)
-        val rt = reduceType(tensor, op)
-        if (flip) flipTopBits(tensor)
+        val flip = workarounds.flipsUnsignedBytes(tensor, op)
+        val rt = workarounds.reduceType(tensor, op)
+        if (flip) workarounds.flipTopBits(tensor)
         try {
             collective(entry, name, sig, tensor,
                 { binding.reduce(send, recv, n, rt, o, root, handle) },
                 { r -> binding.ireduce(send, recv, n, rt, o, root, handle, r) })
         } finally {
-            if (flip) flipTopBits(tensor)
+            if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg && rank == root) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
@@ -352,7 +350,7 @@ public class MpiCommunicator internal constructor(
         count(input, name)
         val n = count(output, name)
         val direct = contiguousAlong(input, d)
-        val half = hostReduced(input.dtype, op)
+        val half = workarounds.hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg) {
             checkHost(input, name, if (half) "this reduction runs on the host" else "this reduce-scatter finishes on the host")
         }
@@ -370,17 +368,17 @@ public class MpiCommunicator internal constructor(
             return output
         }
         val src = addr(send); val dst = addr(output); val o = abi.op(op)
-        val flip = flipsUnsignedBytes(input, op)
-        val rt = reduceType(input, op)
-        if (flip) flipTopBits(send)
+        val flip = workarounds.flipsUnsignedBytes(input, op)
+        val rt = workarounds.reduceType(input, op)
+        if (flip) workarounds.flipTopBits(send)
         try {
             collective(entry, name, sig, arrayOf(input, send, output),
                 { binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
                 { r -> binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
         } finally {
             if (flip) {
-                if (send === input) flipTopBits(input)
-                flipTopBits(output)
+                if (send === input) workarounds.flipTopBits(input)
+                workarounds.flipTopBits(output)
             }
         }
         if (op == ReduceOp.Avg) HostReduction.divide(output.segment, output.dtype, output.numel, worldSize)
@@ -486,7 +484,7 @@ public class MpiCommunicator internal constructor(
         val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "dst=$dst", "tag=$tag")
         if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
+        pointToPoint(entry, name, tensor, MpiPending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
     }
 
     /**
@@ -505,7 +503,7 @@ public class MpiCommunicator internal constructor(
             dispatcher.execute {
                 ensureUsable(name, entry.sequence)
                 checkAbortNotices(name, entry)
-                val p = Pending(this, entry, name, Pending.Kind.Request, copy, System.nanoTime() + timeoutNanos)
+                val p = MpiPending(this, entry, name, MpiPending.Kind.Request, copy, System.nanoTime() + timeoutNanos)
                 check(binding.isend(copy.segment.address(), n, abi.datatype(copy.dtype), rank, tag, handle, p.request), name, entry)
                 p.mainPending = true
                 p.issued()
@@ -545,8 +543,8 @@ public class MpiCommunicator internal constructor(
         // MPICH 4.0 raises it on no communicator (its generated bindings end in
         // `MPIR_Err_return_comm(NULL, __func__, mpi_errno)`, pmodels/mpich src/binding/c), which
         // the default MPI_ERRORS_ARE_FATAL of MPI_COMM_WORLD turns into an abort of the job.
-        val probe = StatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
-        val status = pointToPoint(entry, name, tensor, Pending.Kind.Probe, probe, receive) { _ -> 0 }
+        val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
             throw CommunicationException(
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
@@ -566,8 +564,8 @@ public class MpiCommunicator internal constructor(
         val entry = recorder.start(name, null, null, 0, "src=$src", "tag=$tag")
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
-        val probe = StatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
-        val status = pointToPoint(entry, name, null, Pending.Kind.Probe, probe) { _ -> 0 }
+        val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, null, MpiPending.Kind.Probe, probe) { _ -> 0 }
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
@@ -635,7 +633,7 @@ public class MpiCommunicator internal constructor(
                 runBlocking {
                     dispatcher.execute {
                         if (free) {
-                            if (noticeReceivePosted) cancelNoticeReceive()
+                            if (notices.receivePosted) notices.cancelReceive()
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                             abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
@@ -707,7 +705,7 @@ public class MpiCommunicator internal constructor(
                     }
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
-                    val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, deadline)
+                    val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive, deadline)
                     check(start(p.request), operation, entry)
                     p.mainPending = true
                     p.issued()
@@ -744,22 +742,22 @@ public class MpiCommunicator internal constructor(
         entry: FlightRecorder.Entry,
         operation: String,
         keepAlive: Any?,
-        kind: Pending.Kind,
-        result: StatusResult = StatusResult(),
+        kind: MpiPending.Kind,
+        result: MpiStatusResult = MpiStatusResult(),
         /** For a receive: posts it for the probed message (request, source, tag) once a probe found one of the expected size. */
         receive: ((Long, Int, Int) -> Int)? = null,
         start: (Long) -> Int,
-    ): StatusResult {
+    ): MpiStatusResult {
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val pending = dispatcher.execute {
                 ensureUsable(operation, entry.sequence)
                 checkAbortNotices(operation, entry)
-                val p = Pending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
+                val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
                 p.result = result
                 p.receive = receive
                 if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
-                if (kind == Pending.Kind.Request) {
+                if (kind == MpiPending.Kind.Request) {
                     check(start(p.request), operation, entry)
                 } else {
                     start(0L)
@@ -771,108 +769,6 @@ public class MpiCommunicator internal constructor(
             dispatcher.await(pending)
             entry.complete()
             return result
-        }
-    }
-
-    /** A status read back from MPI (source, tag, size). */
-    private class StatusResult {
-        var source: Int = -1
-        var tag: Int = -1
-        var byteCount: Long = 0
-        var probeSource: Int = 0
-        var probeTag: Int = 0
-
-        /** The size of a probed message refused by a receive of another size; -1 when none was refused. */
-        var refusedBytes: Long = -1
-    }
-
-    /** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
-    private class Pending(
-        val comm: MpiCommunicator,
-        val entry: FlightRecorder.Entry,
-        val operation: String,
-        var kind: Kind,
-        val keepAlive: Any?,
-        val deadline: Long,
-    ) : NativeRequest {
-        /** For a receive that probes first: posts the receive of the probed message (request, source, tag). */
-        var receive: ((Long, Int, Int) -> Int)? = null
-
-        /** The message size that [receive] accepts. */
-        var expectedBytes: Long = -1
-
-        enum class Kind { Request, Probe }
-
-        // Own native memory: several operations may be in flight at once. Freed by the GC only
-        // after the operation completed (the dispatcher keeps this object until then, and a failed
-        // operation is pinned for the life of the process).
-        val memory: MemorySegment = Arena.ofAuto().allocate(128L, 64)
-        val request: Long = memory.address()
-        val flag: Long = memory.address() + 16
-        val status: Long = memory.address() + 32
-        var mainPending = false
-        var result: StatusResult? = null
-        private val startNanos = System.nanoTime()
-        private var counted = false
-
-        fun issued() {
-            counted = true
-            comm.inFlightOps++
-            comm.runtime.inFlight.incrementAndGet()
-        }
-
-        private fun retire() {
-            if (counted) {
-                counted = false
-                comm.inFlightOps--
-                comm.runtime.inFlight.decrementAndGet()
-            }
-        }
-
-        override fun poll(): Boolean {
-            val b = comm.binding
-            try {
-                comm.ensureNotBrokenWhileInFlight(operation, entry)
-                comm.checkAbortNotices(operation, entry)
-                when (kind) {
-                    Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
-                    Kind.Probe -> {
-                        val r = result!!
-                        comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
-                        val post = receive
-                        if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                            val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
-                            if (s.byteCount != expectedBytes) {
-                                r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
-                                mainPending = false
-                                retire()
-                                return true
-                            }
-                            // The probed message has the tensor's size: receive exactly it.
-                            memory.set(ValueLayout.JAVA_INT, 16, 0)
-                            kind = Kind.Request
-                            comm.check(post(request, s.source, s.tag), operation, entry)
-                            return false
-                        }
-                    }
-                }
-                if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                    mainPending = false
-                    result?.let { r ->
-                        val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
-                        r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
-                    }
-                    retire()
-                    comm.recordProfile(operation, System.nanoTime() - startNanos)
-                    return true
-                }
-                if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
-                return false
-            } catch (t: Throwable) {
-                // MPI may still use this operation's buffers: keep them for the life of the process.
-                comm.runtime.pin(this)
-                throw t
-            }
         }
     }
 
@@ -894,17 +790,17 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry) {
-        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
-        val s = sigSend.address(); val r = sigRecv.address(); val t = abi.int64Type
+        signatures.load(sig)
+        val s = signatures.send.address(); val r = signatures.received.address(); val t = abi.int64Type
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
-        compareSignatures(sig, sigRecv, operation, entry)
+        compareSignatures(operation, entry)
     }
 
     private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
-        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        signatures.load(sig)
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
-        check(binding.iallgather(sigSend.address(), SIG_LEN, abi.int64Type, sigRecv.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
@@ -915,7 +811,7 @@ public class MpiCommunicator internal constructor(
             }
             Thread.onSpinWait()
         }
-        compareSignatures(sig, sigRecv, operation, entry)
+        compareSignatures(operation, entry)
     }
 
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
@@ -924,50 +820,16 @@ public class MpiCommunicator internal constructor(
         throw CommunicatorAbortedException("the communicator was aborted while this call was in flight: ${cause.message}", rank, "mpi", operation, entry.sequence, cause)
     }
 
-    private fun compareSignatures(mine: LongArray, all: MemorySegment, operation: String, entry: FlightRecorder.Entry) {
-        val first = LongArray(SIG_LEN) { all.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
-        val ranks = ArrayList<Int>()
-        val fields = LinkedHashSet<String>()
-        val descriptions = ArrayList<String>()
-        for (r in 1 until worldSize) {
-            var differs = false
-            for (i in 0 until SIG_LEN) {
-                val v = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-                if (v != first[i]) {
-                    differs = true
-                    fields += SIG_FIELDS[i]
-                }
-            }
-            if (differs) {
-                ranks += r
-                descriptions += "rank $r: ${describe(all, r)}"
-            }
-        }
-        if (ranks.isEmpty()) return
-        val e = CollectiveMismatchException(
-            "collective mismatch: rank 0 called ${describe(all, 0)} but ${descriptions.joinToString("; ")} (fields differing: ${fields.joinToString()})",
-            rank, "mpi", operation, entry.sequence, ranks, fields.toList(), recorder.dumpJson(),
-        )
+    private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
+        val m = signatures.compare() ?: return
+        val e = CollectiveMismatchException(m.message, rank, "mpi", operation, entry.sequence, m.ranks, m.fields, recorder.dumpJson())
         markBroken(e)
         throw e
     }
 
-    private fun describe(all: MemorySegment, r: Int): String {
-        fun f(i: Int) = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-        val op = OP_NAMES.getOrElse(f(1).toInt()) { "op#${f(1)}" }
-        val dtype = f(2).toInt().let { if (it in DType.entries.indices) DType.entries[it].name else "-" }
-        val reduce = f(7).toInt().let { if (it in ReduceOp.entries.indices) " op=${ReduceOp.entries[it]}" else "" }
-        val root = if (f(5) >= 0) " root=${f(5)}" else ""
-        val dim = if (f(6) >= 0) " dim=${f(6)}" else ""
-        return "$op($dtype numel=${f(3)} shapeHash=${f(4)}$root$dim$reduce)"
-    }
-
     private fun signature(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
         if (!config.checkConsistency) return null
-        return longArrayOf(
-            SIG_MAGIC, op.toLong(), (t?.dtype?.ordinal ?: -1).toLong(), t?.numel ?: -1L, (t?.shape?.hashCode() ?: 0).toLong(),
-            root.toLong(), dim.toLong(), (reduceOp?.ordinal ?: -1).toLong(),
-        )
+        return signatures.encode(op, t, root, dim, reduceOp)
     }
 
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
@@ -1055,65 +917,17 @@ public class MpiCommunicator internal constructor(
             broken = cause
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
-                if (dispatcher.isNativeThread) sendAbortNotices() else dispatcher.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { sendAbortNotices() })
+                if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
             }
-        }
-    }
-
-    /**
-     * Tells every other rank that this communicator broke (one tiny message each on the control
-     * communicator), so their pending and later calls fail instead of completing with this rank's
-     * abandoned operations. The buffers live in the communicator's arena, pinned once broken.
-     */
-    private fun sendAbortNotices() {
-        if (noticesSent) return
-        noticesSent = true
-        val payload = sigSend // the notice's content is irrelevant; any live buffer of 4 bytes serves
-        var slot = 0L
-        for (peer in 0 until worldSize) {
-            if (peer == rank) continue
-            binding.isend(payload.address(), 1, abi.datatype(DType.Int32), peer, ABORT_TAG, controlHandle, noticeRequests.address() + slot)
-            slot += 8
-        }
-        // Drive the sends out (some transports only move data inside MPI calls), for a bounded time.
-        val until = System.nanoTime() + NOTICE_PUSH_NANOS
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        var pending = slot / 8
-        var i = 0L
-        while (pending > 0 && System.nanoTime() - until < 0) {
-            val req = noticeRequests.address() + (i % (slot / 8)) * 8
-            if (abi.readHandle(noticeRequests, (i % (slot / 8)) * 8) != abi.requestNull) {
-                binding.test(req, flag, abi.statusIgnore)
-                if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) pending--
-            }
-            i++
-        }
-    }
-
-    /** Cancels the posted notice receive and waits (bounded) until MPI lets go of it. */
-    private fun cancelNoticeReceive() {
-        binding.cancel(noticeRequest.address())
-        val until = System.nanoTime() + NOTICE_PUSH_NANOS
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        while (System.nanoTime() - until < 0) {
-            if (binding.test(noticeRequest.address(), flag, abi.statusIgnore) != 0) return
-            if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) return
         }
     }
 
     /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
     internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
         if (worldSize == 1) return
-        // A receive posted once and tested here: it is matched by any progress MPI makes, unlike
-        // MPI_Iprobe, which MPICH answers from its unexpected queue before pulling new messages in.
-        if (!noticeReceivePosted) {
-            noticeReceivePosted = true
-            check(binding.irecv(noticeBuffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, noticeRequest.address()), operation, entry)
-        }
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        if (binding.test(noticeRequest.address(), flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
-        if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) == 0) return
-        val from = abi.statusLayout.parse(scratch.asSlice(OFF_NOTICE_STATUS, abi.statusLayout.size)).source
+        if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
+        val from = notices.arrived()
+        if (from < 0) return
         val e = CommunicatorAbortedException(
             "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)", rank, "mpi", operation, entry.sequence,
         )
@@ -1234,54 +1048,23 @@ public class MpiCommunicator internal constructor(
         Tensor.concatInto(blocks, output, d)
     }
 
-    /** MPICH 4.0 compares unsigned 8-bit values as signed in MPI_MIN/MPI_MAX: reduce them as Int8 with the top bit flipped. */
-    private fun flipsUnsignedBytes(t: Tensor, op: ReduceOp): Boolean =
-        abi.unsignedByteMinMaxBroken && t.dtype == DType.UInt8 && (op == ReduceOp.Min || op == ReduceOp.Max) && !t.device.isGpu
-
-    private fun flipTopBits(t: Tensor) {
-        val seg = t.segment
-        for (i in 0 until t.byteSize) seg.set(ValueLayout.JAVA_BYTE, i, (seg.get(ValueLayout.JAVA_BYTE, i).toInt() xor 0x80).toByte())
-    }
-
-    private fun reduceType(t: Tensor, op: ReduceOp): Long =
-        abi.datatype(if (flipsUnsignedBytes(t, op)) DType.Int8 else t.dtype)
-
-    /**
-     * Reductions MPI cannot do right, finished on the host after gathering every rank's data:
-     * Float16/BFloat16 (no MPI type), and 8-bit integer sums where the library saturates them
-     * (Open MPI 4.1's AVX kernels: 127 + 1 = 127 instead of wrapping to -128).
-     */
-    private fun hostReduced(dtype: DType, op: ReduceOp): Boolean =
-        dtype.isHalf || (abi.byteSumSaturates && (dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg))
-
-    private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
-
     internal companion object {
         const val ABORT_CODE: Int = 14
         val OP_DETAILS: Array<String> = ReduceOp.entries.map { "op=$it" }.toTypedArray()
-        const val SIG_LEN: Int = 8
-        const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
-        val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")
-        const val OP_ALLREDUCE = 1
-        const val OP_BROADCAST = 2
-        const val OP_REDUCE = 3
-        const val OP_ALLGATHER = 4
-        const val OP_REDUCE_SCATTER = 5
-        const val OP_GATHER = 6
-        const val OP_SCATTER = 7
-        const val OP_ALLTOALL = 8
-        const val OP_BARRIER = 9
-        const val OP_SPLIT = 10
-        val OP_NAMES: List<String> = listOf(
-            "?", "allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier", "split",
-        )
+        const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
+        const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
+        const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST
+        const val OP_REDUCE = MpiSignatureProtocol.OP_REDUCE
+        const val OP_ALLGATHER = MpiSignatureProtocol.OP_ALLGATHER
+        const val OP_REDUCE_SCATTER = MpiSignatureProtocol.OP_REDUCE_SCATTER
+        const val OP_GATHER = MpiSignatureProtocol.OP_GATHER
+        const val OP_SCATTER = MpiSignatureProtocol.OP_SCATTER
+        const val OP_ALLTOALL = MpiSignatureProtocol.OP_ALLTOALL
+        const val OP_BARRIER = MpiSignatureProtocol.OP_BARRIER
+        const val OP_SPLIT = MpiSignatureProtocol.OP_SPLIT
         const val SCRATCH_BYTES: Long = 256
         const val OFF_HANDLE: Long = 0
         const val OFF_REQUEST: Long = 8
         const val OFF_FLAG: Long = 16
-        const val OFF_NOTICE_FLAG: Long = 24
-        const val OFF_NOTICE_STATUS: Long = 64
-        const val ABORT_TAG: Int = 7
-        const val NOTICE_PUSH_NANOS: Long = 200_000_000
     }
 }
