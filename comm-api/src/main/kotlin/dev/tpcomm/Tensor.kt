@@ -38,6 +38,10 @@ public class Tensor private constructor(
 ) : AutoCloseable {
     private val dims: IntArray = shape.copyOf()
     private val closed = AtomicBoolean(false)
+    private val freed = AtomicBoolean(false)
+
+    /** Operations in flight on this tensor's memory (counted on the tensor that owns it, the root of its views). */
+    private val inFlight = java.util.concurrent.atomic.AtomicInteger(0)
     private val cleanable: Cleaner.Cleanable? = ownedArena?.let { CLEANER.register(this, ArenaCloser(it)) }
 
     /** Sizes of the dimensions, outermost first; empty for a scalar. */
@@ -59,8 +63,8 @@ public class Tensor private constructor(
     /** Size of the elements in bytes. */
     public val byteSize: Long = numel * dtype.byteSize
 
-    /** True once [close] was called. */
-    public val isClosed: Boolean get() = closed.get()
+    /** True once [close] was called on this tensor or, for a view, on the tensor it views. */
+    public val isClosed: Boolean get() = closed.get() || parent?.closed?.get() == true
 
     /**
      * The host memory holding the elements, exactly [byteSize] bytes.
@@ -72,7 +76,7 @@ public class Tensor private constructor(
             val s = hostSegment ?: throw IllegalStateException(
                 "tensor on $device has no host segment; use its address with a GPU backend, or copy it to the host first"
             )
-            check(!closed.get()) { "tensor was closed; it can no longer be read or written" }
+            check(!isClosed || (parent ?: this).inFlight.get() > 0) { "tensor was closed; it can no longer be read or written" }
             return s
         }
 
@@ -257,12 +261,48 @@ public class Tensor private constructor(
             segment.mismatch(other.segment) == -1L
 
     /**
-     * Frees the memory this tensor owns, at once. Idempotent. A tensor that does not own its memory
-     * (wrapped, a view, or allocated from a caller's arena) is only marked closed.
-     * Do not close a tensor that a collective in flight still uses.
+     * Frees the memory this tensor owns. Idempotent. A tensor that does not own its memory
+     * (wrapped, a view, or allocated from a caller's arena) is only marked closed; closing a tensor
+     * also closes its views.
+     *
+     * **In flight.** If an operation that references this tensor or one of its views is still in
+     * flight, the tensor is marked closed at once (new operations refuse it) and its memory is freed
+     * when the last such operation completes, fails or is aborted: native code never writes freed
+     * memory. Wrapped memory belongs to its arena, which the caller must keep open as long.
      */
     override fun close() {
-        if (closed.compareAndSet(false, true)) cleanable?.clean()
+        if (!closed.compareAndSet(false, true)) return
+        if (parent == null && inFlight.get() == 0) freeMemory()
+    }
+
+    /**
+     * Marks the start of an operation that references this tensor's memory: until the matching
+     * [release], [close] of this tensor, of its views or of the tensor it views only marks them
+     * closed and the memory stays allocated.
+     *
+     * @throws IllegalArgumentException naming [operation] if the tensor is already closed.
+     */
+    @InternalTpcommApi
+    public fun retain(operation: String) {
+        val owner = parent ?: this
+        owner.inFlight.incrementAndGet()
+        if (isClosed) {
+            release()
+            throw IllegalArgumentException("$operation: the tensor was closed; pass an open tensor")
+        }
+    }
+
+    /** Ends what [retain] started; frees the memory if the tensor was closed meanwhile and nothing else is in flight. */
+    @InternalTpcommApi
+    public fun release() {
+        val owner = parent ?: this
+        val left = owner.inFlight.decrementAndGet()
+        check(left >= 0) { "release() without a matching retain()" }
+        if (left == 0 && owner.closed.get()) owner.freeMemory()
+    }
+
+    private fun freeMemory() {
+        if (freed.compareAndSet(false, true)) cleanable?.clean()
     }
 
     override fun toString(): String = "Tensor($dtype, shape=$shape, device=$device)"
@@ -319,12 +359,25 @@ public class Tensor private constructor(
         private val I32 = ValueLayout.JAVA_INT_UNALIGNED
         private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
 
-        private fun checkShape(shape: IntArray) {
+        private fun checkShape(shape: IntArray, dtype: DType? = null) {
             require(shape.all { it >= 0 }) { "shape ${shape.toList()} has a negative dimension; every size must be >= 0" }
+            var n = 1L
+            for (d in shape) {
+                val high = Math.multiplyHigh(n, d.toLong())
+                n *= d
+                require(high == 0L && n >= 0) {
+                    "shape ${shape.toList()} has more than ${Long.MAX_VALUE} elements; no memory holds it"
+                }
+            }
+            if (dtype != null) {
+                require(n <= Long.MAX_VALUE / dtype.byteSize) {
+                    "shape ${shape.toList()} of $dtype needs more than ${Long.MAX_VALUE} bytes; no memory holds it"
+                }
+            }
         }
 
         private fun allocate(dtype: DType, shape: IntArray, arena: Arena?): Tensor {
-            checkShape(shape)
+            checkShape(shape, dtype)
             val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
             return if (arena != null) {
                 Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
@@ -396,7 +449,7 @@ public class Tensor private constructor(
          */
         @JvmStatic
         public fun wrap(segment: MemorySegment, dtype: DType, vararg shape: Int): Tensor {
-            checkShape(shape)
+            checkShape(shape, dtype)
             val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
             require(segment.byteSize() == bytes) {
                 "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
@@ -409,7 +462,7 @@ public class Tensor private constructor(
         public fun wrapDevice(device: Device, address: Long, dtype: DType, vararg shape: Int): Tensor {
             require(device.isGpu) { "wrapDevice needs a GPU device (Device.Cuda or Device.Rocm); for host memory use wrap" }
             require(address != 0L) { "wrapDevice: device address is null" }
-            checkShape(shape)
+            checkShape(shape, dtype)
             return Tensor(dtype, shape, device, null, address, null, null)
         }
 

@@ -12,7 +12,12 @@ public object CollectiveShapes {
     public fun allGather(input: Tensor, worldSize: Int, dim: Int): List<Int> {
         CollectiveChecks.dim(input, dim, "allGather")
         val d = if (dim < 0) dim + input.ndim else dim
-        return input.shape.toMutableList().also { it[d] = it[d] * worldSize }
+        val size = input.shape[d].toLong() * worldSize
+        require(size <= Int.MAX_VALUE) {
+            "allGather: dim $d would have ${input.shape[d]} x $worldSize = $size elements, more than a dimension holds (${Int.MAX_VALUE}); " +
+                "gather along another dim or split the tensor"
+        }
+        return input.shape.toMutableList().also { it[d] = size.toInt() }
     }
 
     /** Shape of reduce-scatter's output: [input]'s with `dim` divided by [worldSize] (which must divide it). */

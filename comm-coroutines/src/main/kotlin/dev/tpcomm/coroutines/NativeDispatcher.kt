@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.InternalTpcommApi
+
 import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.Dispatchers
@@ -44,6 +46,7 @@ import kotlin.coroutines.resumeWithException
  * [NativeDispatcherClosedException], and ends the thread. Work dispatched afterwards is cancelled
  * and runs on `Dispatchers.IO` so that its coroutine can complete exceptionally.
  */
+@InternalTpcommApi
 public class NativeDispatcher @JvmOverloads constructor(
     /** Name of the thread (shown in thread dumps). */
     public val name: String,

@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.InternalTpcommApi
+
 /**
  * An operation started in a native library (an MPI request, a recorded CUDA event, ...) whose
  * completion a [NativeDispatcher] observes by polling.
@@ -10,6 +12,7 @@ package dev.tpcomm.coroutines
  * Implementations keep references to every buffer the native operation may still touch, so the
  * buffers stay alive for as long as the dispatcher polls the request.
  */
+@InternalTpcommApi
 public fun interface NativeRequest {
     /** True once the operation has completed. Runs on the dispatcher's thread only. */
     public fun poll(): Boolean

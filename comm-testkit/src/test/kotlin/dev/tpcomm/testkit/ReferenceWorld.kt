@@ -9,8 +9,7 @@ import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.spi.CollectiveChecks
-import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.CollectiveValidator
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
@@ -261,7 +260,8 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
         return seq
     }
 
-    private fun host(t: Tensor, op: String) = CollectiveChecks.device(t, Device.Host, op)
+    /** The core's one validator, as every backend runs it. */
+    private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = false)
 
     private suspend fun call(operation: String, signature: Map<String, Any?>, vararg args: Any?): Any? {
         next(operation)
@@ -273,64 +273,47 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     private fun sig(t: Tensor, vararg extra: Pair<String, Any?>) = mapOf("dtype" to t.dtype, "shape" to t.shape) + extra
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
-        host(tensor, "allReduce"); CollectiveChecks.op(op, tensor.dtype, "allReduce")
+        validator.allReduce(tensor, op)
         call("allReduce", sig(tensor, "op" to op), tensor, op)
         return tensor
     }
 
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
-        host(tensor, "broadcast"); CollectiveChecks.root(root, worldSize, "broadcast")
+        validator.broadcast(tensor, root)
         call("broadcast", sig(tensor, "root" to root), tensor, root)
         return tensor
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        host(tensor, "reduce"); CollectiveChecks.root(root, worldSize, "reduce"); CollectiveChecks.op(op, tensor.dtype, "reduce")
+        validator.reduce(tensor, root, op)
         call("reduce", sig(tensor, "root" to root, "op" to op), tensor, root, op)
         return tensor
     }
 
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
-        host(input, "allGather"); host(output, "allGather")
-        val shape = CollectiveShapes.allGather(input, worldSize, dim)
-        CollectiveChecks.sameDtype(input, output, "allGather"); CollectiveChecks.shape(output, shape, "output", "allGather")
+        validator.allGatherInto(output, input, dim)
         call("allGather", sig(input, "dim" to dim), output, input, dim)
         return output
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        host(input, "reduceScatter"); host(output, "reduceScatter"); CollectiveChecks.op(op, input.dtype, "reduceScatter")
-        val shape = CollectiveShapes.reduceScatter(input, worldSize, dim)
-        CollectiveChecks.sameDtype(input, output, "reduceScatter"); CollectiveChecks.shape(output, shape, "output", "reduceScatter")
+        validator.reduceScatterInto(output, input, op, dim)
         call("reduceScatter", sig(input, "op" to op, "dim" to dim), output, input, op, dim)
         return output
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        host(input, "gather"); CollectiveChecks.root(root, worldSize, "gather"); CollectiveChecks.dim(input, dim, "gather")
+        validator.gather(input, root, dim)
         return call("gather", sig(input, "root" to root, "dim" to dim), input, root, dim) as Tensor?
     }
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
-        host(output, "scatter"); CollectiveChecks.root(root, worldSize, "scatter")
-        val full = output.shape.toMutableList()
-        CollectiveChecks.dim(output, dim, "scatter")
-        val d = if (dim < 0) dim + output.ndim else dim
-        full[d] *= worldSize
-        if (rank == root) {
-            requireNotNull(input) { "scatter: the root must pass an input" }
-            host(input, "scatter"); CollectiveChecks.sameDtype(input, output, "scatter")
-            CollectiveChecks.dim(input, dim, "scatter"); CollectiveChecks.divisible(input, dim, worldSize, "scatter")
-            CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "scatter")
-        } else if (input != null) {
-            CollectiveChecks.dim(input, dim, "scatter"); CollectiveChecks.divisible(input, dim, worldSize, "scatter")
-            CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "scatter")
-        }
+        validator.scatter(output, input, root, rank, dim)
         call("scatter", sig(output, "root" to root, "dim" to dim), output, input, root, dim)
     }
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
-        host(input, "allToAll"); CollectiveChecks.dim(input, dim, "allToAll"); CollectiveChecks.divisible(input, dim, worldSize, "allToAll")
+        validator.allToAll(input, dim)
         return call("allToAll", sig(input, "dim" to dim), input, dim) as Tensor
     }
 
@@ -339,17 +322,17 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     }
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        host(tensor, "send"); CollectiveChecks.peer(dst, worldSize, "send", false); CollectiveChecks.tag(tag, "send", false)
+        validator.send(tensor, dst, tag)
         world.send(rank, next("send"), tensor, dst, tag)
     }
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        host(tensor, "recv"); CollectiveChecks.peer(src, worldSize, "recv", true); CollectiveChecks.tag(tag, "recv", true)
+        validator.recv(tensor, src, tag)
         return world.receive(rank, next("recv"), src, tag, tensor, "recv")
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
-        CollectiveChecks.peer(src, worldSize, "probe", true); CollectiveChecks.tag(tag, "probe", true)
+        validator.probe(src, tag)
         return world.receive(rank, next("probe"), src, tag, null, "probe")
     }
 

@@ -10,8 +10,7 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.spi.CollectiveChecks
-import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.CollectiveValidator
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.delay
@@ -35,6 +34,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     override val worldSize: Int get() = group.size
     override val backendName: String get() = BACKEND
     override val device: Device get() = Device.Host
+
+    /** The core's argument checks; the JVM moves the data, so heap-backed tensors are fine here. */
+    private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = false)
 
     val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND)
     private val issueLock = Any()
@@ -98,72 +100,45 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     // ---------------------------------------------------------------- collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
-        CollectiveChecks.device(tensor, Device.Host, "allReduce")
-        CollectiveChecks.op(op, tensor.dtype, "allReduce")
+        validator.allReduce(tensor, op)
         return collective(OpKind.ALL_REDUCE, tensor, null, tensor, op, -1, 0, null, tensor)
     }
 
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
-        CollectiveChecks.device(tensor, Device.Host, "broadcast")
-        CollectiveChecks.root(root, worldSize, "broadcast")
+        validator.broadcast(tensor, root)
         return collective(OpKind.BROADCAST, tensor, null, tensor, null, root, 0, null, tensor)
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        CollectiveChecks.device(tensor, Device.Host, "reduce")
-        CollectiveChecks.root(root, worldSize, "reduce")
-        CollectiveChecks.op(op, tensor.dtype, "reduce")
+        validator.reduce(tensor, root, op)
         return collective(OpKind.REDUCE, tensor, null, tensor, op, root, 0, null, tensor)
     }
 
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
-        CollectiveChecks.device(input, Device.Host, "allGather")
-        CollectiveChecks.device(output, Device.Host, "allGather")
-        CollectiveChecks.dim(input, dim, "allGather")
-        CollectiveChecks.sameDtype(input, output, "allGather")
-        CollectiveChecks.shape(output, CollectiveShapes.allGather(input, worldSize, dim), "output", "allGather")
-        return collective(OpKind.ALL_GATHER, input, output, input, null, -1, norm(input, dim), null, output)
+        val d = validator.allGatherInto(output, input, dim)
+        return collective(OpKind.ALL_GATHER, input, output, input, null, -1, d, null, output)
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        CollectiveChecks.device(input, Device.Host, "reduceScatter")
-        CollectiveChecks.device(output, Device.Host, "reduceScatter")
-        CollectiveChecks.op(op, input.dtype, "reduceScatter")
-        CollectiveChecks.dim(input, dim, "reduceScatter")
-        CollectiveChecks.divisible(input, dim, worldSize, "reduceScatter")
-        CollectiveChecks.sameDtype(input, output, "reduceScatter")
-        CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", "reduceScatter")
-        return collective(OpKind.REDUCE_SCATTER, input, output, input, op, -1, norm(input, dim), null, output)
+        val d = validator.reduceScatterInto(output, input, op, dim)
+        return collective(OpKind.REDUCE_SCATTER, input, output, input, op, -1, d, null, output)
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        CollectiveChecks.device(input, Device.Host, "gather")
-        CollectiveChecks.root(root, worldSize, "gather")
-        CollectiveChecks.dim(input, dim, "gather")
-        val output = if (rank == root) Tensor.zeros(input.dtype, CollectiveShapes.allGather(input, worldSize, dim)) else null
-        return collective(OpKind.GATHER, input, output, input, null, root, norm(input, dim), null, output)
+        val d = validator.gather(input, root, dim)
+        val output = if (rank == root) Tensor.zeros(input.dtype, validator.allGatherShape(input, d, "gather")) else null
+        return collective(OpKind.GATHER, input, output, input, null, root, d, null, output)
     }
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
-        CollectiveChecks.device(output, Device.Host, "scatter")
-        CollectiveChecks.root(root, worldSize, "scatter")
-        CollectiveChecks.dim(output, dim, "scatter")
-        if (rank == root) requireNotNull(input) { "scatter: the root (rank $root) must pass the input tensor to split, got null" }
-        if (input != null) {
-            // Checked wherever given (it is read on the root only), so one program gives one answer on every rank.
-            CollectiveChecks.device(input, Device.Host, "scatter")
-            CollectiveChecks.sameDtype(input, output, "scatter")
-            CollectiveChecks.shape(input, CollectiveShapes.allGather(output, worldSize, dim), "the root's input", "scatter")
-        }
-        return collective(OpKind.SCATTER, if (rank == root) input else null, output, output, null, root, norm(output, dim), null, Unit)
+        val d = validator.scatter(output, input, root, rank, dim)
+        return collective(OpKind.SCATTER, if (rank == root) input else null, output, output, null, root, d, null, Unit)
     }
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
-        CollectiveChecks.device(input, Device.Host, "allToAll")
-        CollectiveChecks.dim(input, dim, "allToAll")
-        CollectiveChecks.divisible(input, dim, worldSize, "allToAll")
+        val d = validator.allToAll(input, dim)
         val output = Tensor.zeros(input.dtype, input.shape)
-        return collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, norm(input, dim), null, output)
+        return collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, d, null, output)
     }
 
     override suspend fun barrier() {
@@ -176,13 +151,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     }
 
     override suspend fun group(ranks: List<Int>): Communicator? {
-        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
-        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
-        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
+        validator.group(ranks)
         return collective<Any?>(OpKind.GROUP, null, null, null, null, -1, 0, ranks.toList(), null).let { it as LocalCommunicator? }?.also { children.add(it) }
     }
-
-    private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
     /**
      * Issues, arrives at and completes one collective. [sig] is the tensor whose dtype and shape form
@@ -363,9 +334,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     // ---------------------------------------------------------------- point to point
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        CollectiveChecks.device(tensor, Device.Host, "send")
-        CollectiveChecks.peer(dst, worldSize, "send", allowAny = false)
-        CollectiveChecks.tag(tag, "send", allowAny = false)
+        validator.send(tensor, dst, tag)
         val entry = issueP2p("send", tensor, "dst=$dst", tag)
         try {
             group.mailboxes[dst].deliver(rank, tag, tensor.segment)
@@ -376,16 +345,13 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     }
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        CollectiveChecks.device(tensor, Device.Host, "recv")
-        CollectiveChecks.peer(src, worldSize, "recv", allowAny = true)
-        CollectiveChecks.tag(tag, "recv", allowAny = true)
+        validator.recv(tensor, src, tag)
         val entry = issueP2p("recv", tensor, "src=$src", tag)
         return receive("recv", src, tag, tensor, entry)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
-        CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
-        CollectiveChecks.tag(tag, "probe", allowAny = true)
+        validator.probe(src, tag)
         val entry = issueP2p("probe", null, "src=$src", tag)
         return receive("probe", src, tag, null, entry)
     }

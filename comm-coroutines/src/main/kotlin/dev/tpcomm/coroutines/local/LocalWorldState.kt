@@ -1,8 +1,8 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
+import dev.tpcomm.spi.DeadlineWatchdog
 import java.util.concurrent.CopyOnWriteArrayList
-import java.util.concurrent.ScheduledFuture
 import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicReference
 
@@ -13,14 +13,14 @@ import java.util.concurrent.atomic.AtomicReference
  * tensor-parallel group would otherwise leave its data-parallel peers waiting for it. The first
  * cause wins and is kept as [abortCause].
  */
-internal class LocalWorldState(val config: CommConfig) {
+internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
     private val cause = AtomicReference<Throwable?>(null)
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
     @Volatile var rootGroup: LocalGroup? = null
     private val closed = AtomicBoolean(false)
-    @Volatile private var watchdogTask: ScheduledFuture<*>? = null
+    @Volatile private var watchdogTask: DeadlineWatchdog.Registration? = null
 
     val abortCause: Throwable? get() = cause.get()
     val isClosed: Boolean get() = closed.get()
@@ -38,12 +38,25 @@ internal class LocalWorldState(val config: CommConfig) {
         return true
     }
 
+    /**
+     * Registers with the core's [DeadlineWatchdog], weakly: a world that became unreachable without
+     * being closed stops its own check. The period is a tenth of the timeout, between 2 and 50 ms.
+     */
     fun startWatchdog() {
-        watchdogTask = Watchdog.schedule(this)
+        watchdogTask = DeadlineWatchdog.register(this, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
     }
 
     private fun stopWatchdog() {
-        watchdogTask?.cancel(false)
+        watchdogTask?.close()
+    }
+
+    /** The watchdog's call: [check], and a bug in the check aborts this world rather than going unnoticed. */
+    override fun checkDeadlines(nowNanos: Long) {
+        try {
+            check(nowNanos)
+        } catch (t: Throwable) {
+            abort(t)
+        }
     }
 
     /** Closes the world: pending calls fail, later calls throw CommunicatorAbortedException. */

@@ -1,0 +1,61 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.InternalTpcommApi
+
+/**
+ * The operations a communicator runs, with the name users, exceptions and the flight recorder see
+ * ([apiName]) and which signature fields apply to each. The one list every backend uses.
+ */
+@InternalTpcommApi
+public enum class CollectiveOp(
+    /** The name of the [dev.tpcomm.Communicator] method, as it appears in messages. */
+    public val apiName: String,
+    /** The operation moves a tensor (dtype and shape are part of its signature). */
+    public val hasTensor: Boolean,
+    /** The operation takes a [dev.tpcomm.ReduceOp]. */
+    public val hasReduceOp: Boolean = false,
+    /** The operation takes a root rank. */
+    public val hasRoot: Boolean = false,
+    /** The operation takes a dimension. */
+    public val hasDim: Boolean = false,
+    /** Point-to-point: not matched across every rank, so it has no collective signature. */
+    public val isPointToPoint: Boolean = false,
+) {
+    /** [dev.tpcomm.Communicator.allReduce]. */
+    AllReduce("allReduce", hasTensor = true, hasReduceOp = true),
+    /** [dev.tpcomm.Communicator.broadcast]. */
+    Broadcast("broadcast", hasTensor = true, hasRoot = true),
+    /** [dev.tpcomm.Communicator.reduce]. */
+    Reduce("reduce", hasTensor = true, hasReduceOp = true, hasRoot = true),
+    /** [dev.tpcomm.Communicator.allGather] and `allGatherInto`. */
+    AllGather("allGather", hasTensor = true, hasDim = true),
+    /** [dev.tpcomm.Communicator.reduceScatter] and `reduceScatterInto`. */
+    ReduceScatter("reduceScatter", hasTensor = true, hasReduceOp = true, hasDim = true),
+    /** [dev.tpcomm.Communicator.gather]. */
+    Gather("gather", hasTensor = true, hasRoot = true, hasDim = true),
+    /** [dev.tpcomm.Communicator.scatter]: the signature carries the output (every rank has one). */
+    Scatter("scatter", hasTensor = true, hasRoot = true, hasDim = true),
+    /** [dev.tpcomm.Communicator.allToAll]. */
+    AllToAll("allToAll", hasTensor = true, hasDim = true),
+    /** [dev.tpcomm.Communicator.barrier]. */
+    Barrier("barrier", hasTensor = false),
+    /** [dev.tpcomm.Communicator.split]. */
+    Split("split", hasTensor = false),
+    /** [dev.tpcomm.Communicator.group]: the signature's extra field carries the ranks' hash. */
+    Group("group", hasTensor = false),
+    /** [dev.tpcomm.Communicator.send]. */
+    Send("send", hasTensor = true, isPointToPoint = true),
+    /** [dev.tpcomm.Communicator.recv]. */
+    Recv("recv", hasTensor = true, isPointToPoint = true),
+    /** [dev.tpcomm.Communicator.probe]. */
+    Probe("probe", hasTensor = false, isPointToPoint = true),
+    ;
+
+    override fun toString(): String = apiName
+
+    public companion object {
+        /** The operation named [apiName], or null. */
+        @JvmStatic
+        public fun byApiName(apiName: String): CollectiveOp? = entries.firstOrNull { it.apiName == apiName }
+    }
+}

@@ -1,0 +1,147 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.DType
+import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+
+/**
+ * The one encoding of what every rank must agree on for one collective: operation, dtype, shape,
+ * reduce op, root, dim and an extra word (the ranks of a `group`), as [SIZE] longs. Backends
+ * exchange these words however they move data (an in-process slot, `MPI_Allgather`, `ncclAllGather`)
+ * and call [compare] on the gathered words; the message names the ranks and the fields that differ.
+ *
+ * Layout (version 1): `[0]` [MAGIC], `[1]` operation ([CollectiveOp.ordinal]), `[2]` dtype ordinal
+ * or -1, `[3]` reduce-op ordinal or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
+ * of dimensions or -1 without a tensor, `[7]` extra, `[8..15]` the sizes of the first 8 dimensions
+ * (a tensor of more dimensions stores a hash of the remaining sizes in `[15]`).
+ *
+ * Pure functions; thread-safe; [encode] allocates nothing.
+ */
+@InternalTpcommApi
+public object CollectiveSignature {
+    /** Number of longs in one rank's signature. */
+    public const val SIZE: Int = 16
+
+    /** `"tpcomm"` followed by the layout version (1): a rank speaking another layout is reported as a protocol mismatch. */
+    public const val MAGIC: Long = 0x7470636f6d6d0001L
+
+    private const val DIMS_AT = 8
+    private const val MAX_EXACT_DIMS = SIZE - DIMS_AT
+
+    private val FIELD_OF_WORD: Array<String> = arrayOf(
+        "protocol", "operation", "dtype", "op", "root", "dim", "shape", "ranks",
+        "shape", "shape", "shape", "shape", "shape", "shape", "shape", "shape",
+    )
+
+    /**
+     * Writes the signature of one call into [dst] at [offset] ([SIZE] longs). [dim] must already be
+     * normalised (0 until `tensor.ndim`), or -1 when the operation has none; [root] is -1 when it
+     * has none; [extra] is 0 unless the operation defines it.
+     */
+    @JvmStatic
+    public fun encode(
+        dst: LongArray,
+        offset: Int,
+        op: CollectiveOp,
+        tensor: Tensor?,
+        reduceOp: ReduceOp? = null,
+        root: Int = -1,
+        dim: Int = -1,
+        extra: Long = 0,
+    ) {
+        dst[offset] = MAGIC
+        dst[offset + 1] = op.ordinal.toLong()
+        dst[offset + 2] = tensor?.dtype?.ordinal?.toLong() ?: -1L
+        dst[offset + 3] = reduceOp?.ordinal?.toLong() ?: -1L
+        dst[offset + 4] = root.toLong()
+        dst[offset + 5] = dim.toLong()
+        val shape = tensor?.shape
+        dst[offset + 6] = shape?.size?.toLong() ?: -1L
+        dst[offset + 7] = extra
+        for (i in 0 until MAX_EXACT_DIMS) dst[offset + DIMS_AT + i] = 0L
+        if (shape != null) {
+            val exact = if (shape.size <= MAX_EXACT_DIMS) shape.size else MAX_EXACT_DIMS - 1
+            for (i in 0 until exact) dst[offset + DIMS_AT + i] = shape[i].toLong()
+            if (shape.size > MAX_EXACT_DIMS) {
+                var h = 1125899906842597L
+                for (i in exact until shape.size) h = 31 * h + shape[i]
+                dst[offset + SIZE - 1] = h
+            }
+        }
+    }
+
+    /** A new array holding the signature of one call (see [encode]). */
+    @JvmStatic
+    public fun of(
+        op: CollectiveOp,
+        tensor: Tensor?,
+        reduceOp: ReduceOp? = null,
+        root: Int = -1,
+        dim: Int = -1,
+        extra: Long = 0,
+    ): LongArray = LongArray(SIZE).also { encode(it, 0, op, tensor, reduceOp, root, dim, extra) }
+
+    /** What the ranks disagreed on: [message] for the exception, [ranks] that differ from rank 0, the [fields] that differ. */
+    public class Mismatch(
+        /** The whole message, naming every differing rank, what it called, and the fields. */
+        public val message: String,
+        /** The ranks whose signature differs from rank 0's, ascending. */
+        public val ranks: List<Int>,
+        /** The fields that differ (`protocol`, `operation`, `dtype`, `op`, `root`, `dim`, `shape`, `ranks`), in that order. */
+        public val fields: List<String>,
+    )
+
+    /**
+     * Compares the [worldSize] signatures stored one after another in [all] (rank `r` at `r * SIZE`)
+     * with rank 0's. Returns null when they all match; otherwise the [Mismatch] for a
+     * [dev.tpcomm.CollectiveMismatchException]. [description] names the communicator in the message
+     * (for example `"a world of 4 ranks"`). Allocates only on a mismatch.
+     */
+    @JvmStatic
+    public fun compare(all: LongArray, worldSize: Int, sequence: Long, description: String): Mismatch? {
+        var bad = false
+        outer@ for (r in 1 until worldSize) {
+            for (i in 0 until SIZE) if (all[r * SIZE + i] != all[i]) { bad = true; break@outer }
+        }
+        if (!bad) return null
+        val ranks = ArrayList<Int>()
+        val fields = LinkedHashSet<String>()
+        val lines = StringBuilder()
+        for (r in 1 until worldSize) {
+            val differs = LinkedHashSet<String>()
+            for (i in 0 until SIZE) if (all[r * SIZE + i] != all[i]) differs += FIELD_OF_WORD[i]
+            if (differs.isEmpty()) continue
+            if ("protocol" in differs || "operation" in differs) differs.retainAll(setOf("protocol", "operation"))
+            ranks += r
+            fields += differs
+            lines.append("; rank ").append(r).append(" called ").append(describe(all, r * SIZE))
+                .append(" (differs in ").append(differs.joinToString()).append(')')
+        }
+        val ordered = listOf("protocol", "operation", "dtype", "op", "root", "dim", "shape", "ranks").filter { it in fields }
+        val message = "collective #$sequence of $description does not match across ranks: rank 0 called " +
+            describe(all, 0) + lines + ". Every rank must call the same collectives in the same order " +
+            "with the same dtype, shape, op, root and dim"
+        return Mismatch(message, ranks, ordered)
+    }
+
+    /** Human-readable form of the signature at [offset] of [words], e.g. `allReduce(Float32[4, 8], op=Sum)`. */
+    @JvmStatic
+    public fun describe(words: LongArray, offset: Int = 0): String {
+        if (words[offset] != MAGIC) return "an operation of another tpcomm version (signature word ${words[offset]})"
+        val op = CollectiveOp.entries.getOrNull(words[offset + 1].toInt())
+        val args = ArrayList<String>()
+        val ndim = words[offset + 6].toInt()
+        if (ndim >= 0) {
+            val dtype = DType.entries.getOrNull(words[offset + 2].toInt())?.name ?: "?"
+            val dims = (0 until minOf(ndim, MAX_EXACT_DIMS)).map { words[offset + DIMS_AT + it] }
+            val shape = if (ndim <= MAX_EXACT_DIMS) dims.joinToString() else dims.dropLast(1).joinToString() + ", ..."
+            args += "$dtype[$shape]"
+        }
+        ReduceOp.entries.getOrNull(words[offset + 3].toInt())?.let { args += "op=$it" }
+        if (words[offset + 4] >= 0) args += "root=${words[offset + 4]}"
+        if (words[offset + 5] >= 0) args += "dim=${words[offset + 5]}"
+        if (op == CollectiveOp.Group) args += "ranks#${words[offset + 7]}"
+        return "${op?.apiName ?: "operation#${words[offset + 1]}"}(${args.joinToString()})"
+    }
+}

@@ -1,0 +1,236 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.Communicator
+import dev.tpcomm.Device
+import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+
+/**
+ * The one argument check of every collective, run first by every backend before any data moves,
+ * so that the same mistake gives the same [IllegalArgumentException] (same message, word for word)
+ * on every backend and leaves buffers and communicator untouched.
+ *
+ * Each function checks one operation's arguments and returns the normalised dimension (0 until
+ * `ndim`) where the operation has one. Sizes are computed in `Long` arithmetic and refused when a
+ * result would not fit where it must go (a dimension is an `Int`; a native count may be limited by
+ * [maxCount]), never wrapped.
+ *
+ * Tensors are refused when closed (a view whose parent was closed is closed), on another device
+ * than [device], read-only where the call writes them, and, when [nativeMemory] is set (the backend
+ * hands host addresses to native code), backed by a Java heap array, whose address native code
+ * cannot use. Tags above [maxTag] (MPI's `MPI_TAG_UB`) are refused.
+ *
+ * Immutable and thread-safe.
+ */
+@InternalTpcommApi
+public class CollectiveValidator(
+    /** Number of ranks of the communicator. */
+    public val worldSize: Int,
+    /** The device whose tensors the communicator moves. */
+    public val device: Device,
+    /** True when host tensors' addresses are handed to native code (MPI, staging). */
+    public val nativeMemory: Boolean,
+    /** The largest tag the library accepts (`Int.MAX_VALUE` when unlimited). */
+    public val maxTag: Int = Int.MAX_VALUE,
+    /** The most elements one call may move (`Int.MAX_VALUE` where the library counts in `int`). */
+    public val maxCount: Long = Long.MAX_VALUE,
+) {
+    /** [tensor] as the [role] of [operation]: open, on [device], addressable, writable if [written]. */
+    public fun tensor(tensor: Tensor, operation: String, role: String, written: Boolean) {
+        require(!tensor.isClosed) { "$operation: the $role was closed; pass an open tensor" }
+        require(tensor.device == device) {
+            if (device.isGpu && !tensor.device.isGpu) {
+                "$operation: this communicator moves tensors on $device but got a host tensor; copy it to $device first (no hidden copies are made)"
+            } else {
+                "$operation: the $role is on ${tensor.device} but this communicator moves tensors on $device"
+            }
+        }
+        if (!tensor.device.isGpu) {
+            val s = tensor.segment
+            require(!(nativeMemory && !s.isNative)) {
+                "$operation: the $role is backed by a Java heap array, whose address native code cannot use; " +
+                    "allocate it off the heap (Tensor.zeros, Tensor.copy, or Tensor.wrap of a segment from an Arena)"
+            }
+            require(!(written && s.isReadOnly)) {
+                "$operation: the $role is read-only but this call writes it; pass a writable tensor (for example tensor.copy())"
+            }
+        }
+        require(tensor.numel <= maxCount) {
+            "$operation: the $role has ${tensor.numel} elements, more than this backend moves in one call ($maxCount); split it into chunks"
+        }
+    }
+
+    /** [Communicator.allReduce]. */
+    public fun allReduce(tensor: Tensor, op: ReduceOp) {
+        tensor(tensor, "allReduce", "tensor", written = true)
+        CollectiveChecks.op(op, tensor.dtype, "allReduce")
+    }
+
+    /** [Communicator.broadcast]: [tensor] is written on every rank but the root; it is checked as written everywhere so every rank refuses alike. */
+    public fun broadcast(tensor: Tensor, root: Int) {
+        CollectiveChecks.root(root, worldSize, "broadcast")
+        tensor(tensor, "broadcast", "tensor", written = true)
+    }
+
+    /** [Communicator.reduce]. */
+    public fun reduce(tensor: Tensor, root: Int, op: ReduceOp) {
+        CollectiveChecks.root(root, worldSize, "reduce")
+        tensor(tensor, "reduce", "tensor", written = true)
+        CollectiveChecks.op(op, tensor.dtype, "reduce")
+    }
+
+    /** The shape [Communicator.allGather] returns, after checking [input] and [dim]. Returns the shape. */
+    public fun allGatherShape(input: Tensor, dim: Int, operation: String = "allGather"): List<Int> {
+        tensor(input, operation, "input", written = false)
+        val d = dim(input, dim, operation)
+        return gatheredShape(input, d, operation)
+    }
+
+    /** [Communicator.allGatherInto]. Returns the normalised dim. */
+    public fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Int {
+        val op = "allGather"
+        tensor(input, op, "input", written = false)
+        tensor(output, op, "output", written = true)
+        val d = dim(input, dim, op)
+        CollectiveChecks.sameDtype(input, output, op)
+        CollectiveChecks.shape(output, gatheredShape(input, d, op), "output", op)
+        disjoint(output, input, op)
+        return d
+    }
+
+    /** The shape [Communicator.reduceScatter] returns, after checking [input], [op] and [dim]. */
+    public fun reduceScatterShape(input: Tensor, op: ReduceOp, dim: Int): List<Int> {
+        val name = "reduceScatter"
+        tensor(input, name, "input", written = false)
+        CollectiveChecks.op(op, input.dtype, name)
+        val d = dim(input, dim, name)
+        CollectiveChecks.divisible(input, d, worldSize, name)
+        return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
+    }
+
+    /** [Communicator.reduceScatterInto]. Returns the normalised dim. */
+    public fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Int {
+        val name = "reduceScatter"
+        val expected = reduceScatterShape(input, op, dim)
+        tensor(output, name, "output", written = true)
+        CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.shape(output, expected, "output", name)
+        disjoint(output, input, name)
+        return normalise(input, dim)
+    }
+
+    /** [Communicator.gather]. Returns the normalised dim; the root's output shape is [allGatherShape]'s. */
+    public fun gather(input: Tensor, root: Int, dim: Int): Int {
+        CollectiveChecks.root(root, worldSize, "gather")
+        tensor(input, "gather", "input", written = false)
+        val d = dim(input, dim, "gather")
+        gatheredShape(input, d, "gather")
+        return d
+    }
+
+    /**
+     * [Communicator.scatter] on rank [rank]: [output] everywhere; [input] on the root only (required
+     * there, of `output`'s shape times the world size along [dim]; ignored elsewhere). Returns the
+     * normalised dim.
+     */
+    public fun scatter(output: Tensor, input: Tensor?, root: Int, rank: Int, dim: Int): Int {
+        val name = "scatter"
+        CollectiveChecks.root(root, worldSize, name)
+        tensor(output, name, "output", written = true)
+        val d = dim(output, dim, name)
+        val expected = gatheredShape(output, d, name)
+        if (rank == root) {
+            require(input != null) {
+                "$name: rank $root is the root and must pass an input of shape $expected (the outputs of all ranks joined along dim $d); got null"
+            }
+            tensor(input, name, "root's input", written = false)
+            CollectiveChecks.sameDtype(input, output, name)
+            CollectiveChecks.shape(input, expected, "the root's input", name)
+            disjoint(output, input, name)
+        }
+        return d
+    }
+
+    /** [Communicator.allToAll]. Returns the normalised dim. */
+    public fun allToAll(input: Tensor, dim: Int): Int {
+        val name = "allToAll"
+        tensor(input, name, "input", written = false)
+        val d = dim(input, dim, name)
+        CollectiveChecks.divisible(input, d, worldSize, name)
+        return d
+    }
+
+    /** [Communicator.send]. */
+    public fun send(tensor: Tensor, dst: Int, tag: Int) {
+        CollectiveChecks.peer(dst, worldSize, "send", allowAny = false)
+        tag(tag, "send", allowAny = false)
+        tensor(tensor, "send", "tensor", written = false)
+    }
+
+    /** [Communicator.recv]. */
+    public fun recv(tensor: Tensor, src: Int, tag: Int) {
+        CollectiveChecks.peer(src, worldSize, "recv", allowAny = true)
+        tag(tag, "recv", allowAny = true)
+        tensor(tensor, "recv", "tensor", written = true)
+    }
+
+    /** [Communicator.probe]. */
+    public fun probe(src: Int, tag: Int) {
+        CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
+        tag(tag, "probe", allowAny = true)
+    }
+
+    /** [Communicator.group]'s [ranks]: not empty, distinct, in range. */
+    public fun group(ranks: List<Int>) {
+        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
+        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
+        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
+    }
+
+    /** A tag: >= 0 and at most [maxTag], or [Communicator.ANY_TAG] when [allowAny]. */
+    public fun tag(tag: Int, operation: String, allowAny: Boolean) {
+        CollectiveChecks.tag(tag, operation, allowAny)
+        require(tag <= maxTag) {
+            "$operation: tag $tag is above the largest tag this backend's library accepts ($maxTag, its MPI_TAG_UB); pass a tag in 0..$maxTag"
+        }
+    }
+
+    private fun dim(t: Tensor, dim: Int, operation: String): Int {
+        CollectiveChecks.dim(t, dim, operation)
+        return normalise(t, dim)
+    }
+
+    private fun gatheredShape(t: Tensor, d: Int, operation: String): List<Int> {
+        val size = t.shape[d].toLong() * worldSize
+        require(size <= Int.MAX_VALUE) {
+            "$operation: dim $d would have ${t.shape[d]} x $worldSize = $size elements, more than a dimension holds (${Int.MAX_VALUE}); " +
+                "gather along another dim or split the tensor"
+        }
+        val total = Math.multiplyHigh(t.numel, worldSize.toLong()) == 0L && t.numel * worldSize <= maxCount
+        require(total) {
+            "$operation: the result would have ${t.numel} x $worldSize elements, more than this backend moves in one call ($maxCount); split the tensor"
+        }
+        return t.shape.toMutableList().also { it[d] = size.toInt() }
+    }
+
+    private fun disjoint(output: Tensor, input: Tensor, operation: String) {
+        if (output.device != input.device || output.byteSize == 0L || input.byteSize == 0L) return
+        val overlap = if (output.device.isGpu) {
+            val a = output.address
+            val b = input.address
+            a < b + input.byteSize && b < a + output.byteSize
+        } else {
+            output.segment.asOverlappingSlice(input.segment).isPresent
+        }
+        require(!overlap) {
+            "$operation: the output and the input share memory; pass an output that does not overlap the input (this call is out of place)"
+        }
+    }
+
+    public companion object {
+        /** [dim] of [t] counted from the front (negative counts from the end); no range check. */
+        @JvmStatic
+        public fun normalise(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
+    }
+}

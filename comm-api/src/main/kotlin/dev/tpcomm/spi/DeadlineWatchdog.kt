@@ -1,0 +1,106 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.InternalTpcommApi
+import java.lang.ref.WeakReference
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.locks.LockSupport
+
+/**
+ * The one deadline watchdog of the process: a daemon platform thread that calls every registered
+ * [Watched] periodically with the current time. It never issues communication itself, so it keeps
+ * running while the threads that issue native calls are blocked inside a library: a [Watched]
+ * that finds a call past its deadline aborts the communicator from here (records the failure in
+ * its [FailureState], fails the waiting callers, and calls the library's abort, as PyTorch's
+ * `ProcessGroupNCCL` watchdog calls `ncclCommAbort` from its own thread).
+ *
+ * The calling threads read no clock for this: they publish what they are doing and the watchdog
+ * times it. [coarseNanos] is the time of the latest scan, a clock the recording path may read for
+ * free (at most one period behind [System.nanoTime]).
+ *
+ * Thread-safe. A [Watched] that throws is reported to stderr once per registration and keeps being
+ * called; its [Watched.checkDeadlines] must be quick and must not block.
+ */
+@InternalTpcommApi
+public object DeadlineWatchdog {
+    /** Something with deadlines: a communicator, a world, a pending creation. */
+    public fun interface Watched {
+        /** Called on the watchdog thread about every period with [nowNanos] (`System.nanoTime`). */
+        public fun checkDeadlines(nowNanos: Long)
+    }
+
+    /** A registration; [close] stops the calls (idempotent). */
+    public class Registration internal constructor(
+        internal val strong: Watched?,
+        internal val weak: WeakReference<Watched>?,
+        internal val periodNanos: Long,
+    ) : AutoCloseable {
+        @Volatile internal var nextDue: Long = System.nanoTime() + periodNanos
+        @Volatile internal var reported: Boolean = false
+
+        internal fun target(): Watched? = strong ?: weak?.get()
+
+        /** Stops calling the watched object. */
+        override fun close() {
+            registrations.remove(this)
+        }
+    }
+
+    private val registrations = ConcurrentHashMap.newKeySet<Registration>()
+    @Volatile private var thread: Thread? = null
+
+    /** `System.nanoTime()` as of the watchdog's latest scan. */
+    @Volatile public var coarseNanos: Long = System.nanoTime()
+        private set
+
+    /**
+     * Calls [watched] every [periodMillis] ms (at least 1) from now on. With [weak], the watchdog
+     * holds [watched] weakly and drops it once it is unreachable (a world the user forgot to close
+     * does not leak); then keep [watched] reachable yourself, typically by making the communicator
+     * implement it.
+     */
+    public fun register(watched: Watched, periodMillis: Long, weak: Boolean = false): Registration {
+        val period = periodMillis.coerceAtLeast(1) * 1_000_000
+        val r = if (weak) Registration(null, WeakReference(watched), period) else Registration(watched, null, period)
+        registrations += r
+        ensureThread()
+        LockSupport.unpark(thread)
+        return r
+    }
+
+    /** The period for a communicator whose calls time out after [timeoutMillis]: a tenth of it, between 2 and 50 ms. */
+    public fun periodFor(timeoutMillis: Long): Long = (timeoutMillis / 10).coerceIn(2, 50)
+
+    private fun ensureThread() {
+        if (thread != null) return
+        synchronized(this) {
+            if (thread == null) thread = Thread.ofPlatform().daemon(true).name("tpcomm-watchdog").start(::loop)
+        }
+    }
+
+    private fun loop() {
+        while (true) {
+            val now = System.nanoTime()
+            coarseNanos = now
+            var nextWake = now + 50_000_000L
+            for (r in registrations) {
+                val w = r.target()
+                if (w == null) { registrations.remove(r); continue }
+                if (now - r.nextDue >= 0) {
+                    r.nextDue = now + r.periodNanos
+                    try {
+                        w.checkDeadlines(now)
+                    } catch (t: Throwable) {
+                        if (!r.reported) {
+                            r.reported = true
+                            System.err.println("tpcomm: a deadline check failed (reported once): $t")
+                            t.printStackTrace()
+                        }
+                    }
+                }
+                if (r.nextDue - nextWake < 0) nextWake = r.nextDue
+            }
+            val sleep = nextWake - System.nanoTime()
+            if (sleep > 0) LockSupport.parkNanos(this, sleep)
+        }
+    }
+}

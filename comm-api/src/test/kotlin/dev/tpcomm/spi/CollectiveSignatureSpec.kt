@@ -1,0 +1,43 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+
+class CollectiveSignatureSpec : FunSpec({
+    fun gathered(vararg sigs: LongArray): LongArray = sigs.reduce { a, b -> a + b }
+
+    test("equal signatures match") {
+        val t = Tensor.zeros(DType.Float32, 4, 8)
+        val s = CollectiveSignature.of(CollectiveOp.AllReduce, t, ReduceOp.Sum)
+        CollectiveSignature.compare(gathered(s, s, s), 3, 7, "a world of 3 ranks") shouldBe null
+        CollectiveSignature.describe(s) shouldBe "allReduce(Float32[4, 8], op=Sum)"
+    }
+
+    test("a mismatch names the ranks, what each called and the fields") {
+        val a = CollectiveSignature.of(CollectiveOp.AllReduce, Tensor.zeros(DType.Float32, 4), ReduceOp.Sum)
+        val b = CollectiveSignature.of(CollectiveOp.AllReduce, Tensor.zeros(DType.Float64, 5), ReduceOp.Max)
+        val c = CollectiveSignature.of(CollectiveOp.Broadcast, Tensor.zeros(DType.Float32, 4), root = 0)
+        val m = CollectiveSignature.compare(gathered(a, a, b, c), 4, 12, "a world of 4 ranks")!!
+        m.ranks shouldBe listOf(2, 3)
+        m.fields shouldBe listOf("operation", "dtype", "op", "shape")
+        m.message shouldBe "collective #12 of a world of 4 ranks does not match across ranks: rank 0 called " +
+            "allReduce(Float32[4], op=Sum); rank 2 called allReduce(Float64[5], op=Max) (differs in dtype, op, shape); " +
+            "rank 3 called broadcast(Float32[4], root=0) (differs in operation). Every rank must call the same collectives " +
+            "in the same order with the same dtype, shape, op, root and dim"
+    }
+
+    test("tensors of more than 8 dimensions still compare every size") {
+        val x = CollectiveSignature.of(CollectiveOp.AllGather, Tensor.zeros(DType.Int8, 1, 1, 1, 1, 1, 1, 1, 1, 2, 3), dim = 0)
+        val y = CollectiveSignature.of(CollectiveOp.AllGather, Tensor.zeros(DType.Int8, 1, 1, 1, 1, 1, 1, 1, 1, 3, 2), dim = 0)
+        CollectiveSignature.compare(gathered(x, y), 2, 1, "w")!!.fields shouldBe listOf("shape")
+    }
+
+    test("a rank speaking another layout version is a protocol mismatch") {
+        val a = CollectiveSignature.of(CollectiveOp.Barrier, null)
+        val b = a.copyOf().also { it[0] = 42 }
+        CollectiveSignature.compare(gathered(a, b), 2, 1, "w")!!.fields shouldBe listOf("protocol")
+    }
+})

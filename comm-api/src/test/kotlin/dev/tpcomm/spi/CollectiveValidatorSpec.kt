@@ -1,0 +1,85 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.DType
+import dev.tpcomm.Device
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import io.kotest.assertions.throwables.shouldNotThrowAny
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import java.lang.foreign.MemorySegment
+
+class CollectiveValidatorSpec : FunSpec({
+    val native = CollectiveValidator(worldSize = 3, device = Device.Host, nativeMemory = true, maxTag = 1000, maxCount = Int.MAX_VALUE.toLong())
+    val jvm = CollectiveValidator(worldSize = 3, device = Device.Host, nativeMemory = false)
+
+    test("a heap-backed tensor is refused where native code gets its address, accepted where the JVM moves it") {
+        val heap = Tensor.wrap(MemorySegment.ofArray(FloatArray(6)), DType.Float32, 6)
+        shouldThrow<IllegalArgumentException> { native.allReduce(heap, ReduceOp.Sum) }.message shouldBe
+            "allReduce: the tensor is backed by a Java heap array, whose address native code cannot use; " +
+            "allocate it off the heap (Tensor.zeros, Tensor.copy, or Tensor.wrap of a segment from an Arena)"
+        shouldNotThrowAny { jvm.allReduce(heap, ReduceOp.Sum) }
+    }
+
+    test("a read-only tensor is refused where the call writes it, accepted where it is only read") {
+        val ro = Tensor.wrap(Tensor.zeros(DType.Int32, 6).segment.asReadOnly(), DType.Int32, 6)
+        for (v in listOf(native, jvm)) {
+            shouldThrow<IllegalArgumentException> { v.allReduce(ro, ReduceOp.Sum) }.message shouldBe
+                "allReduce: the tensor is read-only but this call writes it; pass a writable tensor (for example tensor.copy())"
+            shouldNotThrowAny { v.send(ro, 1, 0) }
+        }
+    }
+
+    test("a view of a closed parent is refused") {
+        val parent = Tensor.zeros(DType.Float32, 6)
+        val view = parent.chunk(3)[1]
+        parent.close()
+        shouldThrow<IllegalArgumentException> { native.broadcast(view, 0) }.message shouldBe
+            "broadcast: the tensor was closed; pass an open tensor"
+    }
+
+    test("an all-gather whose output size overflows an Int is refused before any data moves") {
+        // Int8[1431655766] on 3 ranks: 4,294,967,298 elements, which wrapped to 2 as an Int.
+        val input = Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Int8, 1431655766)
+        val gpu = CollectiveValidator(3, Device.Cuda(0), nativeMemory = true)
+        shouldThrow<IllegalArgumentException> { gpu.allGatherShape(input, 0) }.message shouldContain
+            "dim 0 would have 1431655766 x 3 = 4294967298 elements"
+        shouldThrow<IllegalArgumentException> { CollectiveShapes.allGather(input, 3, 0) }
+        shouldThrow<IllegalArgumentException> { gpu.gather(input, 0, 0) }
+    }
+
+    test("more elements than the library counts are refused with the limit") {
+        val big = Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Int8, Int.MAX_VALUE, 2)
+        val v = CollectiveValidator(2, Device.Cuda(0), nativeMemory = true, maxCount = Int.MAX_VALUE.toLong())
+        shouldThrow<IllegalArgumentException> { v.allReduce(big, ReduceOp.Sum) }.message shouldContain "split it into chunks"
+    }
+
+    test("tags above the library's upper bound are refused") {
+        val t = Tensor.zeros(DType.Float32, 2)
+        shouldThrow<IllegalArgumentException> { native.send(t, 1, 1001) }.message shouldBe
+            "send: tag 1001 is above the largest tag this backend's library accepts (1000, its MPI_TAG_UB); pass a tag in 0..1000"
+        shouldNotThrowAny { native.recv(t, 1, 1000) }
+    }
+
+    test("scatter: a root without input is told the shape to pass; other ranks may pass null") {
+        val out = Tensor.zeros(DType.Float32, 2, 4)
+        shouldThrow<IllegalArgumentException> { native.scatter(out, null, root = 1, rank = 1, dim = -1) }.message shouldBe
+            "scatter: rank 1 is the root and must pass an input of shape [2, 12] (the outputs of all ranks joined along dim 1); got null"
+        native.scatter(out, null, root = 1, rank = 0, dim = -1) shouldBe 1
+    }
+
+    test("gather with a bad dim names gather, not allGather") {
+        val t = Tensor.zeros(DType.Float32, 3)
+        shouldThrow<IllegalArgumentException> { native.gather(t, 0, 2) }.message shouldBe
+            "gather: dim 2 is out of range for shape [3]; pass a dim in -1..0"
+    }
+
+    test("an out-of-place call whose output overlaps its input is refused") {
+        val buf = Tensor.zeros(DType.Float32, 9)
+        val input = buf.chunk(3)[0]
+        shouldThrow<IllegalArgumentException> { native.allGatherInto(buf, input, 0) }.message shouldContain "share memory"
+        shouldNotThrowAny { native.allGatherInto(Tensor.zeros(DType.Float32, 9), input, 0) }
+    }
+})
