@@ -17,6 +17,8 @@ import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
@@ -125,7 +127,15 @@ public class MpiCommunicator internal constructor(
 
     private val workarounds = MpiWorkarounds(binding.abi)
 
-    @Volatile private var broken: Throwable? = null
+    /**
+     * The core's argument checks, run first for host tensors so every backend refuses the same
+     * mistake with the same message: heap, read-only (written), closed tensors and views of closed
+     * ones, sizes in Long past MPI's int count, tags past [tagUpperBound], aliased input and output.
+     */
+    private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong())
+
+    /** The communicator's failure state (first cause wins) and the one builder of its exceptions. */
+    private val failure = FailureState(rank, "mpi") { recorder.dumpJson() }
 
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
 
@@ -196,7 +206,7 @@ public class MpiCommunicator internal constructor(
      * Whether this communicator was aborted (a timeout, a mismatch, an MPI error, a cancelled call,
      * or another rank's abort notice): every later call throws [CommunicatorAbortedException].
      */
-    public val isAborted: Boolean get() = broken != null
+    public val isAborted: Boolean get() = failure.isAborted
 
     /** The former name of [isAborted]. */
     @Deprecated("named isAborted on every backend", ReplaceWith("isAborted"))
@@ -207,6 +217,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.allReduce(tensor, op)
         val name = "allReduce"
+        if (!tensor.device.isGpu) validator.allReduce(tensor, op)
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
         if (workarounds.hostReduced(tensor.dtype, op)) {
@@ -245,6 +256,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.broadcast(tensor, root)
         val name = "broadcast"
+        if (!tensor.device.isGpu) validator.broadcast(tensor, root)
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         val n = count(tensor, name)
@@ -263,6 +275,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.reduce(tensor, root, op)
         val name = "reduce"
+        if (!tensor.device.isGpu) validator.reduce(tensor, root, op)
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.op(op, tensor.dtype, name)
@@ -303,6 +316,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
         val name = "allGather"
+        if (!input.device.isGpu && !output.device.isGpu) validator.allGatherInto(output, input, dim)
         checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.dim(input, dim, name)
@@ -317,20 +331,13 @@ public class MpiCommunicator internal constructor(
         val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
         val entry = start(name, input, "dim=$d")
         val t = abi.datatype(input.dtype)
-        // An input inside the output (PyTorch's in-place all_gather_into_tensor: this rank's
-        // block) must not be passed as a separate buffer: MPI forbids aliased buffers and MPICH
-        // checks it (MPIR_ERRTEST_ALIAS_COLL: "Buffers must not be aliased"), failing the call.
-        // Exactly this rank's block is MPI_IN_PLACE; any other overlap is copied first.
         val dst = addr(staging)
-        val overlap = !input.device.isGpu && !staging.device.isGpu && overlaps(input, staging)
-        val blockBytes = n.toLong() * input.dtype.byteSize
-        val ownBlock = overlap && addr(input) == dst + rank * blockBytes && input.byteSize == blockBytes
-        val sendCopy = if (overlap && !ownBlock) input.copy() else null
-        val src = when {
-            ownBlock -> abi.inPlace
-            sendCopy != null -> addr(sendCopy)
-            else -> addr(input)
-        }
+        // An input inside the output (PyTorch's in-place all_gather_into_tensor) was refused by
+        // the validator: MPI forbids aliased buffers and MPICH checks it (MPIR_ERRTEST_ALIAS_COLL,
+        // "Buffers must not be aliased"), which failed the call and aborted the communicator.
+        // Device tensors (not validated here) that overlap are copied first.
+        val sendCopy = if (input.device.isGpu || staging.device.isGpu || !overlaps(input, staging)) null else input.copy()
+        val src = if (sendCopy != null) addr(sendCopy) else addr(input)
         collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
@@ -341,6 +348,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
         val name = "reduceScatter"
+        if (!input.device.isGpu && !output.device.isGpu) validator.reduceScatterInto(output, input, op, dim)
         checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.op(op, input.dtype, name)
@@ -388,6 +396,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         if (staging.needed(input)) return staging.gather(input, root, dim)
         val name = "gather"
+        if (!input.device.isGpu) validator.gather(input, root, dim)
         checkTensor(input, name, written = false)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.dim(input, dim, name)
@@ -412,6 +421,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
         if (staging.needed(output) || staging.needed(input)) return staging.scatter(output, input, root, dim)
         val name = "scatter"
+        if (!output.device.isGpu && input?.device?.isGpu != true) validator.scatter(output, input, root, rank, dim)
         checkTensor(output, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.dim(output, dim, name)
@@ -441,6 +451,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         if (staging.needed(input)) return staging.allToAll(input, dim)
         val name = "allToAll"
+        if (!input.device.isGpu) validator.allToAll(input, dim)
         checkTensor(input, name, written = false)
         CollectiveChecks.dim(input, dim, name)
         val d = normalize(input, dim)
@@ -476,6 +487,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
         val name = "send"
+        if (!tensor.device.isGpu) validator.send(tensor, dst, tag)
         checkTensor(tensor, name, written = false)
         CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
         CollectiveChecks.tag(tag, name, allowAny = false)
@@ -525,6 +537,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
         val name = "recv"
+        if (!tensor.device.isGpu) validator.recv(tensor, src, tag)
         checkTensor(tensor, name)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
@@ -546,11 +559,11 @@ public class MpiCommunicator internal constructor(
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
         val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
-            throw CommunicationException(
+            throw failure.failure(
+                name, entry.sequence,
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
                     "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
                     "queued: receive it into a tensor of ${status.refusedBytes} bytes (probe tells the size)",
-                rank, "mpi", name, entry.sequence, null, recorder.dumpJson(),
             ).also { entry.fail(it) }
         }
         return MessageInfo(status.source, status.tag, status.byteCount)
@@ -558,6 +571,7 @@ public class MpiCommunicator internal constructor(
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         val name = "probe"
+        validator.probe(src, tag)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
         checkTagBound(tag, name)
@@ -627,7 +641,7 @@ public class MpiCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         runtime.watchdog.unregister(watched)
-        val free = broken == null && inFlightOps == 0 && !runtime.finalized
+        val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
                 runBlocking {
@@ -685,7 +699,10 @@ public class MpiCommunicator internal constructor(
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
+            val holds = MpiTensorHolds.retain(keepAlive, operation)
             val pending = onThread {
+                var handedOver = false
+                try {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
@@ -707,9 +724,17 @@ public class MpiCommunicator internal constructor(
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
                     val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive, deadline)
                     check(start(p.request), operation, entry)
+                    p.holds = holds
+                    handedOver = true
                     p.mainPending = true
                     p.issued()
                     p
+                }
+                } finally {
+                    // MPI is done with the tensors (a blocking call returned, or nothing was
+                    // started), unless a non-blocking operation took them: it releases them when
+                    // it completes (and never when it fails: MPI may still write them).
+                    if (!handedOver) holds.release()
                 }
             }
             if (pending != null) dispatcher.await(pending)
@@ -750,17 +775,26 @@ public class MpiCommunicator internal constructor(
     ): MpiStatusResult {
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
+            val holds = MpiTensorHolds.retain(keepAlive, operation)
             val pending = dispatcher.execute {
-                ensureUsable(operation, entry.sequence)
-                checkAbortNotices(operation, entry)
-                val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
-                p.result = result
-                p.receive = receive
-                if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
-                if (kind == MpiPending.Kind.Request) {
-                    check(start(p.request), operation, entry)
-                } else {
-                    start(0L)
+                var handedOver = false
+                val p = try {
+                    ensureUsable(operation, entry.sequence)
+                    checkAbortNotices(operation, entry)
+                    val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
+                    p.result = result
+                    p.receive = receive
+                    if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
+                    if (kind == MpiPending.Kind.Request) {
+                        check(start(p.request), operation, entry)
+                    } else {
+                        start(0L)
+                    }
+                    p.holds = holds
+                    handedOver = true
+                    p
+                } finally {
+                    if (!handedOver) holds.release()
                 }
                 p.mainPending = true
                 p.issued()
@@ -816,13 +850,13 @@ public class MpiCommunicator internal constructor(
 
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
-        val cause = broken ?: return
-        throw CommunicatorAbortedException("the communicator was aborted while this call was in flight: ${cause.message}", rank, "mpi", operation, entry.sequence, cause)
+        val cause = failure.cause ?: return
+        throw failure.aborted(operation, entry.sequence, "aborted while this call was in flight: ${failure.abortedMessage(cause)}", cause)
     }
 
     private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
         val m = signatures.compare() ?: return
-        val e = CollectiveMismatchException(m.message, rank, "mpi", operation, entry.sequence, m.ranks, m.fields, recorder.dumpJson())
+        val e = failure.mismatch(operation, entry.sequence, m.message, m.ranks, m.fields)
         markBroken(e)
         throw e
     }
@@ -835,9 +869,7 @@ public class MpiCommunicator internal constructor(
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
     internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
         if (rc == 0) return
-        val e = CommunicationException(
-            "MPI error $rc: ${MpiErrors.describe(binding, rc)}", rank, "mpi", operation, entry.sequence, null, recorder.dumpJson(),
-        )
+        val e = failure.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
         markBroken(e)
         throw e
     }
@@ -847,7 +879,7 @@ public class MpiCommunicator internal constructor(
      * the communicator is broken first (this rank cannot join the operation its peers are in).
      */
     internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
-        val e = CommunicationException(message, rank, "mpi", operation, -1, cause, recorder.dumpJson())
+        val e = failure.failure(operation, -1, message, cause)
         if (breaks) markBroken(e)
         return e
     }
@@ -860,12 +892,8 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw CommunicatorAbortedException("the communicator is closed", rank, "mpi", operation, sequence)
-        broken?.let {
-            throw CommunicatorAbortedException(
-                "the communicator was aborted by an earlier failure: ${it.message}", rank, "mpi", operation, sequence, it,
-            )
-        }
+        if (closed.get()) throw failure.aborted(operation, sequence, "the communicator is closed; create a new one")
+        failure.ensureUsable(operation, sequence)
     }
 
     /**
@@ -877,7 +905,7 @@ public class MpiCommunicator internal constructor(
         try {
             return block()
         } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            val x = failure.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
             failed(entry, x)
             throw x
         } catch (e: TimeoutCancellationException) {
@@ -886,9 +914,9 @@ public class MpiCommunicator internal constructor(
             // without this one); a blocking MPI call still in progress stays under the watchdog,
             // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
             failed(entry, e)
-            val x = CommunicationTimeoutException(
-                "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted",
-                rank, "mpi", entry.operationName(), entry.sequence, e, recorder.dumpJson(),
+            val x = failure.timeout(
+                entry.operationName(), entry.sequence,
+                "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
             )
             entry.fail(x)
             throw x
@@ -902,19 +930,18 @@ public class MpiCommunicator internal constructor(
 
     private fun failed(entry: FlightRecorder.Entry, e: Throwable) {
         entry.fail(e)
-        if (e is CancellationException && broken == null) {
+        if (e is CancellationException && !failure.isAborted) {
             markBroken(
-                CommunicatorAbortedException(
-                    "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one",
-                    rank, "mpi", entry.operationName(), entry.sequence, e,
+                failure.aborted(
+                    entry.operationName(), entry.sequence,
+                    "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
                 ),
             )
         }
     }
 
     private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
-        if (broken == null) {
-            broken = cause
+        if (failure.abort(cause)) {
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
                 if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
@@ -928,21 +955,19 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = CommunicatorAbortedException(
-            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)", rank, "mpi", operation, entry.sequence,
-        )
+        val e = failure.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
         markBroken(e, notifyPeers = false)
         throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
     internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
-        val dump = recorder.dumpJson()
-        val e = CommunicationTimeoutException(
+        val e = failure.timeout(
+            operation, sequence,
             "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
-            rank, "mpi", operation, sequence, null, dump,
         )
+        val dump = e.flightRecorderDump
         markBroken(e)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()

@@ -36,6 +36,9 @@ internal class MpiPending(
     /** The message size that [receive] accepts. */
     var expectedBytes: Long = -1
 
+    /** The caller's tensors, released when the operation completes (never when it fails: MPI may still touch them). */
+    var holds: MpiTensorHolds = MpiTensorHolds.NONE
+
     enum class Kind { Request, Probe }
 
     // Own native memory: several operations may be in flight at once. Freed by the GC only
@@ -81,6 +84,7 @@ internal class MpiPending(
                             r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
                             mainPending = false
                             retire()
+                            holds.release()
                             return true
                         }
                         // The probed message has the tensor's size: receive exactly it.
@@ -98,6 +102,7 @@ internal class MpiPending(
                     r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
                 }
                 retire()
+                holds.release()
                 comm.recordProfile(operation, System.nanoTime() - startNanos)
                 return true
             }
