@@ -163,7 +163,10 @@ public class MpiCommunicator internal constructor(
         override fun onDeadline(sequence: Long) {
             timedOut(currentOperation, sequence)
         }
+        // An aborted communicator's leftover operations are abandoned (their peers were told);
+        // only a usable communicator's operation in progress makes a shutdown a failure.
         override fun describeActiveCall(): String? = when {
+            failure.isAborted -> null
             activeCallCell.get() != 0L -> "$currentOperation #${this@MpiCommunicator.currentSequence} on $name"
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
