@@ -6,7 +6,6 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
-import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
@@ -14,7 +13,6 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
-import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
@@ -24,17 +22,17 @@ import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.TimeoutCancellationException
-import kotlinx.coroutines.suspendCancellableCoroutine
-import kotlin.coroutines.EmptyCoroutineContext
-import kotlinx.coroutines.launch
 import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.suspendCancellableCoroutine
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.lang.ref.Reference
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.atomic.AtomicBoolean
+import kotlin.coroutines.EmptyCoroutineContext
 import kotlin.coroutines.cancellation.CancellationException
 
 /**
@@ -60,13 +58,20 @@ import kotlin.coroutines.cancellation.CancellationException
  * once. Point-to-point calls are always non-blocking, so concurrent sends and receives never
  * deadlock.
  *
- * **Failure.** MPI errors (the communicator uses `MPI_ERRORS_RETURN`) become
- * [CommunicationException]s carrying MPI's error string. A call past [CommConfig.timeout] raises
- * [CommunicationTimeoutException] with the flight recorder's dump (also printed to stderr),
- * breaks the communicator, and with [MpiConfig.abortOnTimeout] calls `MPI_Abort` so that every
- * rank of the job ends. A mismatch found by [CommConfig.checkConsistency] raises
- * [CollectiveMismatchException] on every rank. Buffers of operations MPI may still touch are kept
- * reachable for the life of the process.
+ * **Failure.** Arguments are checked first (the core's validator: the same
+ * [IllegalArgumentException] as on every backend, for heap, read-only, closed or aliased tensors,
+ * sizes past MPI's int count, tags past [tagUpperBound]). MPI errors (the communicator uses
+ * `MPI_ERRORS_RETURN`) become [CommunicationException]s carrying MPI's error string. A call past
+ * [CommConfig.timeout] raises [CommunicationTimeoutException] with the flight recorder's dump (also
+ * printed to stderr), aborts the communicator ([isAborted]), and with [MpiConfig.abortOnTimeout]
+ * calls `MPI_Abort` so that every rank of the job ends (the process ends itself if MPI does not).
+ * A caller's own deadline (`withTimeout`, `awaitAll(timeout)`) raises
+ * [CommunicationTimeoutException] at that deadline in every progress mode and aborts the
+ * communicator. A mismatch found by [CommConfig.checkConsistency] raises
+ * [CollectiveMismatchException] on every rank; a peer's abort makes later calls throw
+ * [CommunicatorAbortedException]. Tensors are retained while MPI may touch them (a `close()`
+ * meanwhile is deferred); buffers of operations that failed while MPI may still touch them are
+ * kept for the life of the process.
  *
  * **Device tensors.** CUDA tensors go to MPI as device pointers when the library is CUDA-aware
  * ([passesDevicePointers]). Other device tensors (MPI not CUDA-aware, [CudaAwareMode.Disabled], or
