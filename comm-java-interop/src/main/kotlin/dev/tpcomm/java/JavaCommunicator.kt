@@ -45,6 +45,12 @@ import java.util.concurrent.CompletableFuture
  * cancelled the same way, the interrupt flag is set again, and [CommunicatorAbortedException] is
  * thrown.
  *
+ * **Objects.** `allGatherObject` and `broadcastObject` move any value, not only tensors. From Java,
+ * pass the value's `Class` (for classes kotlinx.serialization knows: Kotlin `@Serializable`
+ * classes, `String`, boxed primitives) or an [ObjectCodec] (any Java record or POJO, with the
+ * serializer you already use). A codec that throws on one rank makes every rank fail with
+ * [ObjectCodecException], never a hang.
+ *
  * **Tensors.** Do not read or write a tensor while an operation on it is in flight.
  *
  * Thread-safe. [close] closes the underlying communicator: operations still pending then fail.
@@ -140,13 +146,71 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     /** Collective: the sub-communicator of [ranks] (in that order), or null on non-members. See [Communicator.group]. */
     public fun group(ranks: List<Int>): CompletableFuture<JavaCommunicator?> = issue { comm.group(ranks)?.let(::JavaCommunicator) }
 
-    /** Every rank's [value], in rank order, encoded with [serializer] (kotlinx-serialization). */
+    /**
+     * Collective: every rank's [value], in rank order, encoded with [serializer] (kotlinx-serialization;
+     * from Kotlin code). Java code passes a `Class` or an [ObjectCodec] instead: see the overloads.
+     */
     public fun <T> allGatherObject(value: T, serializer: KSerializer<T>): CompletableFuture<List<T>> =
         issue { comm.allGatherObject(value, serializer) }
 
-    /** [root]'s [value] on every rank, encoded with [serializer]; other ranks may pass null. */
+    /**
+     * Collective: every rank's [value], in rank order, for a class kotlinx.serialization knows
+     * (a Kotlin `@Serializable` class, `String`, boxed primitives), found from [type]:
+     *
+     * ```java
+     * List<Step> steps = comm.allGatherObject(new Step(rank, loss), Step.class).join();
+     * ```
+     *
+     * Values are encoded as JSON (kotlinx-serialization) and move through the backend's own object
+     * collectives, so this works on every backend. For a Java record or POJO use the [ObjectCodec] overload. Failures complete the future exceptionally:
+     * [IllegalArgumentException] when [type] has no serializer (on every rank, before anything is
+     * sent); [ObjectCodecException] on every rank when a value cannot be encoded or decoded (the
+     * collective completes and the communicator stays usable); a [CommunicationException] when the
+     * collective itself fails.
+     */
+    public fun <T> allGatherObject(value: T, type: Class<T>): CompletableFuture<List<T>> =
+        issue { ObjectExchange.allGather(comm, value, SerializerCodec.forClass(type)) }
+
+    /**
+     * Collective: every rank's [value], in rank order, encoded and decoded with your [codec]: any
+     * serializer, any Java class (records, POJOs). Every rank must pass an equivalent codec.
+     *
+     * ```java
+     * List<Stats> all = comm.allGatherObject(myStats, statsCodec).join();
+     * ```
+     *
+     * If the codec throws on any rank (encoding its own value, or decoding a rank's bytes), the
+     * future of **every** rank completes with [ObjectCodecException] naming that rank and the codec's
+     * message, with no rank left waiting; the communicator stays usable. A failure of the collective
+     * itself completes it with a [CommunicationException].
+     */
+    public fun <T> allGatherObject(value: T, codec: ObjectCodec<T>): CompletableFuture<List<T>> =
+        issue { ObjectExchange.allGather(comm, value, codec) }
+
+    /**
+     * Collective: [root]'s [value] on every rank, encoded with [serializer] (kotlinx-serialization;
+     * from Kotlin code); other ranks may pass null. Java code passes a `Class` or an [ObjectCodec] instead.
+     */
     public fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): CompletableFuture<T> =
         issue { comm.broadcastObject(value, root, serializer) }
+
+    /**
+     * Collective: [root]'s [value] on every rank (other ranks pass null), for a class
+     * kotlinx.serialization knows, found from [type]; every rank, the root included, gets a decoded
+     * copy. Failures as for [allGatherObject] with a `Class`; a null value on the root completes
+     * every rank's future with [IllegalArgumentException], and so does a [root] outside `0 until worldSize`.
+     */
+    public fun <T> broadcastObject(value: T?, root: Int, type: Class<T>): CompletableFuture<T> =
+        issue { ObjectExchange.broadcast(comm, value, root, SerializerCodec.forClass(type)) }
+
+    /**
+     * Collective: [root]'s [value] on every rank (other ranks pass null), encoded and decoded with
+     * your [codec]; every rank, the root included, gets a decoded copy. If the root's codec cannot
+     * encode, or the codec cannot decode, every rank's future completes with [ObjectCodecException];
+     * a null value on the root completes every rank's future with [IllegalArgumentException].
+     */
+    public fun <T> broadcastObject(value: T?, root: Int, codec: ObjectCodec<T>): CompletableFuture<T> =
+        issue { ObjectExchange.broadcast(comm, value, root, codec) }
 
     /**
      * All-reduces many tensors with few collectives (tensor fusion): grouped by dtype, packed into
@@ -233,12 +297,28 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     /** [group], waiting; null on non-members. */
     public fun groupBlocking(ranks: List<Int>): JavaCommunicator? = block("group") { comm.group(ranks)?.let(::JavaCommunicator) }
 
-    /** [allGatherObject], waiting. */
+    /** [allGatherObject] with a [KSerializer], waiting. */
     public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>): List<T> = block("allGatherObject") { comm.allGatherObject(value, serializer) }
 
-    /** [broadcastObject], waiting. */
+    /** [allGatherObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
+    public fun <T> allGatherObjectBlocking(value: T, type: Class<T>): List<T> =
+        block("allGatherObject") { ObjectExchange.allGather(comm, value, SerializerCodec.forClass(type)) }
+
+    /** [allGatherObject] with an [ObjectCodec], waiting; throws [ObjectCodecException] or the [CommunicationException] itself. */
+    public fun <T> allGatherObjectBlocking(value: T, codec: ObjectCodec<T>): List<T> =
+        block("allGatherObject") { ObjectExchange.allGather(comm, value, codec) }
+
+    /** [broadcastObject] with a [KSerializer], waiting. */
     public fun <T> broadcastObjectBlocking(value: T?, root: Int, serializer: KSerializer<T>): T =
         block("broadcastObject") { comm.broadcastObject(value, root, serializer) }
+
+    /** [broadcastObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, type: Class<T>): T =
+        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, SerializerCodec.forClass(type)) }
+
+    /** [broadcastObject] with an [ObjectCodec], waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, codec: ObjectCodec<T>): T =
+        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, codec) }
 
     /** [allReduceCoalesced], waiting. */
     @JvmOverloads
