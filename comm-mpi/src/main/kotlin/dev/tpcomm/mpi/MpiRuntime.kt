@@ -118,7 +118,9 @@ internal class MpiRuntime(
      * here for its peers. It waits as long as the longest communicator timeout
      * ([finalizeTimeoutNanos]) plus [FINALIZE_MARGIN_NANOS]: healthy peers that are still working within that time are never
      * killed. Past it the job is failing (a peer stalled, died, or works longer than the timeout
-     * allows): the rank says so and ends itself with exit code [MpiCommunicator.ABORT_CODE]
+     * allows): unless a communicator of this process was aborted earlier (then MPI may never
+     * finalize, and the process leaves it unfinalized with the program's own exit status), the rank
+     * says so and ends itself with exit code [MpiCommunicator.ABORT_CODE]
      * (`MPI_Abort` is not allowed once `MPI_Finalize` started), which makes the launcher end the
      * other ranks: never exit 0.
      */
@@ -150,6 +152,18 @@ internal class MpiRuntime(
                 val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start(finalize)
                 t.join(waitMillis)
                 !t.isAlive
+            }
+            if (!finished && broken) {
+                // A communicator of this process was aborted earlier and the program was told (it
+                // caught the exception, e.g. on a duplicate with abortOnTimeout = false): MPI may
+                // never finish that communicator's abandoned operations, so MPI_Finalize may never
+                // return (seen with MPICH over TCP between hosts). Leave MPI unfinalized and let the
+                // process exit with the program's own status.
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds}: a communicator of this " +
+                        "process was aborted earlier and MPI may never finish its abandoned operations; exiting without MPI_Finalize",
+                )
+                return
             }
             if (!finished) {
                 System.err.println(
