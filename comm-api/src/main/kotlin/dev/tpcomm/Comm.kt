@@ -10,16 +10,26 @@ public object Comm {
         ServiceLoader.load(CommBackendFactory::class.java, Comm::class.java.classLoader)
             .toList().sortedByDescending { it.priority }
 
+    /** The backends tpcomm ships, by name, with the module (Maven coordinates) that provides each. */
+    private val KNOWN_MODULES: Map<String, String> = linkedMapOf(
+        "local" to "dev.tpcomm:comm-coroutines",
+        "mpi" to "dev.tpcomm:comm-mpi",
+        "nccl" to "dev.tpcomm:comm-nccl",
+        "rccl" to "dev.tpcomm:comm-rccl",
+    )
+
     /**
      * Creates this process's communicator on [backend] (`"auto"`: the highest-priority available one).
-     * Collective across the ranks described by [config].
+     * Backend names are case-insensitive (`"MPI"` is `"mpi"`). Collective across the ranks described
+     * by [config].
      *
      * @throws BackendUnavailableException when the named backend is not on the classpath or cannot
-     * run here, saying which backends exist and why each is unavailable.
+     * run here, saying which backends exist, which module provides a known one, and why each is
+     * unavailable.
      */
     public suspend fun create(backend: String = "auto", config: CommConfig = CommConfig.fromEnvironment()): Communicator {
         val all = backends()
-        if (backend == "auto") {
+        if (backend.equals("auto", ignoreCase = true)) {
             val chosen = all.firstOrNull { it.isAvailable() }
                 ?: throw BackendUnavailableException(
                     "auto",
@@ -28,12 +38,20 @@ public object Comm {
                 )
             return chosen.create(config)
         }
-        val factory = all.firstOrNull { it.name == backend }
-            ?: throw BackendUnavailableException(
-                backend,
-                "no backend named '$backend' on the classpath; found: ${all.joinToString { it.name }.ifEmpty { "none" }}. " +
-                    "Add the module dev.tpcomm:comm-$backend to the classpath.",
-            )
+        val factory = all.firstOrNull { it.name.equals(backend, ignoreCase = true) }
+            ?: throw BackendUnavailableException(backend, missingBackendMessage(backend, all))
         return factory.create(config)
+    }
+
+    private fun missingBackendMessage(backend: String, found: List<CommBackendFactory>): String {
+        val known = KNOWN_MODULES.entries.joinToString { (name, module) -> "$name ($module)" }
+        val module = KNOWN_MODULES[backend.lowercase()]
+        val advice = if (module != null) {
+            "Add the module $module to the classpath."
+        } else {
+            "Use one of the known backends: $known, or \"auto\"."
+        }
+        return "no backend named '$backend' on the classpath; found: ${found.joinToString { it.name }.ifEmpty { "none" }}. $advice" +
+            if (module != null) " Known backends: $known." else ""
     }
 }

@@ -22,6 +22,9 @@ import kotlin.time.toKotlinDuration
  * @property rendezvous how GPU backends exchange their bootstrap id: `"mpi"`, `"file:///shared/path"`,
  * or null for automatic (MPI when launched by mpirun).
  * @property options backend-specific settings, by name (each backend documents its keys).
+ * @property flightRecorderDir a directory where each rank writes its flight-recorder dump,
+ * `<dir>/<communicator>-rank<R>.json`, on a timeout, abort or mismatch, on `close()` after a failure,
+ * at JVM shutdown, and on demand; null (the default) writes no files (dumps still travel in exceptions).
  */
 public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,
@@ -32,6 +35,7 @@ public data class CommConfig @JvmOverloads constructor(
     public val localRank: Int = rank,
     public val rendezvous: String? = null,
     public val options: Map<String, String> = emptyMap(),
+    public val flightRecorderDir: String? = null,
 ) {
     init {
         require(worldSize >= 1) { "worldSize must be >= 1, got $worldSize" }
@@ -39,6 +43,7 @@ public data class CommConfig @JvmOverloads constructor(
         require(localRank >= 0) { "localRank must be >= 0, got $localRank" }
         require(timeout.isPositive()) { "timeout must be positive, got $timeout" }
         require(flightRecorderSize >= 0) { "flightRecorderSize must be >= 0, got $flightRecorderSize" }
+        require(flightRecorderDir == null || flightRecorderDir.isNotBlank()) { "flightRecorderDir must be a directory path or null, got a blank string" }
     }
 
     /** [timeout] as a `java.time.Duration`. */
@@ -73,6 +78,9 @@ public data class CommConfig @JvmOverloads constructor(
         /** Sets [CommConfig.rendezvous]. */
         public fun rendezvous(value: String?): Builder = apply { config = config.copy(rendezvous = value) }
 
+        /** Sets [CommConfig.flightRecorderDir]. */
+        public fun flightRecorderDir(value: String?): Builder = apply { config = config.copy(flightRecorderDir = value) }
+
         /** Adds one backend-specific option. */
         public fun option(key: String, value: String): Builder = apply { config = config.copy(options = config.options + (key to value)) }
 
@@ -81,6 +89,18 @@ public data class CommConfig @JvmOverloads constructor(
     }
 
     public companion object {
+        private val TRUE_WORDS = setOf("true", "1", "yes", "on")
+        private val FALSE_WORDS = setOf("false", "0", "no", "off")
+
+        /** [value] of environment variable [name] as a boolean, refusing anything but the accepted words. */
+        private fun boolean(name: String, value: String): Boolean = when (value.trim().lowercase()) {
+            in TRUE_WORDS -> true
+            in FALSE_WORDS -> false
+            else -> throw IllegalArgumentException(
+                "environment variable $name=\"$value\" is not a boolean; use one of true, false, 1, 0, yes, no, on, off (any case)",
+            )
+        }
+
         /** A builder starting from the defaults. */
         @JvmStatic
         public fun builder(): Builder = Builder(CommConfig())
@@ -90,9 +110,14 @@ public data class CommConfig @JvmOverloads constructor(
          * `RANK`/`WORLD_SIZE`/`LOCAL_RANK` (torchrun), `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`
          * (Open MPI), `PMI_RANK`/`PMI_SIZE` (MPICH's hydra, Intel MPI), `PMIX_RANK` with
          * `OMPI_COMM_WORLD_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID` (srun). Also
-         * `TPCOMM_TIMEOUT_SECONDS` and `TPCOMM_CHECK_CONSISTENCY`. Without any, a world of one.
+         * `TPCOMM_TIMEOUT_SECONDS`, `TPCOMM_CHECK_CONSISTENCY` and `TPCOMM_FLIGHT_RECORDER_DIR`
+         * ([flightRecorderDir]). Without any, a world of one.
          *
-         * @throws IllegalArgumentException when a variable is not a number or the rank is out of range.
+         * `TPCOMM_CHECK_CONSISTENCY` takes `true`/`false`, `1`/`0`, `yes`/`no` or `on`/`off`, in any case.
+         *
+         * @throws IllegalArgumentException when a variable is not a number (or, for
+         * `TPCOMM_CHECK_CONSISTENCY`, not one of those words) or the rank is out of range; the
+         * message names the variable and what it accepts.
          */
         @JvmStatic
         @JvmOverloads
@@ -121,8 +146,9 @@ public data class CommConfig @JvmOverloads constructor(
                 require(it > 0) { "TPCOMM_TIMEOUT_SECONDS must be positive, got $it" }
                 config = config.copy(timeout = kotlin.time.Duration.parse("${it}s"))
             }
-            env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = it == "1" || it.equals("true", true)) }
+            env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = boolean("TPCOMM_CHECK_CONSISTENCY", it)) }
             env["TPCOMM_RENDEZVOUS"]?.let { config = config.copy(rendezvous = it) }
+            env["TPCOMM_FLIGHT_RECORDER_DIR"]?.takeIf { it.isNotBlank() }?.let { config = config.copy(flightRecorderDir = it) }
             return config
         }
     }

@@ -1,6 +1,8 @@
 package dev.tpcomm
 
+import dev.tpcomm.spi.FailureState
 import kotlinx.serialization.KSerializer
+import kotlinx.serialization.SerializationException
 import kotlinx.serialization.json.Json
 import kotlinx.serialization.serializer
 import java.lang.foreign.MemorySegment
@@ -9,9 +11,19 @@ import java.lang.foreign.ValueLayout
 /**
  * Object collectives on top of byte tensors: values are encoded as UTF-8 JSON with
  * kotlinx-serialization, lengths exchanged first, then the padded payloads.
+ *
+ * What peers send is checked before it is used: a length outside `0..`[MAX_LENGTH] or bytes that
+ * do not decode as the expected type give a [CommunicationException] naming this rank, the
+ * operation (`allGatherObject`, `broadcastObject`), the peer and what it sent (built by the core's
+ * [FailureState]), never a raw `NegativeArraySizeException`, `IndexOutOfBoundsException` or
+ * serialization exception. Every rank receives the same lengths, so in an all-gather every rank
+ * refuses the same way; in a broadcast the receivers refuse and the root fails at its next call.
  */
 internal object ObjectCollectives {
     private val json = Json { encodeDefaults = true }
+
+    /** The largest encoded value a rank may send: a JVM byte array's limit. */
+    const val MAX_LENGTH: Long = Int.MAX_VALUE - 8L
 
     private fun encode(bytes: ByteArray): Tensor {
         val t = Tensor.zeros(DType.UInt8, bytes.size)
@@ -25,20 +37,53 @@ internal object ObjectCollectives {
         return out
     }
 
+    /** The builder of this rank's exceptions (no flight recorder at this layer: the dump is null). */
+    private fun failures(comm: Communicator) = FailureState(comm.rank, comm.backendName) { null }
+
+    /** Refuses a [length] announced by [who] that no encoded value can have. */
+    private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
+        if (length in 0..MAX_LENGTH) return
+        throw failures(comm).failure(
+            operation, -1,
+            "$who announced a value of $length bytes, which is not in 0..$MAX_LENGTH; " +
+                "every rank must call $operation at this position of its program (a peer called another collective, or runs another version)",
+        )
+    }
+
+    private fun <T> decode(comm: Communicator, operation: String, who: String, bytes: ByteArray, serializer: KSerializer<T>): T = try {
+        json.decodeFromString(serializer, bytes.decodeToString())
+    } catch (e: SerializationException) {
+        throw failures(comm).failure(
+            operation, -1,
+            "the ${bytes.size} bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}; " +
+                "every rank must pass a value of the same type to $operation",
+            e,
+        )
+    } catch (e: IllegalArgumentException) {
+        throw failures(comm).failure(
+            operation, -1,
+            "the ${bytes.size} bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}",
+            e,
+        )
+    }
+
     suspend fun <T> allGather(comm: Communicator, value: T, serializer: KSerializer<T>): List<T> {
+        val op = "allGatherObject"
         val bytes = json.encodeToString(serializer, value).encodeToByteArray()
         val lengths = comm.allGather(Tensor.of(longArrayOf(bytes.size.toLong())))
         val all = lengths.toLongArray()
+        for (r in all.indices) checkLength(comm, op, "rank $r", all[r])
         val max = all.max().toInt()
         val padded = Tensor.zeros(DType.UInt8, max)
         MemorySegment.copy(bytes, 0, padded.segment, ValueLayout.JAVA_BYTE, 0, bytes.size)
         val gathered = comm.allGather(padded)
         return List(comm.worldSize) { r ->
-            json.decodeFromString(serializer, decodeBytes(gathered, r.toLong() * max, all[r].toInt()).decodeToString())
+            decode(comm, op, "rank $r", decodeBytes(gathered, r.toLong() * max, all[r].toInt()), serializer)
         }
     }
 
     suspend fun <T> broadcast(comm: Communicator, value: T?, root: Int, serializer: KSerializer<T>): T {
+        val op = "broadcastObject"
         require(root in 0 until comm.worldSize) { "broadcastObject: root $root is out of range; use a rank in 0 until ${comm.worldSize}" }
         if (comm.rank == root) {
             requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
@@ -46,10 +91,12 @@ internal object ObjectCollectives {
         val bytes = if (comm.rank == root) @Suppress("UNCHECKED_CAST") json.encodeToString(serializer, value as T).encodeToByteArray() else ByteArray(0)
         val length = Tensor.of(longArrayOf(bytes.size.toLong()))
         comm.broadcast(length, root)
-        val n = length.getLong(0).toInt()
+        val announced = length.getLong(0)
+        checkLength(comm, op, "the root rank $root", announced)
+        val n = announced.toInt()
         val payload = if (comm.rank == root) encode(bytes) else Tensor.zeros(DType.UInt8, n)
         comm.broadcast(payload, root)
-        return json.decodeFromString(serializer, decodeBytes(payload, 0, n).decodeToString())
+        return decode(comm, op, "the root rank $root", decodeBytes(payload, 0, n), serializer)
     }
 }
 

@@ -10,6 +10,16 @@ package dev.tpcomm
  *   truncation toward zero (as Kotlin's `/`), e.g. the average of 1 and 2 is 1 and of -1 and -2 is -1.
  * - [BitwiseAnd], [BitwiseOr], [BitwiseXor] apply to integer dtypes only; given a floating-point
  *   tensor every backend throws [IllegalArgumentException] before any data moves.
+ *
+ * NaN under [Max] and [Min] **propagates**: the rule is IEEE 754-2019 `maximum`/`minimum` (as
+ * PyTorch's `torch.maximum`/`torch.minimum` and Java's `Math.max`/`Math.min`): if any rank's value
+ * at an index is NaN, the result there is NaN, whichever rank holds it; signed zeros order as
+ * `-0 < +0`. The local backend keeps this rule for Float16, BFloat16, Float32 and Float64 (scalar
+ * and Vector API kernels alike). Where a native library reduces on its native path (MPI, NCCL,
+ * RCCL), the library decides and tpcomm does not rewrite its answer: `MPI_MAX`/`MPI_MIN` leave NaN
+ * unspecified (Open MPI and MPICH have been seen to return the non-NaN operand depending on the
+ * rank order, e.g. `[NaN, 1]` on one and `[1, NaN]` on the other), and NCCL/RCCL use the device's
+ * own max/min. Programs that must see NaN on those backends should check for NaN before reducing.
  */
 public enum class ReduceOp {
     Sum, Product, Min, Max, Avg, BitwiseAnd, BitwiseOr, BitwiseXor;

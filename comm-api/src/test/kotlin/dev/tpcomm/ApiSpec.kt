@@ -7,6 +7,7 @@ import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldContainExactly
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
+import io.kotest.matchers.string.shouldNotContain
 import io.kotest.matchers.types.shouldBeInstanceOf
 import kotlinx.coroutines.runBlocking
 
@@ -46,6 +47,15 @@ class ApiSpec : FunSpec({
     test("Comm.create names what is missing") {
         val e = shouldThrow<BackendUnavailableException> { runBlocking { Comm.create("nosuch", CommConfig()) } }
         e.message shouldContain "no backend named 'nosuch'"
-        e.message shouldContain "comm-nosuch"
+        e.message shouldNotContain "comm-nosuch" // no such module exists: do not advise adding it
+        e.message shouldContain "mpi (dev.tpcomm:comm-mpi)"
+        e.message shouldContain "local (dev.tpcomm:comm-coroutines)"
+    }
+
+    test("Comm.create(\"MPI\") advises the real module, comm-mpi, and lists the known backends") {
+        val e = shouldThrow<BackendUnavailableException> { runBlocking { Comm.create("MPI", CommConfig()) } }
+        e.message shouldNotContain "comm-MPI"
+        e.message shouldContain "dev.tpcomm:comm-mpi"
+        for (known in listOf("local", "mpi", "nccl", "rccl")) e.message shouldContain known
     }
 })

@@ -29,6 +29,20 @@ class CommConfigSpec : FunSpec({
         c.rendezvous shouldBe "file:///tmp/x"
     }
 
+    test("TPCOMM_CHECK_CONSISTENCY accepts true/false/1/0/yes/no/on/off in any case and refuses anything else") {
+        for (v in listOf("true", "TRUE", "1", "yes", "Yes", "on", "ON", " true ")) {
+            CommConfig.fromEnvironment(mapOf("TPCOMM_CHECK_CONSISTENCY" to v)).checkConsistency shouldBe true
+        }
+        for (v in listOf("false", "False", "0", "no", "NO", "off", "Off")) {
+            CommConfig.fromEnvironment(mapOf("TPCOMM_CHECK_CONSISTENCY" to v)).checkConsistency shouldBe false
+        }
+        for (v in listOf("", "2", "y", "enabled", "tru")) {
+            val e = shouldThrow<IllegalArgumentException> { CommConfig.fromEnvironment(mapOf("TPCOMM_CHECK_CONSISTENCY" to v)) }
+            e.message shouldContain "TPCOMM_CHECK_CONSISTENCY=\"$v\""
+            e.message shouldContain "true, false, 1, 0, yes, no, on, off"
+        }
+    }
+
     test("bad values fail with the variable named") {
         shouldThrow<IllegalArgumentException> { CommConfig.fromEnvironment(mapOf("RANK" to "x", "WORLD_SIZE" to "2")) }.message shouldContain "RANK=\"x\""
         shouldThrow<IllegalArgumentException> { CommConfig.fromEnvironment(mapOf("RANK" to "4", "WORLD_SIZE" to "4")) }.message shouldContain "inconsistent"

@@ -4,6 +4,7 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
+import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.Deferred
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.withContext
@@ -91,10 +92,4 @@ private suspend fun List<Deferred<*>>.cancelAndJoinAll() {
 private fun List<Int>.summary(): String = if (size <= 16) joinToString() else take(16).joinToString() + ", ..."
 
 private fun timeoutException(operation: String, message: String, comm: Communicator?): CommunicationTimeoutException =
-    CommunicationTimeoutException(
-        message = message,
-        rank = comm?.rank ?: -1,
-        backend = comm?.backendName ?: "unknown",
-        operation = operation,
-        sequenceNumber = -1,
-    )
+    FailureState(comm?.rank ?: -1, comm?.backendName ?: "unknown") { null }.timeout(operation, -1, message)

@@ -1,29 +1,50 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
+import kotlinx.serialization.SerialName
 import kotlinx.serialization.Serializable
 import kotlinx.serialization.json.Json
 import java.lang.invoke.MethodHandles
 import java.lang.invoke.VarHandle
+import java.nio.file.Path
+import java.util.concurrent.CancellationException
 import java.util.concurrent.atomic.AtomicLong
+import java.util.concurrent.atomic.AtomicReference
 import java.util.concurrent.atomic.AtomicReferenceArray
 
 /**
  * Remembers the last [capacity] operations of one communicator, for the diagnostic dumped when a
- * call times out or the communicator aborts (as NCCL's and PyTorch's flight recorders do).
+ * call times out or the communicator aborts (as NCCL's and PyTorch's flight recorders do), and
+ * reports every operation to JDK Flight Recorder (events `dev.tpcomm.Collective`,
+ * `dev.tpcomm.PointToPoint`, `dev.tpcomm.Split`, `dev.tpcomm.Abort`) and to JMX (an MBean
+ * `dev.tpcomm:type=Communicator,...` per recorder; `-Dtpcomm.jmx=false` turns it off).
  *
- * Each [start] assigns the next sequence number (starting at 1) and returns an [Entry] that the
- * backend marks [Entry.complete] or [Entry.fail]. With capacity 0 nothing is kept but sequence
- * numbers still count.
+ * Every backend records the same typed fields ([start]); dumps use one versioned schema
+ * ([FlightRecorderDump]). Each [start] assigns the next sequence number (starting at 1) and returns
+ * an [Entry] that the backend marks [Entry.complete] or [Entry.fail]. With capacity 0 nothing is
+ * kept but sequence numbers still count.
+ *
+ * **Dumps to files.** With a [dumpDirectory], the recorder writes `<dir>/<communicator>-rank<R>.json`
+ * when an operation fails with a [CommunicationException] (timeout, mismatch, abort), on
+ * [recordAbort], on [close] after a failure, at JVM shutdown while it is open, and on [dumpToFile].
  *
  * **Cost.** Recording is on every operation's path, so it takes no lock: one atomic increment,
  * one read of [clock], one small allocation and one compare-and-set into the ring per [start], and
- * one clock read per [Entry.complete] when [timing] is on (none when it is off).
+ * one clock read per [Entry.complete] when [timing] is on (none when it is off). With no JFR
+ * recording running, the events cost one check per operation; `-Dtpcomm.jfr=false` removes even
+ * that (the JIT folds the constant).
  *
  * **Thread-safety.** Any thread may start, complete, fail and dump concurrently. Sequence numbers
- * are unique and increase in call order of [start]. A dump shows every kept entry whole, each as
- * it was at some moment during the dump; an entry that completes while the dump runs may show
- * either state. When more than [capacity] operations start at once from several threads, the ring
- * keeps the newest [capacity] of them (an older entry never overwrites a newer one).
+ * are unique and increase in call order of [start]; collective sequence numbers are assigned in
+ * the same call (collectives of one communicator are issued in one order, as every backend
+ * requires). A dump shows every kept entry whole, each as it was at some moment during the dump.
+ * When more than [capacity] operations start at once from several threads, the ring keeps the
+ * newest [capacity] of them (an older entry never overwrites a newer one).
  */
 public class FlightRecorder(
     /** How many recent operations are kept. */
@@ -44,7 +65,13 @@ public class FlightRecorder(
      * thread advances); start times and running durations are then accurate to its resolution.
      */
     public val clock: NanoClock = NanoClock.SYSTEM,
-) {
+    /** The communicator's number of ranks, written into the dump. */
+    public val worldSize: Int = 1,
+    /** The communicator's id, the same on every rank (`world`, or derived for a split); names the dump file. */
+    public val communicator: String = "world",
+    /** Where dumps are written on failure, close after failure and shutdown; null for nowhere. */
+    public val dumpDirectory: String? = null,
+) : AutoCloseable {
     /** A source of `System.nanoTime`-based time stamps for [start]. Must be thread-safe and cheap. */
     public fun interface NanoClock {
         /** The current time, in the time base of [System.nanoTime]. */
@@ -58,39 +85,102 @@ public class FlightRecorder(
 
     init {
         require(capacity >= 0) { "flight recorder capacity must be >= 0, got $capacity" }
+        require(worldSize >= 1) { "flight recorder worldSize must be >= 1, got $worldSize" }
     }
 
     private val ring = AtomicReferenceArray<Entry>(capacity)
     private val sequences = AtomicLong(1L)
+    private var collectives = 0L
+    private val firstFailure = AtomicReference<String?>(null)
+    @Volatile private var closed = false
+    private val dumpLock = Any()
+
+    /** The instance number of this recorder in the JVM (JMX names and logs). */
+    public val instance: Long = INSTANCES.incrementAndGet()
 
     /** State of a recorded operation. */
     @Serializable
-    public enum class State { Issued, Completed, Failed }
+    public enum class State {
+        /** Accepted but not started yet (waiting in a queue). */
+        Queued,
 
-    /** One recorded operation. Mutated only through [complete] and [fail]; read through [snapshot]. */
+        /** Inside the call: waiting for peers or moving data. */
+        Started,
+
+        /** Finished successfully. */
+        Completed,
+
+        /** Finished with an error ([FlightRecord.outcome] says which). */
+        Failed,
+    }
+
+    /** How a finished operation ended. */
+    @Serializable
+    public enum class Outcome {
+        /** Completed. */
+        @SerialName("ok") Ok,
+
+        /** A [CommunicationTimeoutException]. */
+        @SerialName("timeout") Timeout,
+
+        /** A [CollectiveMismatchException]. */
+        @SerialName("mismatch") Mismatch,
+
+        /** A [CommunicatorAbortedException] or another [CommunicationException]. */
+        @SerialName("aborted") Aborted,
+
+        /** The caller's coroutine was cancelled. */
+        @SerialName("cancelled") Cancelled,
+
+        /** Any other exception. */
+        @SerialName("error") Error,
+    }
+
+    /** One recorded operation. Mutated only through [complete], [fail] and [begin]; read through [snapshot]. */
     public inner class Entry internal constructor(
         /** Sequence number: 1 for the communicator's first operation. */
         public val sequence: Long,
-        private val operation: String,
-        private val dtype: String?,
+        /** Collective sequence number (1 for the first collective), 0 for a point-to-point call. */
+        public val collectiveSequence: Long,
+        /** The operation's name. */
+        public val operation: String,
+        private val dtype: DType?,
         private val shape: List<Int>?,
         private val bytes: Long,
-        private val peers: String?,
-        private val detail: String?,
-        private val startNanos: Long,
+        private val root: Int,
+        private val peer: Int,
+        private val tag: Int,
+        private val dim: Int,
+        private val reduceOp: ReduceOp?,
+        private val queuedNanos: Long,
+        queued: Boolean,
+        @JvmField internal val event: FlightEvents.OperationEvent?,
     ) {
         // The state is published with a release store after endNanos and error and read with an
         // acquire load before them: ordered without a full fence on the recording thread. The field
-        // starts at its default (Issued), so constructing an entry stores nothing to it.
-        @Suppress("unused") private var state: Int = ISSUED
+        // starts at its default (Started), so constructing an entry of a started call stores nothing.
+        @Suppress("unused") private var state: Int = STARTED
+        private var startNanos: Long = queuedNanos
         private var endNanos: Long = 0
         private var error: String? = null
 
+        init {
+            if (queued) state = QUEUED
+        }
+
         private fun finish(code: Int): Boolean {
-            if (STATE.getAcquire(this) as Int != ISSUED) return false
+            if (STATE.getAcquire(this) as Int > QUEUED) return false
             if (timing) endNanos = System.nanoTime()
             STATE.setRelease(this, code)
+            event?.let { FlightEvents.commit(it, this@FlightRecorder, this, OUTCOMES[code - COMPLETED], error) }
             return true
+        }
+
+        /** Marks a queued operation started, reading the clock (a started one is left as it is). Never throws. */
+        public fun begin() {
+            if (STATE.getAcquire(this) as Int != QUEUED) return
+            startNanos = clock.nanoTime()
+            STATE.setRelease(this, STARTED)
         }
 
         /** Marks the operation completed (first call wins). Never throws. */
@@ -98,35 +188,69 @@ public class FlightRecorder(
             finish(COMPLETED)
         }
 
-        /** Marks the operation failed with [cause] (first call wins). Never throws. */
+        /**
+         * Marks the operation failed with [cause] (first call wins); the outcome follows the type of
+         * [cause]. A [CommunicationException] also writes the dump file when the recorder has a
+         * [dumpDirectory]. Never throws.
+         */
         public fun fail(cause: Throwable) {
-            if (STATE.getAcquire(this) as Int != ISSUED) return
+            if (STATE.getAcquire(this) as Int > QUEUED) return
             error = cause.toString()
-            finish(FAILED)
+            val code = outcomeCode(cause)
+            if (finish(code)) failed(cause, OUTCOMES[code - COMPLETED])
         }
 
         /** An immutable copy of this entry. */
-        public fun snapshot(): FlightRecord = snapshot(System.nanoTime(), System.currentTimeMillis())
+        public fun snapshot(): FlightRecord = snapshot(System.nanoTime(), epochMicros())
 
-        /** The copy as of [now] (`System.nanoTime`) and [nowMillis] (wall clock), read once per dump. */
-        internal fun snapshot(now: Long, nowMillis: Long): FlightRecord {
-            val s = STATES[STATE.getAcquire(this) as Int] // read first: it publishes endNanos and error
+        /** Whether the operation has not finished yet. */
+        public val inFlight: Boolean get() = STATE.getAcquire(this) as Int <= QUEUED
+
+        internal fun startedNanos(): Long = startNanos
+        internal fun shapeOrNull(): List<Int>? = shape
+        internal fun dtypeOrNull(): DType? = dtype
+        internal fun bytes(): Long = bytes
+        internal fun root(): Int = root
+        internal fun peer(): Int = peer
+        internal fun tag(): Int = tag
+        internal fun reduceOpOrNull(): ReduceOp? = reduceOp
+
+        /** The copy as of [now] (`System.nanoTime`) and [nowMicros] (wall clock), read once per dump. */
+        internal fun snapshot(now: Long, nowMicros: Long): FlightRecord {
+            val code = STATE.getAcquire(this) as Int // read first: it publishes the other fields
+            val s = when (code) {
+                QUEUED -> State.Queued
+                STARTED -> State.Started
+                COMPLETED -> State.Completed
+                else -> State.Failed
+            }
+            val started = startNanos
+            val finished = code > QUEUED
+            fun epoch(nanos: Long) = nowMicros - Math.floorDiv(now - nanos, 1_000L)
             val duration = when {
-                s == State.Issued -> (now - startNanos) / 1000
-                timing -> (endNanos - startNanos) / 1000
+                code == QUEUED -> null
+                !finished -> (now - started) / 1000
+                timing -> (endNanos - started) / 1000
                 else -> null
             }
             return FlightRecord(
                 sequence = sequence,
+                collectiveSequence = collectiveSequence.takeIf { it > 0 },
                 operation = operation,
-                dtype = dtype,
+                dtype = dtype?.name,
                 shape = shape,
                 bytes = bytes,
-                peers = peers,
-                detail = detail,
+                root = root.takeIf { it != NONE },
+                peer = peer.takeIf { it != NONE },
+                tag = tag.takeIf { it != NONE },
+                dim = dim.takeIf { it != NONE },
+                reduceOp = reduceOp?.name,
                 state = s,
-                // The wall-clock start, derived at dump time so that recording reads no wall clock.
-                startEpochMillis = nowMillis - Math.floorDiv(now - startNanos, 1_000_000L),
+                outcome = if (finished) OUTCOMES[code - COMPLETED] else null,
+                // Wall-clock times, derived at dump time so that recording reads no wall clock.
+                queuedEpochMicros = epoch(queuedNanos),
+                startedEpochMicros = epoch(if (code == QUEUED) queuedNanos else started),
+                completedEpochMicros = if (finished && timing) epoch(endNanos) else null,
                 durationMicros = duration,
                 error = if (s == State.Failed) error else null,
             )
@@ -137,18 +261,35 @@ public class FlightRecorder(
      * Records a new operation and returns its entry. Never blocks; never throws.
      *
      * @param operation name such as `allReduce`.
-     * @param peers root, peer, or member description (free text such as `root=2`).
-     * @param detail extra fields such as the reduce op.
+     * @param dtype the tensor's element type, null without a tensor.
+     * @param shape the tensor's shape, null without a tensor.
+     * @param bytes the tensor's size in bytes.
+     * @param root the root of a rooted collective, or [NONE].
+     * @param peer the peer of a point-to-point call (-1 for any source), or [NONE] for a collective:
+     * an entry with a peer takes no collective sequence number.
+     * @param tag the tag of a point-to-point call, or [NONE].
+     * @param reduceOp the reduction, null when none.
+     * @param dim the normalised dimension, or [NONE].
+     * @param queued true when the call waits in a queue before it starts ([Entry.begin] marks the start).
      */
     public fun start(
         operation: String,
-        dtype: String? = null,
+        dtype: DType? = null,
         shape: List<Int>? = null,
         bytes: Long = 0,
-        peers: String? = null,
-        detail: String? = null,
+        root: Int = NONE,
+        peer: Int = NONE,
+        tag: Int = NONE,
+        reduceOp: ReduceOp? = null,
+        dim: Int = NONE,
+        queued: Boolean = false,
     ): Entry {
-        val e = Entry(sequences.getAndIncrement(), operation, dtype, shape, bytes, peers, detail, clock.nanoTime())
+        val collective = if (peer == NONE) ++collectives else 0L
+        val event = if (JFR) FlightEvents.begin(operation, peer) else null
+        val e = Entry(
+            sequences.getAndIncrement(), collective, operation, dtype, shape, bytes, root, peer, tag, dim, reduceOp,
+            clock.nanoTime(), queued, event,
+        )
         if (capacity > 0) {
             val slot = ((e.sequence - 1) % capacity).toInt()
             var old = ring.getPlain(slot)
@@ -161,55 +302,183 @@ public class FlightRecorder(
         return e
     }
 
+    /**
+     * The former free-text form: [peers] and [detail] such as `root=2`, `dst=1`, `tag=7`,
+     * `op=Sum dim=0` are parsed into the typed fields (unknown words are dropped).
+     */
+    @Deprecated("pass the typed fields: start(operation, dtype, shape, bytes, root = .., peer = .., tag = .., reduceOp = .., dim = ..)")
+    public fun start(operation: String, dtype: String?, shape: List<Int>?, bytes: Long, peers: String?, detail: String?): Entry {
+        val words = "${peers.orEmpty()} ${detail.orEmpty()}".split(' ', ',').mapNotNull {
+            val i = it.indexOf('=')
+            if (i <= 0) null else it.substring(0, i).trim() to it.substring(i + 1).trim()
+        }.toMap()
+        fun int(vararg keys: String) = keys.firstNotNullOfOrNull { words[it]?.toIntOrNull() } ?: NONE
+        return start(
+            operation, dtype?.let { d -> DType.entries.firstOrNull { it.name == d } }, shape, bytes,
+            root = int("root"), peer = int("dst", "src", "peer"), tag = int("tag"),
+            reduceOp = words["op"]?.let { o -> ReduceOp.entries.firstOrNull { it.name == o } }, dim = int("dim"),
+        )
+    }
+
     /** The sequence number the next [start] will assign. */
     public val nextSequenceNumber: Long get() = sequences.get()
 
+    /** Whether this recorder saw a failure ([Entry.fail] with a communication error) or an abort. */
+    public val sawFailure: Boolean get() = firstFailure.get() != null
+
+    /** The first failure or abort cause seen, as text; null when none. */
+    public val failureCause: String? get() = firstFailure.get()
+
     /** The kept entries, oldest first. */
-    public fun snapshot(): List<FlightRecord> {
-        val entries = (0 until capacity).mapNotNull { ring.get(it) }.sortedBy { it.sequence }
-        val now = System.nanoTime()
-        val nowMillis = System.currentTimeMillis()
-        return entries.map { it.snapshot(now, nowMillis) }
+    public fun snapshot(): List<FlightRecord> = snapshotEntries().let { (entries, now, nowMicros) -> entries.map { it.snapshot(now, nowMicros) } }
+
+    internal fun liveEntries(): List<Entry> = (0 until capacity).mapNotNull { ring.get(it) }.sortedBy { it.sequence }
+
+    private fun snapshotEntries(): Triple<List<Entry>, Long, Long> {
+        val entries = liveEntries()
+        return Triple(entries, System.nanoTime(), epochMicros())
     }
 
-    /** The kept entries as JSON: `{"rank":..,"backend":..,"entries":[...]}`. */
-    public fun dumpJson(): String = JSON.encodeToString(FlightRecorderDump.serializer(), FlightRecorderDump(rank, backend, snapshot()))
+    /** The dump document as of now, with [reason]. */
+    internal fun dump(reason: DumpReason): FlightRecorderDump {
+        val records = snapshot()
+        return FlightRecorderDump(
+            backend = backend,
+            communicator = communicator,
+            rank = rank,
+            worldSize = worldSize,
+            reason = reason.text,
+            pid = ProcessHandle.current().pid(),
+            dumpedAtEpochMicros = epochMicros(),
+            lastSequenceIssued = nextSequenceNumber - 1,
+            lastSequenceCompleted = records.lastOrNull { it.state == State.Completed }?.sequence ?: 0L,
+            aborted = sawFailure,
+            abortCause = failureCause,
+            entries = records,
+        )
+    }
 
-    private companion object {
-        const val ISSUED: Int = 0
-        const val COMPLETED: Int = 1
-        const val FAILED: Int = 2
-        val STATES: Array<State> = arrayOf(State.Issued, State.Completed, State.Failed)
-        val STATE: VarHandle = MethodHandles.privateLookupIn(Entry::class.java, MethodHandles.lookup())
+    /** The kept entries as JSON in the [FlightRecorderDump] schema (reason `exception`). */
+    public fun dumpJson(): String = JSON.encodeToString(FlightRecorderDump.serializer(), dump(DumpReason.Exception))
+
+    /** The file this recorder dumps into under [directory]: `<communicator>-rank<R>.json`. */
+    public fun dumpFile(directory: Path): Path = directory.resolve("${safeId(communicator)}-rank$rank.json")
+
+    /**
+     * Writes the dump now into [directory] (default [dumpDirectory]) and returns the file.
+     *
+     * @throws IllegalStateException when neither is set.
+     * @throws java.io.IOException when the file cannot be written.
+     */
+    public fun dumpToFile(directory: Path? = null): Path {
+        val dir = directory ?: dumpDirectory?.let { Path.of(it) }
+            ?: throw IllegalStateException("no flight-recorder directory: set CommConfig.flightRecorderDir or TPCOMM_FLIGHT_RECORDER_DIR, or pass one")
+        return write(dir, DumpReason.OnDemand)
+    }
+
+    private fun write(dir: Path, reason: DumpReason): Path = synchronized(dumpLock) {
+        val text = JSON.encodeToString(FlightRecorderDump.serializer(), dump(reason))
+        java.nio.file.Files.createDirectories(dir)
+        val target = dumpFile(dir)
+        val tmp = dir.resolve("${target.fileName}.${ProcessHandle.current().pid()}.tmp")
+        java.nio.file.Files.writeString(tmp, text)
+        java.nio.file.Files.move(tmp, target, java.nio.file.StandardCopyOption.REPLACE_EXISTING, java.nio.file.StandardCopyOption.ATOMIC_MOVE)
+        target
+    }
+
+    /** Writes into [dumpDirectory] if set; reports and swallows I/O errors (diagnostics must not fail a job). */
+    internal fun writeQuietly(reason: DumpReason) {
+        val dir = dumpDirectory ?: return
+        try {
+            write(Path.of(dir), reason)
+        } catch (e: Exception) {
+            System.err.println("tpcomm: could not write the flight recorder dump of $communicator rank $rank into $dir: $e")
+        }
+    }
+
+    private fun failed(cause: Throwable, outcome: Outcome) {
+        if (cause !is CommunicationException) return
+        firstFailure.compareAndSet(null, cause.toString())
+        writeQuietly(
+            when (outcome) {
+                Outcome.Timeout -> DumpReason.Timeout
+                Outcome.Mismatch -> DumpReason.Mismatch
+                else -> DumpReason.Aborted
+            },
+        )
+    }
+
+    /**
+     * Records that the communicator aborted with [cause]: a `dev.tpcomm.Abort` JFR event, the
+     * aborted flag of the dump and MBean, and a dump file when [dumpDirectory] is set. Ignored once
+     * [close]d (closing a communicator may abort what is left of it). Never throws.
+     */
+    public fun recordAbort(cause: Throwable) {
+        if (closed) return // closing a world aborts what is left of it: not a failure to report
+        val first = firstFailure.compareAndSet(null, cause.toString())
+        if (JFR) FlightEvents.abort(this, cause)
+        if (first) writeQuietly(if (cause is CommunicationTimeoutException) DumpReason.Timeout else DumpReason.Aborted)
+    }
+
+    /**
+     * Marks the communicator closed: writes a dump file when it saw a failure (and has a
+     * [dumpDirectory]) and removes its MBean and shutdown dump. Idempotent; never throws.
+     */
+    override fun close() {
+        if (closed) return
+        closed = true
+        if (sawFailure) writeQuietly(DumpReason.Close)
+        FlightRecorderRegistry.unregister(this)
+    }
+
+    /** Whether [close] was called. */
+    public val isClosed: Boolean get() = closed
+
+    init {
+        FlightRecorderRegistry.register(this)
+    }
+
+    override fun toString(): String = "FlightRecorder($backend $communicator rank $rank of $worldSize, #$instance)"
+
+    public companion object {
+        /** The value of an absent root, peer, tag or dim in [start]. */
+        public const val NONE: Int = Int.MIN_VALUE
+
+        /** False with `-Dtpcomm.jfr=false`: no JFR events at all, the check folded away by the JIT. */
+        @JvmField internal val JFR: Boolean = System.getProperty("tpcomm.jfr", "true") != "false"
+
+        private const val STARTED: Int = 0
+        private const val QUEUED: Int = 1
+        private const val COMPLETED: Int = 2
+        private val OUTCOMES: Array<Outcome> = Outcome.entries.toTypedArray()
+        private val INSTANCES = AtomicLong()
+        private val STATE: VarHandle = MethodHandles.privateLookupIn(Entry::class.java, MethodHandles.lookup())
             .findVarHandle(Entry::class.java, "state", Int::class.javaPrimitiveType)
-        val JSON = Json { prettyPrint = false; encodeDefaults = true }
+        internal val JSON = Json { prettyPrint = false; encodeDefaults = true; ignoreUnknownKeys = true }
+
+        private fun outcomeCode(cause: Throwable): Int = COMPLETED + when (cause) {
+            is CommunicationTimeoutException -> Outcome.Timeout.ordinal
+            is CollectiveMismatchException -> Outcome.Mismatch.ordinal
+            is CommunicationException -> Outcome.Aborted.ordinal
+            is CancellationException -> Outcome.Cancelled.ordinal
+            else -> Outcome.Error.ordinal
+        }
+
+        internal fun epochMicros(): Long {
+            val now = java.time.Instant.now()
+            return now.epochSecond * 1_000_000L + now.nano / 1_000
+        }
+
+        /** [id] with every character outside `[A-Za-z0-9._=-]` replaced by `_`: safe in a file name. */
+        public fun safeId(id: String): String = id.map { if (it.isLetterOrDigit() || it in "._=-") it else '_' }.joinToString("")
+
+        /** Parses a dump written by any recorder of this schema version. @throws IllegalArgumentException on another schema or version. */
+        public fun parseDump(json: String): FlightRecorderDump {
+            val dump = JSON.decodeFromString(FlightRecorderDump.serializer(), json)
+            require(dump.schema == FlightRecorderDump.SCHEMA && dump.version == FlightRecorderDump.SCHEMA_VERSION) {
+                "not a tpcomm flight-recorder dump of version ${FlightRecorderDump.SCHEMA_VERSION}: schema ${dump.schema}, version ${dump.version}"
+            }
+            return dump
+        }
     }
 }
-
-/**
- * One operation as the [FlightRecorder] saw it. `durationMicros` runs until now while the state is
- * Issued; for a finished operation it is null when the recorder does not record completion times
- * ([FlightRecorder.timing]).
- */
-@Serializable
-public data class FlightRecord(
-    public val sequence: Long,
-    public val operation: String,
-    public val dtype: String?,
-    public val shape: List<Int>?,
-    public val bytes: Long,
-    public val peers: String?,
-    public val detail: String?,
-    public val state: FlightRecorder.State,
-    public val startEpochMillis: Long,
-    public val durationMicros: Long?,
-    public val error: String?,
-)
-
-/** The JSON document [FlightRecorder.dumpJson] writes. */
-@Serializable
-public data class FlightRecorderDump(
-    public val rank: Int,
-    public val backend: String,
-    public val entries: List<FlightRecord>,
-)

@@ -28,11 +28,19 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * timeout aborts the world; cancelling a waiting receive or probe only withdraws it (nothing is in
  * flight), it does not abort the world.
  *
- * Deadlines and cancellation: a waiting rank suspends without registering a cancellation handler
- * (the fast path), and a watchdog thread checks every world each tenth of [CommConfig.timeout]
- * (between 2 and 50 ms): a call past its deadline fails with `CommunicationTimeoutException`
- * naming the ranks that never arrived, and a coroutine cancelled while waiting in a collective
- * aborts the world within one such period (the cancelled call then throws `CancellationException`).
+ * Deadlines: a watchdog thread checks every world each tenth of [CommConfig.timeout] (between 2
+ * and 50 ms): a call past its deadline fails with `CommunicationTimeoutException` naming the ranks
+ * that never arrived.
+ *
+ * Cancellation: a coroutine cancelled while it waits in a collective aborts the world at once,
+ * inside its `cancel()` call: the collective's data movement never starts, every other rank's
+ * pending and later calls fail with `CommunicatorAbortedException` naming the cancellation, and
+ * no tensor of the cancelled rank is written after `cancel()` returns (a data movement already
+ * running when `cancel()` is called is finished first, and the call then returns its result).
+ * The cancelled call throws `CancellationException`, or `CommunicationTimeoutException` when the
+ * cancellation is the deadline of an enclosing `withTimeout`, so that
+ * `withTimeout(d) { comm.allReduce(t) }` raises `CommunicationTimeoutException` at `d`.
+ *
  * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
  *
  * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
@@ -91,7 +99,7 @@ public class LocalWorld(
      * throw [CommunicatorAbortedException]. Idempotent.
      */
     override fun close() {
-        state.close(CommunicatorAbortedException("the local world was closed", -1, "local", "close", -1))
+        state.close(state.failures.aborted("close", -1, "the local world was closed"))
     }
 
     override fun toString(): String = "LocalWorld(worldSize=$worldSize)"

@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
@@ -19,7 +21,7 @@ class FlightRecorderSpec : FunSpec({
     test("sequence numbers start at 1 and increase; the ring keeps the newest entries, oldest first") {
         val rec = FlightRecorder(3, rank = 2, backend = "test")
         rec.nextSequenceNumber shouldBe 1L
-        val entries = (1..5).map { rec.start("op$it", "Float32", listOf(it), 4L * it) }
+        val entries = (1..5).map { rec.start("op$it", DType.Float32, listOf(it), 4L * it) }
         entries.map { it.sequence } shouldContainExactly listOf(1L, 2L, 3L, 4L, 5L)
         rec.nextSequenceNumber shouldBe 6L
         rec.snapshot().map { it.sequence } shouldContainExactly listOf(3L, 4L, 5L)
@@ -50,7 +52,7 @@ class FlightRecorderSpec : FunSpec({
         d.error.shouldBeNull()
         f.state shouldBe FlightRecorder.State.Failed
         f.error shouldBe "java.lang.IllegalStateException: boom"
-        r.state shouldBe FlightRecorder.State.Issued
+        r.state shouldBe FlightRecorder.State.Started
         r.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 5_000L
         d.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 0L
         running.complete()
@@ -77,7 +79,7 @@ class FlightRecorderSpec : FunSpec({
         rec.start("op")
         val record = rec.snapshot().single()
         record.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 20_000L
-        record.startEpochMillis shouldBeInRange (before - 25)..(before - 15)
+        record.startedEpochMicros / 1000 shouldBeInRange (before - 25)..(before - 15)
     }
 
     test("the wall-clock start lies between the clock before and after start") {
@@ -85,12 +87,12 @@ class FlightRecorderSpec : FunSpec({
         val before = System.currentTimeMillis()
         rec.start("op")
         val after = System.currentTimeMillis()
-        rec.snapshot().single().startEpochMillis shouldBeInRange (before - 1)..(after + 1)
+        rec.snapshot().single().startedEpochMicros / 1000 shouldBeInRange (before - 1)..(after + 1)
     }
 
     test("the dump is JSON with rank, backend and entries") {
         val rec = FlightRecorder(4, rank = 3, backend = "mpi", timing = false)
-        rec.start("allReduce", "Float32", listOf(2, 2), 16, null, "op=Sum").complete()
+        rec.start("allReduce", DType.Float32, listOf(2, 2), 16, reduceOp = ReduceOp.Sum).complete()
         val json = Json.parseToJsonElement(rec.dumpJson()).toString()
         json shouldContain "\"rank\":3"
         json shouldContain "\"backend\":\"mpi\""

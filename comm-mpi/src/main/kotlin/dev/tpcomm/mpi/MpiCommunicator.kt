@@ -107,12 +107,12 @@ public class MpiCommunicator internal constructor(
      * (MPICH 4.0 with ch4:ucx: 2^28 - 1; Open MPI 4.1: 2^31 - 1; at least 32767 by the standard).
      */
     public val tagUpperBound: Int = 32767,
-) : Communicator {
+) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
     internal val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
     private val recorder = FlightRecorder(
-        config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling,
+        config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling, worldSize = worldSize, communicator = FlightRecorder.safeId(name), dumpDirectory = config.flightRecorderDir,
         // Without profiling, start times come from the watchdog's scans: no clock read per operation.
         clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else runtime.watchdog.coarseClock,
     )
@@ -204,6 +204,9 @@ public class MpiCommunicator internal constructor(
     /** The flight recorder's JSON dump of recent operations. */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
+    /** This communicator's flight recorder. */
+    override val flightRecorder: FlightRecorder get() = recorder
+
     /**
      * Per-operation timing of the MPI calls (count, total and maximum), by operation name; empty
      * unless [MpiConfig.profiling] is on. A snapshot; thread-safe.
@@ -232,7 +235,7 @@ public class MpiCommunicator internal constructor(
             checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
-            val entry = start(name, tensor, "op=$op")
+            val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
                 { binding.allgather(src, n, t, dst, n, t, handle) },
@@ -242,7 +245,7 @@ public class MpiCommunicator internal constructor(
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
-        val entry = start(name, tensor, OP_DETAILS[op.ordinal])
+        val entry = start(name, tensor, op = op)
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
         val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
         if (flip) workarounds.flipTopBits(tensor)
@@ -268,7 +271,7 @@ public class MpiCommunicator internal constructor(
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         val n = count(tensor, name)
-        val entry = start(name, tensor, "root=$root")
+        val entry = start(name, tensor, root = root)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         if (fastPath()) {
             inlineBlocking(entry, name, tensor) { binding.bcast(buf, n, t, root, handle) }
@@ -294,7 +297,7 @@ public class MpiCommunicator internal constructor(
             checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
-            val entry = start(name, tensor, "root=$root op=$op")
+            val entry = start(name, tensor, root = root, op = op)
             val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging),
                 { binding.gather(src, n, t, dst, n, t, root, handle) },
@@ -303,7 +306,7 @@ public class MpiCommunicator internal constructor(
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
-        val entry = start(name, tensor, "root=$root op=$op")
+        val entry = start(name, tensor, root = root, op = op)
         val buf = addr(tensor); val o = abi.op(op)
         val send = if (rank == root) abi.inPlace else buf
         val recv = if (rank == root) buf else 0L
@@ -337,7 +340,7 @@ public class MpiCommunicator internal constructor(
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
-        val entry = start(name, input, "dim=$d")
+        val entry = start(name, input, dim = d)
         val t = abi.datatype(input.dtype)
         val dst = addr(staging)
         // An input inside the output (PyTorch's in-place all_gather_into_tensor) was refused by
@@ -373,7 +376,7 @@ public class MpiCommunicator internal constructor(
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val t = abi.datatype(input.dtype)
         val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
-        val entry = start(name, input, "op=$op dim=$d")
+        val entry = start(name, input, op = op, dim = d)
         if (half) {
             val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
@@ -417,7 +420,7 @@ public class MpiCommunicator internal constructor(
         val output = if (rank == root) zerosLike(input, outShape) else null
         val stagingCount = blocksCount(n, name, "the staging buffer")
         val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
-        val entry = start(name, input, "root=$root dim=$d")
+        val entry = start(name, input, root = root, dim = d)
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
         collective(entry, name, signature(OP_GATHER, input, root, d, null), arrayOf(input, output, staging),
             { binding.gather(src, n, t, dst, n, t, root, handle) },
@@ -449,7 +452,7 @@ public class MpiCommunicator internal constructor(
         }
         if (rank == root) send = if (direct) input else gatherBlocksAlong(input!!, d)
         if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
-        val entry = start(name, output, "root=$root dim=$d")
+        val entry = start(name, output, root = root, dim = d)
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
         collective(entry, name, signature(OP_SCATTER, output, root, d, null), arrayOf(input, send, output),
             { binding.scatter(src, n, t, dst, n, t, root, handle) },
@@ -471,7 +474,7 @@ public class MpiCommunicator internal constructor(
         val output = zerosLike(input, input.shape)
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
-        val entry = start(name, input, "dim=$d")
+        val entry = start(name, input, dim = d)
         val src = addr(send); val dst = addr(recv); val t = abi.datatype(input.dtype)
         collective(entry, name, signature(OP_ALLTOALL, input, -1, d, null), arrayOf(input, send, recv, output),
             { binding.alltoall(src, n, t, dst, n, t, handle) },
@@ -501,7 +504,7 @@ public class MpiCommunicator internal constructor(
         CollectiveChecks.tag(tag, name, allowAny = false)
         checkTagBound(tag, name)
         val n = count(tensor, name)
-        val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "dst=$dst", "tag=$tag")
+        val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = dst, tag = tag)
         if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         pointToPoint(entry, name, tensor, MpiPending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
@@ -551,7 +554,7 @@ public class MpiCommunicator internal constructor(
         CollectiveChecks.tag(tag, name, allowAny = true)
         checkTagBound(tag, name)
         val n = count(tensor, name)
-        val entry = recorder.start(name, tensor.dtype.name, tensor.shape, tensor.byteSize, "src=$src", "tag=$tag")
+        val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = src, tag = tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
@@ -583,7 +586,7 @@ public class MpiCommunicator internal constructor(
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
         checkTagBound(tag, name)
-        val entry = recorder.start(name, null, null, 0, "src=$src", "tag=$tag")
+        val entry = recorder.start(name, peer = src, tag = tag)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
@@ -596,7 +599,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun split(color: Int?, key: Int): Communicator? {
         val name = "split"
         require(color == null || color >= 0) { "$name: color must be >= 0 or null, got $color" }
-        val entry = recorder.start(name, null, null, 0, null, "color=$color key=$key")
+        val entry = recorder.start(name)
         val sig = signature(OP_SPLIT, null, -1, -1, null)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
@@ -610,7 +613,7 @@ public class MpiCommunicator internal constructor(
         }
         entry.complete()
         if (newHandle == abi.commNull) return null
-        return MpiBackendFactory.wrap(runtime, binding, newHandle, config, mpiConfig, "$name-of-${this.name}")
+        return MpiBackendFactory.wrap(runtime, binding, newHandle, config, mpiConfig, "${this.name}.split${entry.collectiveSequence}-color$color")
     }
 
     /**
@@ -636,7 +639,7 @@ public class MpiCommunicator internal constructor(
             }
         }
         entry.complete()
-        return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "dup-of-${this.name}")
+        return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "${this.name}.dup${entry.collectiveSequence}")
     }
 
     // ------------------------------------------------------------------ lifecycle
@@ -648,6 +651,7 @@ public class MpiCommunicator internal constructor(
      */
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
+        recorder.close()
         runtime.watchdog.unregister(watched)
         val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
         try {
@@ -950,6 +954,7 @@ public class MpiCommunicator internal constructor(
 
     private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
         if (failure.abort(cause)) {
+            recorder.recordAbort(cause)
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
                 if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
@@ -990,8 +995,8 @@ public class MpiCommunicator internal constructor(
 
     private fun FlightRecorder.Entry.operationName(): String = snapshot().operation
 
-    private fun start(operation: String, t: Tensor, detail: String): FlightRecorder.Entry =
-        recorder.start(operation, t.dtype.name, t.shape, t.byteSize, null, detail)
+    private fun start(operation: String, t: Tensor, root: Int = FlightRecorder.NONE, op: ReduceOp? = null, dim: Int = FlightRecorder.NONE): FlightRecorder.Entry =
+        recorder.start(operation, t.dtype, t.shape, t.byteSize, root = root, reduceOp = op, dim = dim)
 
     /**
      * Refuses tensors whose memory MPI cannot be given: closed ones, views of a closed tensor (the
@@ -1083,7 +1088,6 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
-        val OP_DETAILS: Array<String> = ReduceOp.entries.map { "op=$it" }.toTypedArray()
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
         const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
         const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST

@@ -78,8 +78,8 @@ public class NcclCommunicator internal constructor(
     public val libraryVersion: Int,
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
-) : Communicator {
-    private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName)
+) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
+    private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
     private val failure = AtomicReference<CommunicationException?>(null)
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
@@ -98,13 +98,16 @@ public class NcclCommunicator internal constructor(
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
+    /** This communicator's flight recorder. */
+    override val flightRecorder: FlightRecorder get() = recorder
+
     // ---------------------------------------------------------------- collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, detail = "op=$op", signature = sig(name, tensor, op)) {
+        return run(name, tensor, op = op, signature = sig(name, tensor, op)) {
             nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, comm, stream), "ncclAllReduce")
             tensor
         }
@@ -114,7 +117,7 @@ public class NcclCommunicator internal constructor(
         val name = "broadcast"
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
-        return run(name, tensor, peers = "root=$root", signature = sig(name, tensor, root = root)) {
+        return run(name, tensor, root = root, signature = sig(name, tensor, root = root)) {
             nccl(api.broadcast(tensor.address, tensor.address, tensor.numel, dt(tensor), root, comm, stream), "ncclBroadcast")
             tensor
         }
@@ -125,7 +128,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, peers = "root=$root", detail = "op=$op", signature = sig(name, tensor, op, root)) {
+        return run(name, tensor, root = root, op = op, signature = sig(name, tensor, op, root)) {
             nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, root, comm, stream), "ncclReduce")
             tensor
         }
@@ -135,7 +138,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         checkTensor(input, name)
         val shape = CollectiveShapes.allGather(input, worldSize, dim)
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueAllGather(out, input, dim)
             out
@@ -148,7 +151,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, CollectiveShapes.allGather(input, worldSize, dim), "output", name)
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             issueAllGather(output, input, dim)
             output
         }
@@ -159,7 +162,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(input, name)
         val shape = CollectiveShapes.reduceScatter(input, worldSize, dim)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueReduceScatter(out, input, red, dim)
             out
@@ -173,7 +176,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, detail = "op=$op dim=$dim", signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
             issueReduceScatter(output, input, red, dim)
             output
         }
@@ -185,7 +188,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.root(root, worldSize, name)
         val shape = CollectiveShapes.allGather(input, worldSize, dim)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, peers = "root=$root", detail = "dim=$dim", signature = sig(name, input, root = root, dim = dim)) {
+        return run(name, input, root = root, dim = dim, signature = sig(name, input, root = root, dim = dim)) {
             if (rank == root) {
                 val out = allocateOutput(input.dtype, shape)
                 val blocks = if (outer == 1L) out.address else temp(out.byteSize)
@@ -220,7 +223,7 @@ public class NcclCommunicator internal constructor(
             CollectiveChecks.shape(output, CollectiveShapes.reduceScatter(input, worldSize, dim), "output", name)
         }
         val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, peers = "root=$root", detail = "dim=$dim", signature = sig(name, output, root = root, dim = dim)) {
+        run(name, output, root = root, dim = dim, signature = sig(name, output, root = root, dim = dim)) {
             if (rank == root) {
                 val src = input!!
                 val chunk = output.byteSize
@@ -247,7 +250,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.dim(input, dim, name)
         CollectiveChecks.divisible(input, dim, worldSize, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, detail = "dim=$dim", signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
             val out = allocateOutput(input.dtype, input.shape)
             val chunk = input.byteSize / worldSize
             val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
@@ -292,7 +295,7 @@ public class NcclCommunicator internal constructor(
         return JSON.decodeFromString(serializer, String(payload, Charsets.UTF_8))
     }
 
-    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null, detail = "bytes=${bytes.size}") {
+    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null) {
         val n = bytes.size.toLong()
         val host = Arena.ofShared()
         try {
@@ -309,7 +312,7 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, peers = "root=$root", detail = "bytes=${bytes.size}") {
+    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, root = root) {
         val n = bytes.size.toLong()
         val host = Arena.ofShared()
         try {
@@ -344,7 +347,7 @@ public class NcclCommunicator internal constructor(
         CollectiveChecks.tag(tag, name, allowAny = false)
         require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
         require(dst != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
-        run(name, tensor, peers = "dst=$dst") {
+        run(name, tensor, peer = dst) {
             nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend")
         }
     }
@@ -359,7 +362,7 @@ public class NcclCommunicator internal constructor(
             "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0 or ANY_TAG"
         }
         require(src != rank) { "$name: rank $rank cannot receive from itself on $backendName; copy on the device instead" }
-        run(name, tensor, peers = "src=$src") {
+        run(name, tensor, peer = src) {
             nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv")
         }
         return MessageInfo(src, 0, tensor.byteSize)
@@ -379,7 +382,7 @@ public class NcclCommunicator internal constructor(
                 "$name: ${api.libraryName} ${NcclVersion.format(libraryVersion)} has no ncclCommSplit (needs 2.18 or later); upgrade the library",
             )
         }
-        return run(name, null, detail = "color=$color key=$key", onStream = false) {
+        return run(name, null, onStream = false) {
             val out = LongArray(1)
             val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
             val child = out[0]
@@ -416,6 +419,7 @@ public class NcclCommunicator internal constructor(
      */
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
+        recorder.close()
         val done = CountDownLatch(1)
         val task = Runnable {
             try {
@@ -550,8 +554,10 @@ public class NcclCommunicator internal constructor(
     private suspend fun <T> run(
         name: String,
         tensor: Tensor?,
-        peers: String? = null,
-        detail: String? = null,
+        root: Int = FlightRecorder.NONE,
+        peer: Int = FlightRecorder.NONE,
+        op: ReduceOp? = null,
+        dim: Int = FlightRecorder.NONE,
         onStream: Boolean = true,
         signature: LongArray? = null,
         issue: Op.() -> T,
@@ -562,7 +568,7 @@ public class NcclCommunicator internal constructor(
         val issued = AtomicBoolean(false)
         try {
             return withContext(dispatcher) {
-                val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0, peers, detail)
+                val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
                 failure.get()?.let { cause ->
                     val e = abortedError(name, entry.sequence, cause)
                     entry.fail(e)
@@ -689,6 +695,7 @@ public class NcclCommunicator internal constructor(
     /** First failure wins: records it and calls `ncclCommAbort` on the native thread. */
     private fun abort(cause: CommunicationException) {
         if (!failure.compareAndSet(null, cause)) return
+        recorder.recordAbort(cause)
         if (dispatcher.isNativeThread) {
             releaseComm(abort = true)
         } else {

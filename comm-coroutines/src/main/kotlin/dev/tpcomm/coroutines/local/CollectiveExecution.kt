@@ -16,7 +16,7 @@ internal object CollectiveExecution {
     private const val REDUCE_CHUNK = 16384L
     private const val COPY_CHUNK = 256L * 1024
 
-    fun run(s: OpSlot, w: Int, group: LocalGroup) {
+    fun execute(s: OpSlot, w: Int, group: LocalGroup) {
         when (val k = s.kinds[0]) {
             OpKind.ALL_REDUCE, OpKind.REDUCE -> reduceInPlace(s, w, k == OpKind.ALL_REDUCE)
             OpKind.REDUCE_SCATTER -> reduceScatter(s, w)

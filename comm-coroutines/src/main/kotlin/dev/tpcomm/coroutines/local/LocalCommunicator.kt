@@ -1,6 +1,5 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
@@ -10,14 +9,17 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.suspendCancellableCoroutine
-import kotlin.coroutines.intrinsics.COROUTINE_SUSPENDED
-import kotlin.coroutines.intrinsics.suspendCoroutineUninterceptedOrReturn
+import kotlin.coroutines.resume
 
 /**
  * One rank of a [LocalGroup]: the in-process backend's [Communicator].
@@ -25,12 +27,12 @@ import kotlin.coroutines.intrinsics.suspendCoroutineUninterceptedOrReturn
  * A collective assigns its sequence number under [issueLock] synchronously in the call (so issue
  * order is call order, also for concurrent callers and `CoroutineStart.UNDISPATCHED`), records
  * itself in the flight recorder, writes its signature into the group's slot for that number and
- * arrives. The last arriver checks the signatures, moves the data and resumes the others; a
- * waiting rank suspends without a cancellation handler (cheap), and the watchdog turns a
- * cancellation or a missed deadline into an abort of the world.
+ * arrives. The last arriver checks the signatures, moves the data and resumes the others. A
+ * waiting rank suspends with a cancellation handler ([CancelledWait]) that aborts the world at
+ * once when it is cancelled; the watchdog turns a missed deadline into an abort of the world.
  */
-internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator {
-    private val world = group.world
+internal class LocalCommunicator(private val group: LocalGroup, override val rank: Int) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
+    val world = group.world
     override val worldSize: Int get() = group.size
     override val backendName: String get() = BACKEND
     override val device: Device get() = Device.Host
@@ -38,11 +40,18 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     /** The core's argument checks; the JVM moves the data, so heap-backed tensors are fine here. */
     private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = false)
 
-    val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND)
+    override val flightRecorder: FlightRecorder get() = recorder
+    val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size, communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = world.config.flightRecorderDir)
+
+    /**
+     * The builder of this rank's exceptions (rank, backend, operation, sequence and the flight
+     * recorder's dump). The abort state itself is the world's ([LocalWorldState.failures]): an abort
+     * anywhere aborts the whole tree of communicators.
+     */
+    val failures = FailureState(rank, BACKEND) { recorder.dumpJson() }
     private val issueLock = Any()
     private var collectiveSeq = 0L
     @Volatile private var closed = false
-    private val rootNames = Array(group.size) { "root=$it" }
 
     // ---------------------------------------------------------------- lifecycle
 
@@ -51,6 +60,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     fun markClosed() {
         closed = true
+        recorder.close()
     }
 
     /** Closes this communicator and, first, every communicator split from it (recursively). */
@@ -66,6 +76,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     override fun close() {
         if (closed) return
         closed = true
+        recorder.close()
         group.rankClosed(rank)
     }
 
@@ -74,21 +85,17 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     // ---------------------------------------------------------------- exceptions
 
     fun abortedException(operation: String, seq: Long, cause: Throwable): CommunicatorAbortedException =
-        CommunicatorAbortedException(
-            "the communicator was aborted: ${LocalWorldState.describe(cause)}", rank, BACKEND, operation, seq, cause, recorder.dumpJson(),
-        )
+        failures.aborted(operation, seq, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
 
     fun failureException(f: SlotFailure, operation: String, seq: Long): CommunicationException = when (f.kind) {
-        SlotFailure.MISMATCH -> CollectiveMismatchException(f.message, rank, BACKEND, operation, seq, f.ranks, f.fields, recorder.dumpJson())
-        SlotFailure.TIMEOUT -> CommunicationTimeoutException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
-        else -> CommunicatorAbortedException(f.message, rank, BACKEND, operation, seq, f.cause, recorder.dumpJson())
+        SlotFailure.MISMATCH -> failures.mismatch(operation, seq, f.message, f.ranks, f.fields)
+        SlotFailure.TIMEOUT -> failures.timeout(operation, seq, f.message, f.cause)
+        else -> failures.aborted(operation, seq, f.message, f.cause)
     }
 
     private fun unusable(operation: String, seq: Long): CommunicationException? {
         if (closed) {
-            return CommunicatorAbortedException(
-                "this communicator is closed; create a new one to communicate again", rank, BACKEND, operation, seq, world.abortCause,
-            )
+            return failures.aborted(operation, seq, "this communicator is closed; create a new one to communicate again", world.abortCause)
         }
         world.abortCause?.let { return abortedException(operation, seq, it) }
         return null
@@ -189,12 +196,12 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         var issued: FlightRecorder.Entry? = null
         var seq = 0L
         synchronized(issueLock) {
-            val e = recorder.start(name, sig?.dtype?.name, sig?.shape, sig?.byteSize ?: 0L, if (root >= 0) rootNames[root] else null, op?.name)
+            val e = recorder.start(name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L, root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = op, dim = if (OpKind.hasDim(kind)) dim else FlightRecorder.NONE)
             unusable(name, e.sequence)?.let { e.fail(it); throw it }
             if (group.anyClosed) {
-                val ex = CommunicatorAbortedException(
+                val ex = failures.aborted(
+                    name, e.sequence,
                     "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
-                    rank, BACKEND, name, e.sequence,
                 )
                 e.fail(ex); throw ex
             }
@@ -227,6 +234,13 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.roots[r] = root
         slot.dims[r] = dim
         slot.extras[r] = extra
+        val op0 = CollectiveOp.entries[kind]
+        CollectiveSignature.encode(
+            slot.signatures, r * CollectiveSignature.SIZE, op0, sig, op,
+            root = if (op0.hasRoot) root else -1,
+            dim = if (op0.hasDim) dim else -1,
+            extra = if (op0 == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
+        )
         slot.inputs[r] = input
         slot.outputs[r] = output
         slot.recorderSeqs[r] = entry.sequence
@@ -250,9 +264,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         var slot = p.slot
         if (slot == null) {
             slot = awaitSlot(p.seq, p.name, entry)
-            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot)
+            if (!arrive(slot, p.seq, kind, input, output, sig, op, root, dim, extra, entry)) await(slot, entry)
         } else if (!slot.isFinal) {
-            await(slot)
+            await(slot, entry)
         }
         if (slot.state.get() == OpSlot.DONE) {
             val result = slot.results[rank]
@@ -265,32 +279,26 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.depart()
         val ex = failureException(f, p.name, entry.sequence)
         entry.fail(ex)
-        currentCoroutineContext().ensureActive()
         throw ex
     }
 
     private fun runAsLast(slot: OpSlot, seq: Long) {
-        val mismatch = Signatures.check(slot, group.size, seq, group.description)
+        val mismatch = CollectiveSignature.compare(slot.signatures, group.size, seq, group.description)
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
             if (slot.fail(f)) {
-                world.abort(
-                    CollectiveMismatchException(
-                        mismatch.message, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.ranks, mismatch.fields,
-                        recorder.dumpJson(),
-                    ),
-                )
+                world.abort(failures.mismatch(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.message, mismatch.ranks, mismatch.fields))
             }
             return
         }
         if (!slot.state.compareAndSet(OpSlot.PENDING, OpSlot.RUNNING)) return // failed by an abort meanwhile
         try {
-            CollectiveExecution.run(slot, group.size, group)
+            CollectiveExecution.execute(slot, group.size, group)
         } catch (t: Throwable) {
             // The data movement itself failed (e.g. a tensor was closed while in flight).
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             slot.failRunning(SlotFailure(SlotFailure.ABORTED, msg, t))
-            world.abort(CommunicatorAbortedException(msg, rank, BACKEND, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], t))
+            world.abort(failures.aborted(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], msg, t))
             return
         }
         slot.complete(rank)
@@ -309,19 +317,75 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             }
         } catch (c: CancellationException) {
             // The sequence number is taken: without this rank the others could never complete it.
-            world.abort(CommunicatorAbortedException("rank $rank was cancelled while issuing $name", rank, BACKEND, name, entry.sequence, c))
-            entry.fail(c)
+            val reason = cancellationReason(name, entry.sequence, c, "while waiting to issue it")
+            world.abort(reason)
+            entry.fail(reason)
+            if (reason is CommunicationTimeoutException && world.abortCause === reason) throw reason
             throw c
         }
     }
 
+    /**
+     * Why the world aborts when this rank is cancelled inside [name]: a [CommunicationTimeoutException]
+     * when the cancellation is a caller's deadline (`withTimeout`), a [CommunicatorAbortedException] otherwise.
+     */
+    fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
+        if (cause is TimeoutCancellationException) {
+            failures.timeout(
+                name, seq, "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator", cause,
+            )
+        } else {
+            failures.aborted(name, seq, "rank $rank was cancelled $where in $name; the collective cannot complete without it", cause)
+        }
+
+    /**
+     * The cancellation handler of one wait of this rank in [slot]: it runs in the canceller's thread,
+     * inside its `cancel()`. A collective still pending is failed at once by aborting the world (so its
+     * data movement never starts and the peers get a named exception); one whose data movement already
+     * runs is waited for, so that no tensor of the cancelled rank is written after `cancel()` returns.
+     */
+    class CancelledWait(private val comm: LocalCommunicator, private val slot: OpSlot) : (Throwable?) -> Unit {
+        /** The abort this cancellation caused, if it was the first (reset before each wait). */
+        @Volatile @JvmField var reason: CommunicationException? = null
+
+        override fun invoke(cause: Throwable?) {
+            if (slot.state.get() == OpSlot.PENDING) {
+                val r = comm.rank
+                val reason = comm.cancellationReason(OpKind.name(slot.kinds[r]), slot.recorderSeqs[r], cause, "while waiting")
+                if (comm.world.abort(reason)) this.reason = reason
+            }
+            while (!slot.isFinal) Thread.onSpinWait()
+        }
+    }
+
+    /**
+     * Waits until [slot] is final. Cancellation of the waiting coroutine is handled at once by a
+     * [CancelledWait] (see there). Returns normally when the slot is final for another reason (done,
+     * or failed by a failure elsewhere: the caller throws that named failure); throws when this
+     * rank's cancellation failed it: the [CommunicationTimeoutException] of a caller's deadline, or
+     * the [CancellationException].
+     */
     @Suppress("NOTHING_TO_INLINE")
-    private suspend inline fun await(slot: OpSlot) {
+    private suspend inline fun await(slot: OpSlot, entry: FlightRecorder.Entry) {
         var spins = SPIN
         while (!slot.isFinal) {
             if (spins-- > 0) { Thread.onSpinWait(); continue }
-            suspendCoroutineUninterceptedOrReturn<Unit> { cont ->
-                if (slot.waiters.compareAndSet(rank, null, cont)) COROUTINE_SUSPENDED else Unit
+            // One handler per rank and ring slot, reused by every generation: nothing allocated per wait.
+            val handler = slot.cancelHandlers[rank] ?: CancelledWait(this, slot).also { slot.cancelHandlers[rank] = it }
+            handler.reason = null
+            try {
+                suspendCancellableCoroutine<Unit> { cont ->
+                    cont.invokeOnCancellation(handler)
+                    if (!slot.waiters.compareAndSet(rank, null, cont)) cont.resume(Unit)
+                }
+            } catch (c: CancellationException) {
+                while (!slot.isFinal) Thread.onSpinWait()
+                if (slot.state.get() == OpSlot.DONE) return // completed before the cancellation could stop it
+                val own = handler.reason ?: return // failed by a failure elsewhere: the caller throws it
+                slot.depart()
+                entry.fail(own)
+                if (own is CommunicationTimeoutException) throw own
+                throw c
             }
             if (!slot.isFinal) {
                 // Woken without a result: only possible in an aborted world (a stale wake-up).
@@ -335,7 +399,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         validator.send(tensor, dst, tag)
-        val entry = issueP2p("send", tensor, "dst=$dst", tag)
+        val entry = issueP2p("send", tensor, dst, tag)
         try {
             group.mailboxes[dst].deliver(rank, tag, tensor.segment)
             entry.complete()
@@ -346,18 +410,18 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         validator.recv(tensor, src, tag)
-        val entry = issueP2p("recv", tensor, "src=$src", tag)
+        val entry = issueP2p("recv", tensor, src, tag)
         return receive("recv", src, tag, tensor, entry)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         validator.probe(src, tag)
-        val entry = issueP2p("probe", null, "src=$src", tag)
+        val entry = issueP2p("probe", null, src, tag)
         return receive("probe", src, tag, null, entry)
     }
 
-    private fun issueP2p(name: String, tensor: Tensor?, peer: String, tag: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, tensor?.dtype?.name, tensor?.shape, tensor?.byteSize ?: 0L, peer, "tag=$tag")
+    private fun issueP2p(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
+        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag)
         unusable(name, entry.sequence)?.let { entry.fail(it); throw it }
         return entry
     }
@@ -367,9 +431,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         try {
             box.tryTake(src, tag, target, name)?.let { entry.complete(); return it }
             if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
-                throw CommunicatorAbortedException(
-                    "rank $src closed its communicator and no matching message from it is queued", rank, BACKEND, name, entry.sequence,
-                )
+                throw failures.aborted(name, entry.sequence, "rank $src closed its communicator and no matching message from it is queued")
             }
             val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }
             entry.complete()

@@ -1,6 +1,5 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.CommunicationTimeoutException
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
 
@@ -52,7 +51,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         val closedNow = closedCount.incrementAndGet()
         if (closedNow == 1) firstClosedRank = rank
         if (closedNow == size && world.rootGroup === this) {
-            world.close(dev.tpcomm.CommunicatorAbortedException("every rank closed its communicator", rank, LocalCommunicator.BACKEND, "close", -1))
+            world.close(communicators[rank].failures.aborted("close", -1, "every rank closed its communicator"))
             return
         }
         // Somebody already waiting for this rank can never finish: abort rather than let them time out.
@@ -60,9 +59,9 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
             val s = ring.get(i) ?: continue
             if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
                 world.abort(
-                    dev.tpcomm.CommunicatorAbortedException(
+                    communicators[rank].failures.aborted(
+                        "close", -1,
                         "rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}",
-                        rank, LocalCommunicator.BACKEND, "close", -1,
                     ),
                 )
                 return
@@ -70,9 +69,8 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
             world.abort(
-                dev.tpcomm.CommunicatorAbortedException(
-                    "rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it",
-                    rank, LocalCommunicator.BACKEND, "close", -1,
+                communicators[rank].failures.aborted(
+                    "close", -1, "rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it",
                 ),
             )
             return
@@ -88,26 +86,12 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         for (c in communicators) c.markClosed()
     }
 
-    /** Watchdog pass over this group; returns true when it aborted the world. */
-    fun check(now: Long): Boolean {
+    /** Watchdog pass over this group (deadlines); returns true when it aborted the world. */
+    fun watchdogPass(now: Long): Boolean {
         val timeoutNanos = world.config.timeout.inWholeNanoseconds
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             if (s.state.get() != OpSlot.PENDING || s.arrived.get() == 0) continue
-            // Cancelled waiters: the cancellation of an in-flight collective aborts the world.
-            for (r in 0 until size) {
-                val c = s.waiter(r) ?: continue
-                val job = c.context[kotlinx.coroutines.Job]
-                if (job != null && job.isCancelled) {
-                    val comm = communicators[r]
-                    val name = OpKind.name(s.kinds[r])
-                    val reason = dev.tpcomm.CommunicatorAbortedException(
-                        "rank $r was cancelled while in $name; the collective cannot complete without it",
-                        r, LocalCommunicator.BACKEND, name, s.recorderSeqs[r], null, comm.recorder.dumpJson(),
-                    )
-                    if (world.abort(reason)) return true
-                }
-            }
             val first = s.firstArrivalNanos
             if (first != 0L && now - first > timeoutNanos) {
                 val waiting = (0 until size).filter { s.present[it] }
@@ -116,9 +100,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
                 val r0 = waiting.firstOrNull() ?: continue
                 val name = OpKind.name(s.kinds[r0])
                 val msg = "$name timed out after ${world.config.timeout}: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
-                val reason = CommunicationTimeoutException(
-                    msg, r0, LocalCommunicator.BACKEND, name, s.recorderSeqs[r0], null, communicators[r0].recorder.dumpJson(),
-                )
+                val reason = communicators[r0].failures.timeout(name, s.recorderSeqs[r0], msg)
                 if (world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), s)) return true
             }
         }

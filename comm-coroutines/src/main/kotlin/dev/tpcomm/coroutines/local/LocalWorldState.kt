@@ -2,9 +2,9 @@ package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.spi.DeadlineWatchdog
+import dev.tpcomm.spi.FailureState
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicBoolean
-import java.util.concurrent.atomic.AtomicReference
 
 /**
  * State shared by a world and every group split from it: the abort flag and the watchdog.
@@ -14,7 +14,8 @@ import java.util.concurrent.atomic.AtomicReference
  * cause wins and is kept as [abortCause].
  */
 internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
-    private val cause = AtomicReference<Throwable?>(null)
+    /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
+    val failures = FailureState(-1, LocalCommunicator.BACKEND) { null }
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
@@ -22,7 +23,7 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
     private val closed = AtomicBoolean(false)
     @Volatile private var watchdogTask: DeadlineWatchdog.Registration? = null
 
-    val abortCause: Throwable? get() = cause.get()
+    val abortCause: Throwable? get() = failures.cause
     val isClosed: Boolean get() = closed.get()
 
     /**
@@ -31,7 +32,8 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
      * with CommunicatorAbortedException. Returns false if the world was already aborted.
      */
     fun abort(reason: Throwable, failure: SlotFailure? = null, timedOut: Any? = null): Boolean {
-        if (!cause.compareAndSet(null, reason)) return false
+        if (!failures.abort(reason)) return false
+        for (g in groups) for (c in g.communicators) c.recorder.recordAbort(reason)
         val generic = SlotFailure(SlotFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
         for (g in groups) g.failPending(failure, generic, timedOut)
         stopWatchdog()
@@ -50,10 +52,10 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
         watchdogTask?.close()
     }
 
-    /** The watchdog's call: [check], and a bug in the check aborts this world rather than going unnoticed. */
+    /** The watchdog's call: [watchdogPass], and a bug in it aborts this world rather than going unnoticed. */
     override fun checkDeadlines(nowNanos: Long) {
         try {
-            check(nowNanos)
+            watchdogPass(nowNanos)
         } catch (t: Throwable) {
             abort(t)
         }
@@ -67,11 +69,11 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
         stopWatchdog()
     }
 
-    /** One watchdog pass: deadlines and cancelled waiters of every group. */
-    fun check(nowNanos: Long) {
-        if (cause.get() != null) { stopWatchdog(); return }
+    /** One watchdog pass: the deadlines of every group. */
+    fun watchdogPass(nowNanos: Long) {
+        if (failures.isAborted) { stopWatchdog(); return }
         for (g in groups) {
-            if (g.check(nowNanos)) return
+            if (g.watchdogPass(nowNanos)) return
         }
     }
 

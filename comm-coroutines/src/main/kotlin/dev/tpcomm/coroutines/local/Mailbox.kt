@@ -1,13 +1,11 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
 import kotlinx.coroutines.CancellableContinuation
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
-import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 
 /**
@@ -157,7 +155,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val tag = if (late.tag == Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
         val msg = "${late.operation} timed out after ${group.world.config.timeout}: rank $owner of ${group.description} waited for a message from $from with $tag"
         val comm = group.communicators[owner]
-        val reason = CommunicationTimeoutException(msg, owner, LocalCommunicator.BACKEND, late.operation, late.recorderSeq, null, comm.recorder.dumpJson())
+        val reason = comm.failures.timeout(late.operation, late.recorderSeq, msg)
         return group.world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late)
     }
 

@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.spi.CollectiveOp
+
 /** Codes of the operations that meet in an [OpSlot], with their names as users and the flight recorder see them. */
 internal object OpKind {
     const val ALL_REDUCE = 0
@@ -14,16 +16,13 @@ internal object OpKind {
     const val SPLIT = 9
     const val GROUP = 10
 
-    private val NAMES = arrayOf(
-        "allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll",
-        "barrier", "split", "group",
-    )
+    init {
+        // The codes index CollectiveOp.entries: keep both lists in one order.
+        require(CollectiveOp.entries[ALL_TO_ALL] == CollectiveOp.AllToAll && CollectiveOp.entries[GROUP] == CollectiveOp.Group)
+    }
 
-    fun name(kind: Int): String = NAMES[kind]
+    /** The core's name of [kind]: the codes are [CollectiveOp]'s ordinals, in the same order. */
+    fun name(kind: Int): String = CollectiveOp.entries[kind].apiName
 
-    fun hasOp(kind: Int): Boolean = kind == ALL_REDUCE || kind == REDUCE || kind == REDUCE_SCATTER
-    fun hasRoot(kind: Int): Boolean = kind == BROADCAST || kind == REDUCE || kind == GATHER || kind == SCATTER
-    fun hasDim(kind: Int): Boolean =
-        kind == ALL_GATHER || kind == REDUCE_SCATTER || kind == GATHER || kind == SCATTER || kind == ALL_TO_ALL
-    fun hasTensor(kind: Int): Boolean = kind <= ALL_TO_ALL
+    fun hasDim(kind: Int): Boolean = CollectiveOp.entries[kind].hasDim
 }

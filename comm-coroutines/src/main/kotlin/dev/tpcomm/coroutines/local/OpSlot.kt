@@ -3,6 +3,7 @@ package dev.tpcomm.coroutines.local
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveSignature
 import java.lang.foreign.MemorySegment
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
@@ -39,12 +40,18 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val roots = IntArray(size)
     @JvmField val dims = IntArray(size)
     @JvmField val extras = arrayOfNulls<Any>(size)
+
+    /** Per-rank signatures in the core's one encoding ([CollectiveSignature]), rank r at `r * SIZE`. */
+    @JvmField val signatures = LongArray(size * CollectiveSignature.SIZE)
     @JvmField val inputs = arrayOfNulls<Tensor>(size)
     @JvmField val outputs = arrayOfNulls<Tensor>(size)
     @JvmField val recorderSeqs = LongArray(size)
 
     /** Per-rank results of split/group (the new communicator or null). */
     @JvmField val results = arrayOfNulls<Any>(size)
+
+    /** Per rank: its cancellation handler for waits in this slot, made at its first wait and kept across generations. */
+    @JvmField val cancelHandlers = arrayOfNulls<LocalCommunicator.CancelledWait>(size)
 
     /** Per rank: null (not waiting yet), a suspended continuation, or [WOKEN]. */
     @JvmField val waiters = AtomicReferenceArray<Any?>(size)
@@ -86,9 +93,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
             if (prev is Continuation<*>) (prev as Continuation<Unit>).intercepted().resume(Unit)
         }
     }
-
-    /** The continuation rank [r] is suspended with, if any (for the watchdog's cancellation check). */
-    fun waiter(r: Int): Continuation<*>? = waiters.get(r) as? Continuation<*>
 
     /** Called by every rank once it no longer reads the slot; the last one recycles it for the next generation. */
     fun depart() {

@@ -11,7 +11,8 @@ import kotlinx.coroutines.withContext
 /**
  * A quick measurement (not a test; run by hand): µs per all-reduce on 4 ranks at several sizes.
  * `java -cp <test classpath> --add-modules=jdk.incubator.vector dev.tpcomm.coroutines.local.LocalBench [mode]`
- * with mode `default` (ranks on Dispatchers.Default) or `single` (ranks on the runBlocking thread).
+ * with mode `default` (ranks on Dispatchers.Default), `single` (ranks on the runBlocking thread) or `cpu`
+ * (the thread CPU time per collective of a single-thread world: robust on a loaded machine).
  */
 object LocalBench {
     @JvmStatic
@@ -31,6 +32,27 @@ object LocalBench {
                 comm.barrier()
                 if (comm.rank == 0) println("bytes allocated per collective (4 ranks): ${(mx.getThreadAllocatedBytes(Thread.currentThread().threadId()) - before) / 100_000.0}")
             }
+            return@runBlocking
+        }
+        if (mode == "cpu") {
+            // CPU time (not wall time: robust on a loaded machine) per 8-byte all-reduce, every rank on
+            // this one thread, so the figure is the whole collective's CPU cost across the ranks.
+            val mx = java.lang.management.ManagementFactory.getThreadMXBean()
+            val w = args.getOrElse(1) { "4" }.toInt()
+            val results = ArrayList<Double>()
+            repeat(7) {
+                runLocalWorld(w) { comm ->
+                    val t = Tensor.zeros(DType.Float32, 2)
+                    repeat(50_000) { comm.allReduce(t) }
+                    comm.barrier()
+                    val before = mx.currentThreadCpuTime
+                    repeat(200_000) { comm.allReduce(t) }
+                    comm.barrier()
+                    if (comm.rank == 0) results.add((mx.currentThreadCpuTime - before) / 200_000.0)
+                }
+            }
+            results.sort()
+            println("cpu ns per collective (world $w, one thread): median=${"%.0f".format(results[3])} min=${"%.0f".format(results[0])} max=${"%.0f".format(results[6])}")
             return@runBlocking
         }
         if (mode == "recorder") {

@@ -77,7 +77,7 @@ class LocalFailureSpec : FunSpec({
             val m = e.shouldBeInstanceOf<CollectiveMismatchException>()
             m.rank shouldBe r
             m.ranks shouldContainExactly listOf(1, 2)
-            m.fields shouldContainExactly listOf("shape", "op", "operation")
+            m.fields shouldContainExactly listOf("operation", "op", "shape")
             m.message shouldContain "broadcast"
         }
     }
@@ -134,9 +134,10 @@ class LocalFailureSpec : FunSpec({
                 e.message shouldContain "cancelled"
             }
         }
-        // withTimeout around a call: the caller sees the timeout, the world aborts
+        // withTimeout around a call: the caller sees CommunicationTimeoutException (issue 10), the world aborts
         LocalWorld(2, CommConfig(timeout = 30.seconds)).use { world ->
-            shouldThrow<TimeoutCancellationException> { withTimeout(100) { world.communicator(0).barrier() } }
+            shouldThrow<CommunicationTimeoutException> { withTimeout(100) { world.communicator(0).barrier() } }
+                .cause.shouldBeInstanceOf<TimeoutCancellationException>()
             world.isAborted shouldBe true
         }
     }

@@ -61,7 +61,7 @@ object OverheadProbe {
                     val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi", timing = false)
                     val shape = t.shape
                     t0 = System.nanoTime()
-                    for (i in 0 until n) rec.start("allReduce", "Float32", shape, 8L, null, "op=Sum").complete()
+                    for (i in 0 until n) rec.start("allReduce", DType.Float32, shape, 8L, reduceOp = ReduceOp.Sum).complete()
                     val recNs = (System.nanoTime() - t0).toDouble() / n
                     if (comm.rank == 0) println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
                     if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}")
