@@ -144,7 +144,10 @@ internal class MpiRuntime(
             }
             // The peers' own deadlines come first: a peer blocked in a collective this rank left
             // reports it (naming the operation) at the timeout; this rank gives up a margin later.
-            val waitNanos = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+            // After an aborted communicator MPI may never finalize (see below): wait no longer than
+            // the 10 s this backend always allowed then, so such a job still ends promptly.
+            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
             val waitMillis = (waitNanos / 1_000_000).coerceAtLeast(1)
             val finished = if (shared != null) {
                 runOn(shared, waitMillis) { finalize.run() }
@@ -235,6 +238,9 @@ internal class MpiRuntime(
     companion object {
         /** How long `MPI_Finalize` waits when no communicator said (the default [dev.tpcomm.CommConfig.timeout] is longer). */
         const val DEFAULT_FINALIZE_WAIT_NANOS: Long = 600_000_000_000
+
+        /** How long `MPI_Finalize` may take after a communicator of the process was aborted. */
+        const val AFTER_ABORT_FINALIZE_WAIT_NANOS: Long = 10_000_000_000
 
         /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
         const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
