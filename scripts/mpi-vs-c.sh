@@ -26,7 +26,7 @@ mkdir -p "$OUT"
 command -v mpirun.openmpi >/dev/null || { echo "mpirun.openmpi not found: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
 [ -f "$PEERS_DIR/c_mpi.c" ] || { echo "$PEERS_DIR/c_mpi.c not found: set PEERS_DIR" >&2; exit 2; }
 
-tpcomm_build comm-bench # its classpath holds comm-mpi and MpiAllReduceBench
+tpcomm_build comm-bench # its jar holds MpiAllReduceBench, its classpath comm-mpi
 mpicc.openmpi -O2 -o "$OUT/c_mpi" "$PEERS_DIR/c_mpi.c"
 # The same program calling MPI_Allreduce in place, as tpcomm's allReduce(tensor) does (its result
 # check assumes out of place, so it is skipped for all-reduce).

@@ -55,6 +55,7 @@ internal object MpiDowncalls {
     @JvmField val COMM_SPLIT: MethodHandle = handle("MPI_Comm_split", "HIIP")
     @JvmField val COMM_FREE: MethodHandle = handle("MPI_Comm_free", "P")
     @JvmField val COMM_SET_ERRHANDLER: MethodHandle = handle("MPI_Comm_set_errhandler", "HH")
+    @JvmField val COMM_GET_ATTR: MethodHandle = handle("MPI_Comm_get_attr", "HIPP")
     @JvmField val ALLREDUCE: MethodHandle = handle("MPI_Allreduce", "PPIHHH")
     @JvmField val BCAST: MethodHandle = handle("MPI_Bcast", "PIHIH")
     @JvmField val REDUCE: MethodHandle = handle("MPI_Reduce", "PPIHHIH")
@@ -96,6 +97,8 @@ internal class FfmMpiBinding(override val abi: MpiAbi) : MpiBinding {
     override fun commSplit(comm: Long, color: Int, key: Int, newOut: Long): Int = MpiDowncalls.COMM_SPLIT.invokeExact(comm, color, key, newOut) as Int
     override fun commFree(commInOut: Long): Int = MpiDowncalls.COMM_FREE.invokeExact(commInOut) as Int
     override fun commSetErrhandler(comm: Long, errhandler: Long): Int = MpiDowncalls.COMM_SET_ERRHANDLER.invokeExact(comm, errhandler) as Int
+    override fun commGetAttr(comm: Long, keyval: Int, valuePointerOut: Long, flagOut: Long): Int =
+        MpiDowncalls.COMM_GET_ATTR.invokeExact(comm, keyval, valuePointerOut, flagOut) as Int
     override fun allreduce(send: Long, recv: Long, count: Int, type: Long, op: Long, comm: Long): Int = MpiDowncalls.ALLREDUCE.invokeExact(send, recv, count, type, op, comm) as Int
     override fun bcast(buffer: Long, count: Int, type: Long, root: Int, comm: Long): Int = MpiDowncalls.BCAST.invokeExact(buffer, count, type, root, comm) as Int
     override fun reduce(send: Long, recv: Long, count: Int, type: Long, op: Long, root: Int, comm: Long): Int = MpiDowncalls.REDUCE.invokeExact(send, recv, count, type, op, root, comm) as Int

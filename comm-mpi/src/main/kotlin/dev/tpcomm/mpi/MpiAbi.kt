@@ -21,6 +21,9 @@ internal interface MpiAbi {
     val anySource: Int
     val anyTag: Int
     val undefined: Int
+
+    /** The `MPI_TAG_UB` attribute key (for `MPI_Comm_get_attr`). */
+    val tagUbKey: Int
     val maxErrorString: Int
     val statusLayout: StatusLayout
 

@@ -3,8 +3,14 @@ package dev.tpcomm.mpi
 import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
+import dev.tpcomm.spi.FailureState
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeoutOrNull
 import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicInteger
 
@@ -48,15 +54,52 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * and which package to install).
      * @throws IllegalArgumentException when [config]'s worldSize/rank contradict MPI's, or an MPI
      * option is invalid.
+     * @throws CommunicationTimeoutException when MPI did not start within [CommConfig.timeout] (a
+     * rank of the job has not arrived); with [MpiConfig.abortOnTimeout] (the default) the process
+     * instead prints it and ends with exit code 14, which makes the launcher end the job.
      */
     override suspend fun create(config: CommConfig): Communicator {
         val mpiConfig = MpiConfig.from(config.options, env)
-        val runtime = MpiRuntime.initialize(mpiConfig, env)
-        return wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+        // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open
+        // MPI's init ends in a PMIx fence, MPICH's in a PMI barrier): run them on a helper thread
+        // and wait at most the timeout, so a rank that never starts cannot hold this one forever.
+        val started = CompletableDeferred<MpiCommunicator>()
+        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-create").start {
+            try {
+                started.complete(runBlocking {
+                    val runtime = MpiRuntime.initialize(mpiConfig, env)
+                    wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+                })
+            } catch (t: Throwable) {
+                started.completeExceptionally(t)
+            }
+        }
+        val comm = withTimeoutOrNull(config.timeout) { started.await() }
+        if (comm != null) return comm
+        started.cancel() // a communicator made after the deadline is not handed to anyone
+        val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
+        val e = FailureState(rank, "mpi") { null }.timeout(
+            "create", -1,
+            "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
+                "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
+                if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else "",
+        )
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
+        System.err.flush()
+        if (mpiConfig.abortOnTimeout) {
+            // MPI is not (fully) initialised, so MPI_Abort is not allowed: end the process; the
+            // launcher sees a rank exit non-zero and ends the others (Open MPI and MPICH alike).
+            System.out.flush()
+            haltProcess(MpiCommunicator.ABORT_CODE)
+        }
+        throw e
     }
 
     internal companion object {
         private val counter = AtomicInteger()
+
+        /** Ends the process after a `create` timeout ([MpiConfig.abortOnTimeout]); replaced by tests. */
+        @Volatile var haltProcess: (Int) -> Unit = { Runtime.getRuntime().halt(it) }
 
         fun launched(env: Map<String, String>): Boolean = env.keys.any {
             it.startsWith("OMPI_COMM_WORLD_") || it.startsWith("PMI_") || it.startsWith("PMIX_") || it == "MPI_LOCALRANKID"
@@ -81,6 +124,10 @@ public class MpiBackendFactory @JvmOverloads constructor(
                 val (handles, rank, size) = dispatcher.execute {
                     Arena.ofConfined().use { a ->
                         val out = a.allocate(16, 8)
+                        // Errors MPICH raises on no communicator (request completion in MPI_Test,
+                        // generated bindings calling MPIR_Err_return_comm(NULL, ...)) use
+                        // MPI_COMM_WORLD's handler: make them return codes too, not aborts.
+                        if (existing == 0L) binding.commSetErrhandler(abi.commWorld, abi.errorsReturn)
                         val handle = if (existing != 0L) existing else {
                             val rc = binding.commDup(abi.commWorld, out.address())
                             check(rc == 0) { "MPI_Comm_dup(MPI_COMM_WORLD) failed: ${MpiErrors.describe(binding, rc)}" }
@@ -93,7 +140,17 @@ public class MpiBackendFactory @JvmOverloads constructor(
                         check(binding.commRank(handle, out.address()) == 0) { "MPI_Comm_rank failed" }
                         val rank = out.get(ValueLayout.JAVA_INT, 0)
                         check(binding.commSize(handle, out.address()) == 0) { "MPI_Comm_size failed" }
-                        Triple(longArrayOf(handle, control), rank, out.get(ValueLayout.JAVA_INT, 0))
+                        val size = out.get(ValueLayout.JAVA_INT, 0)
+                        // MPI_TAG_UB: the largest tag (MPICH 4.0: 2^28 - 1 with ch4:ucx; Open MPI 4.1: 2^31 - 1).
+                        val attr = a.allocate(16, 8)
+                        val tagUb = if (binding.commGetAttr(handle, abi.tagUbKey, attr.address(), attr.address() + 8) == 0 &&
+                            attr.get(ValueLayout.JAVA_INT, 8) != 0 && attr.get(ValueLayout.JAVA_LONG, 0) != 0L
+                        ) {
+                            MemorySegment.ofAddress(attr.get(ValueLayout.JAVA_LONG, 0)).reinterpret(4).get(ValueLayout.JAVA_INT, 0)
+                        } else {
+                            32767 // the standard's minimum
+                        }
+                        Triple(longArrayOf(handle, control, tagUb.toLong()), rank, size)
                     }
                 }
                 if (existing == 0L && config.worldSize > 1) {
@@ -102,8 +159,10 @@ public class MpiBackendFactory @JvmOverloads constructor(
                             "pass CommConfig.fromEnvironment() (or leave worldSize at 1) when running under mpirun"
                     }
                 }
+                if (existing == 0L) runtime.worldRank = rank
+                runtime.noteTimeout(config.timeout.inWholeNanoseconds)
                 val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
-                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name)
+                return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name, handles[2].toInt())
             } catch (t: Throwable) {
                 if (ownsDispatcher) dispatcher.close()
                 runtime.release()

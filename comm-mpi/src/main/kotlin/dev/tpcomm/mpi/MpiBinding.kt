@@ -24,6 +24,9 @@ internal interface MpiBinding {
     fun commFree(commInOut: Long): Int
     fun commSetErrhandler(comm: Long, errhandler: Long): Int
 
+    /** `MPI_Comm_get_attr(comm, keyval, &valuePointerOut, &flagOut)`: for predefined keys the value is an `int*`. */
+    fun commGetAttr(comm: Long, keyval: Int, valuePointerOut: Long, flagOut: Long): Int
+
     fun allreduce(send: Long, recv: Long, count: Int, type: Long, op: Long, comm: Long): Int
     fun bcast(buffer: Long, count: Int, type: Long, root: Int, comm: Long): Int
     fun reduce(send: Long, recv: Long, count: Int, type: Long, op: Long, root: Int, comm: Long): Int

@@ -6,7 +6,6 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
-import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
@@ -14,19 +13,26 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
-import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CoroutineDispatcher
+import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.suspendCancellableCoroutine
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.lang.ref.Reference
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.atomic.AtomicBoolean
+import kotlin.coroutines.EmptyCoroutineContext
 import kotlin.coroutines.cancellation.CancellationException
 
 /**
@@ -52,13 +58,20 @@ import kotlin.coroutines.cancellation.CancellationException
  * once. Point-to-point calls are always non-blocking, so concurrent sends and receives never
  * deadlock.
  *
- * **Failure.** MPI errors (the communicator uses `MPI_ERRORS_RETURN`) become
- * [CommunicationException]s carrying MPI's error string. A call past [CommConfig.timeout] raises
- * [CommunicationTimeoutException] with the flight recorder's dump (also printed to stderr),
- * breaks the communicator, and with [MpiConfig.abortOnTimeout] calls `MPI_Abort` so that every
- * rank of the job ends. A mismatch found by [CommConfig.checkConsistency] raises
- * [CollectiveMismatchException] on every rank. Buffers of operations MPI may still touch are kept
- * reachable for the life of the process.
+ * **Failure.** Arguments are checked first (the core's validator: the same
+ * [IllegalArgumentException] as on every backend, for heap, read-only, closed or aliased tensors,
+ * sizes past MPI's int count, tags past [tagUpperBound]). MPI errors (the communicator uses
+ * `MPI_ERRORS_RETURN`) become [CommunicationException]s carrying MPI's error string. A call past
+ * [CommConfig.timeout] raises [CommunicationTimeoutException] with the flight recorder's dump (also
+ * printed to stderr), aborts the communicator ([isAborted]), and with [MpiConfig.abortOnTimeout]
+ * calls `MPI_Abort` so that every rank of the job ends (the process ends itself if MPI does not).
+ * A caller's own deadline (`withTimeout`, `awaitAll(timeout)`) raises
+ * [CommunicationTimeoutException] at that deadline in every progress mode and aborts the
+ * communicator. A mismatch found by [CommConfig.checkConsistency] raises
+ * [CollectiveMismatchException] on every rank; a peer's abort makes later calls throw
+ * [CommunicatorAbortedException]. Tensors are retained while MPI may touch them (a `close()`
+ * meanwhile is deferred); buffers of operations that failed while MPI may still touch them are
+ * kept for the life of the process.
  *
  * **Device tensors.** CUDA tensors go to MPI as device pointers when the library is CUDA-aware
  * ([passesDevicePointers]). Other device tensors (MPI not CUDA-aware, [CudaAwareMode.Disabled], or
@@ -74,10 +87,10 @@ import kotlin.coroutines.cancellation.CancellationException
  * Thread-safe. [close] is idempotent; the last MPI communicator to close calls `MPI_Finalize`.
  */
 public class MpiCommunicator internal constructor(
-    private val runtime: MpiRuntime,
-    private val binding: MpiBinding,
-    private val handle: Long,
-    /** A duplicate of [handle] carrying only abort notices between ranks (tag [ABORT_TAG]). */
+    internal val runtime: MpiRuntime,
+    internal val binding: MpiBinding,
+    internal val handle: Long,
+    /** A duplicate of [handle] carrying only abort notices between ranks ([MpiAbortNotices]). */
     private val controlHandle: Long,
     override val rank: Int,
     override val worldSize: Int,
@@ -89,8 +102,13 @@ public class MpiCommunicator internal constructor(
     /** False when [dispatcher] is the process's one MPI thread, shared below `MPI_THREAD_MULTIPLE`. */
     private val ownsDispatcher: Boolean,
     private val name: String,
-) : Communicator, MpiWatchdog.Watched, dev.tpcomm.coroutines.FlightRecorded {
-    private val abi: MpiAbi = binding.abi
+    /**
+     * The largest tag [send], [recv] and [probe] accept: the communicator's `MPI_TAG_UB` attribute
+     * (MPICH 4.0 with ch4:ucx: 2^28 - 1; Open MPI 4.1: 2^31 - 1; at least 32767 by the standard).
+     */
+    public val tagUpperBound: Int = 32767,
+) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
+    internal val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
     private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
     private val recorder = FlightRecorder(
@@ -101,8 +119,7 @@ public class MpiCommunicator internal constructor(
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
-    private val sigSend: MemorySegment = arena.allocate(8L * SIG_LEN, 64)
-    private val sigRecv: MemorySegment = arena.allocate(8L * SIG_LEN * worldSize, 64)
+    private val signatures = MpiSignatureProtocol(worldSize, arena)
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
@@ -113,13 +130,19 @@ public class MpiCommunicator internal constructor(
 
     private val staging = MpiDeviceStaging(this, deviceTensors)
 
-    @Volatile private var broken: Throwable? = null
+    private val workarounds = MpiWorkarounds(binding.abi)
 
-    @Volatile private var noticesSent = false
-    private val noticeRequests: MemorySegment = arena.allocate(8L * worldSize, 8)
-    private val noticeRequest: MemorySegment = arena.allocate(8L, 8)
-    private val noticeBuffer: MemorySegment = arena.allocate(8L, 8)
-    private var noticeReceivePosted = false // native thread only
+    /**
+     * The core's argument checks, run first for host tensors so every backend refuses the same
+     * mistake with the same message: heap, read-only (written), closed tensors and views of closed
+     * ones, sizes in Long past MPI's int count, tags past [tagUpperBound], aliased input and output.
+     */
+    private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong())
+
+    /** The communicator's failure state (first cause wins) and the one builder of its exceptions. */
+    private val failure = FailureState(rank, "mpi") { recorder.dumpJson() }
+
+    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
 
     // Written by the communicator's thread around each blocking call, read by the watchdog. The
     // sequence and operation are plain fields published by the release store of the call token,
@@ -127,19 +150,36 @@ public class MpiCommunicator internal constructor(
     private val activeCallCell = java.util.concurrent.atomic.AtomicLong(0L)
     private var callTokens: Long = 0L // native thread only
 
-    override val activeCall: Long get() = activeCallCell.get()
-
-    override val callTimeoutNanos: Long get() = timeoutNanos
-
-    override var currentSequence: Long = 0L
-        private set
+    private var currentSequence: Long = 0L
 
     private var currentOperation: String = ""
 
-    @Volatile private var inFlightOps: Int = 0
+    /** Non-blocking operations of this communicator in flight (changed on its thread only). */
+    @Volatile internal var inFlightOps: Int = 0
+
+    /**
+     * How the watchdog sees this communicator. Not the communicator itself: its deadline callback
+     * ends in `MPI_Abort`, so it must not be a public member a user could call.
+     */
+    private val watched = object : MpiWatchdog.Watched {
+        override val activeCall: Long get() = activeCallCell.get()
+        override val currentSequence: Long get() = this@MpiCommunicator.currentSequence
+        override val callTimeoutNanos: Long get() = timeoutNanos
+        override fun onDeadline(sequence: Long) {
+            timedOut(currentOperation, sequence)
+        }
+        // An aborted communicator's leftover operations are abandoned (their peers were told);
+        // only a usable communicator's operation in progress makes a shutdown a failure.
+        override fun describeActiveCall(): String? = when {
+            failure.isAborted -> null
+            activeCallCell.get() != 0L -> "$currentOperation #${this@MpiCommunicator.currentSequence} on $name"
+            inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
+            else -> null
+        }
+    }
 
     init {
-        runtime.watchdog.register(this)
+        runtime.watchdog.register(watched)
     }
 
     override val backendName: String get() = "mpi"
@@ -173,20 +213,28 @@ public class MpiCommunicator internal constructor(
      */
     public fun profile(): Map<String, MpiOpProfile> = stats.mapValues { it.value.snapshot() }
 
-    /** Whether an earlier failure broke this communicator (every later call throws). */
-    public val isBroken: Boolean get() = broken != null
+    /**
+     * Whether this communicator was aborted (a timeout, a mismatch, an MPI error, a cancelled call,
+     * or another rank's abort notice): every later call throws [CommunicatorAbortedException].
+     */
+    public val isAborted: Boolean get() = failure.isAborted
+
+    /** The former name of [isAborted]. */
+    @Deprecated("named isAborted on every backend", ReplaceWith("isAborted"))
+    public val isBroken: Boolean get() = isAborted
 
     // ------------------------------------------------------------------ collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.allReduce(tensor, op)
         val name = "allReduce"
+        if (!tensor.device.isGpu) validator.allReduce(tensor, op)
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
-        if (hostReduced(tensor.dtype, op)) {
+        if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
-            val staging = Tensor.zeros(tensor.dtype, listOf(worldSize * n))
+            val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
@@ -198,9 +246,9 @@ public class MpiCommunicator internal constructor(
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val n = count(tensor, name)
         val entry = start(name, tensor, op = op)
-        val flip = flipsUnsignedBytes(tensor, op)
-        val buf = addr(tensor); val t = reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
-        if (flip) flipTopBits(tensor)
+        val flip = workarounds.flipsUnsignedBytes(tensor, op)
+        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
+        if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
                 inlineBlocking(entry, name, tensor) { binding.allreduce(inPlace, buf, n, t, o, handle) }
@@ -210,7 +258,7 @@ public class MpiCommunicator internal constructor(
                     { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
             }
         } finally {
-            if (flip) flipTopBits(tensor)
+            if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
@@ -219,6 +267,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.broadcast(tensor, root)
         val name = "broadcast"
+        if (!tensor.device.isGpu) validator.broadcast(tensor, root)
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         val n = count(tensor, name)
@@ -237,15 +286,17 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.reduce(tensor, root, op)
         val name = "reduce"
+        if (!tensor.device.isGpu) validator.reduce(tensor, root, op)
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.op(op, tensor.dtype, name)
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
-        if (hostReduced(tensor.dtype, op)) {
+        if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
-            val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(worldSize * n)) else null
+            val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
+            val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
             val entry = start(name, tensor, root = root, op = op)
             val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging),
@@ -259,15 +310,15 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val o = abi.op(op)
         val send = if (rank == root) abi.inPlace else buf
         val recv = if (rank == root) buf else 0L
-        val flip = flipsUnsignedBytes(tensor, op)
-        val rt = reduceType(tensor, op)
-        if (flip) flipTopBits(tensor)
+        val flip = workarounds.flipsUnsignedBytes(tensor, op)
+        val rt = workarounds.reduceType(tensor, op)
+        if (flip) workarounds.flipTopBits(tensor)
         try {
             collective(entry, name, sig, tensor,
                 { binding.reduce(send, recv, n, rt, o, root, handle) },
                 { r -> binding.ireduce(send, recv, n, rt, o, root, handle, r) })
         } finally {
-            if (flip) flipTopBits(tensor)
+            if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg && rank == root) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
@@ -276,8 +327,11 @@ public class MpiCommunicator internal constructor(
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
         val name = "allGather"
-        checkTensor(input, name); checkTensor(output, name)
+        if (!input.device.isGpu && !output.device.isGpu) validator.allGatherInto(output, input, dim)
+        checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.dim(input, dim, name)
+        checkGatheredDim(input, normalize(input, dim), name)
         val expected = CollectiveShapes.allGather(input, worldSize, dim)
         CollectiveChecks.shape(output, expected, "output", name)
         val d = normalize(input, dim)
@@ -285,10 +339,17 @@ public class MpiCommunicator internal constructor(
         count(output, name)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
-        val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
         val entry = start(name, input, dim = d)
-        val src = addr(input); val dst = addr(staging); val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging),
+        val t = abi.datatype(input.dtype)
+        val dst = addr(staging)
+        // An input inside the output (PyTorch's in-place all_gather_into_tensor) was refused by
+        // the validator: MPI forbids aliased buffers and MPICH checks it (MPIR_ERRTEST_ALIAS_COLL,
+        // "Buffers must not be aliased"), which failed the call and aborted the communicator.
+        // Device tensors (not validated here) that overlap are copied first.
+        val sendCopy = if (input.device.isGpu || staging.device.isGpu || !overlaps(input, staging)) null else input.copy()
+        val src = if (sendCopy != null) addr(sendCopy) else addr(input)
+        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
@@ -298,7 +359,8 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
         val name = "reduceScatter"
-        checkTensor(input, name); checkTensor(output, name)
+        if (!input.device.isGpu && !output.device.isGpu) validator.reduceScatterInto(output, input, op, dim)
+        checkTensor(input, name, written = false); checkTensor(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.op(op, input.dtype, name)
         val expected = CollectiveShapes.reduceScatter(input, worldSize, dim)
@@ -307,7 +369,7 @@ public class MpiCommunicator internal constructor(
         count(input, name)
         val n = count(output, name)
         val direct = contiguousAlong(input, d)
-        val half = hostReduced(input.dtype, op)
+        val half = workarounds.hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg) {
             checkHost(input, name, if (half) "this reduction runs on the host" else "this reduce-scatter finishes on the host")
         }
@@ -316,7 +378,7 @@ public class MpiCommunicator internal constructor(
         val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
         val entry = start(name, input, op = op, dim = d)
         if (half) {
-            val blocks = Tensor.zeros(input.dtype, listOf(worldSize * n))
+            val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
             collective(entry, name, sig, arrayOf(input, send, blocks),
                 { binding.alltoall(src, n, t, dst, n, t, handle) },
@@ -325,17 +387,17 @@ public class MpiCommunicator internal constructor(
             return output
         }
         val src = addr(send); val dst = addr(output); val o = abi.op(op)
-        val flip = flipsUnsignedBytes(input, op)
-        val rt = reduceType(input, op)
-        if (flip) flipTopBits(send)
+        val flip = workarounds.flipsUnsignedBytes(input, op)
+        val rt = workarounds.reduceType(input, op)
+        if (flip) workarounds.flipTopBits(send)
         try {
             collective(entry, name, sig, arrayOf(input, send, output),
                 { binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
                 { r -> binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
         } finally {
             if (flip) {
-                if (send === input) flipTopBits(input)
-                flipTopBits(output)
+                if (send === input) workarounds.flipTopBits(input)
+                workarounds.flipTopBits(output)
             }
         }
         if (op == ReduceOp.Avg) HostReduction.divide(output.segment, output.dtype, output.numel, worldSize)
@@ -345,15 +407,19 @@ public class MpiCommunicator internal constructor(
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         if (staging.needed(input)) return staging.gather(input, root, dim)
         val name = "gather"
-        checkTensor(input, name)
+        if (!input.device.isGpu) validator.gather(input, root, dim)
+        checkTensor(input, name, written = false)
         CollectiveChecks.root(root, worldSize, name)
+        CollectiveChecks.dim(input, dim, name)
+        checkGatheredDim(input, normalize(input, dim), name)
         val outShape = CollectiveShapes.allGather(input, worldSize, dim)
         val d = normalize(input, dim)
         val n = count(input, name)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val output = if (rank == root) zerosLike(input, outShape) else null
-        val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(worldSize * n))
+        val stagingCount = blocksCount(n, name, "the staging buffer")
+        val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
         val entry = start(name, input, root = root, dim = d)
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
         collective(entry, name, signature(OP_GATHER, input, root, d, null), arrayOf(input, output, staging),
@@ -366,6 +432,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
         if (staging.needed(output) || staging.needed(input)) return staging.scatter(output, input, root, dim)
         val name = "scatter"
+        if (!output.device.isGpu && input?.device?.isGpu != true) validator.scatter(output, input, root, rank, dim)
         checkTensor(output, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.dim(output, dim, name)
@@ -376,7 +443,7 @@ public class MpiCommunicator internal constructor(
         if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
         if (input != null) {
             // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
-            checkTensor(input, name)
+            checkTensor(input, name, written = false)
             CollectiveChecks.sameDtype(input, output, name)
             CollectiveChecks.divisible(input, d, worldSize, name)
             val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
@@ -395,7 +462,8 @@ public class MpiCommunicator internal constructor(
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         if (staging.needed(input)) return staging.allToAll(input, dim)
         val name = "allToAll"
-        checkTensor(input, name)
+        if (!input.device.isGpu) validator.allToAll(input, dim)
+        checkTensor(input, name, written = false)
         CollectiveChecks.dim(input, dim, name)
         val d = normalize(input, dim)
         CollectiveChecks.divisible(input, d, worldSize, name)
@@ -430,32 +498,83 @@ public class MpiCommunicator internal constructor(
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
         val name = "send"
-        checkTensor(tensor, name)
+        if (!tensor.device.isGpu) validator.send(tensor, dst, tag)
+        checkTensor(tensor, name, written = false)
         CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
         CollectiveChecks.tag(tag, name, allowAny = false)
+        checkTagBound(tag, name)
         val n = count(tensor, name)
         val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = dst, tag = tag)
+        if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
+        pointToPoint(entry, name, tensor, MpiPending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
     }
+
+    /**
+     * A send to this rank returns once the message is buffered: the tensor is copied, the copy is
+     * sent with `MPI_Isend`, and the dispatcher's progress loop completes that send whenever a
+     * receive takes it. Waiting for the send, as for other peers, would deadlock a program that
+     * sends to itself before receiving once the message is too big for MPI's eager protocol
+     * (16 MiB on Open MPI and MPICH). A self-send nobody receives within the timeout fails the
+     * communicator like any operation past its deadline.
+     */
+    private suspend fun sendToSelf(entry: FlightRecorder.Entry, tensor: Tensor, n: Int, tag: Int) {
+        val name = "send"
+        val copy = tensor.copy()
+        recordingFailures(entry, copy) {
+            ensureUsable(name, entry.sequence)
+            dispatcher.execute {
+                ensureUsable(name, entry.sequence)
+                checkAbortNotices(name, entry)
+                val p = MpiPending(this, entry, name, MpiPending.Kind.Request, copy, System.nanoTime() + timeoutNanos)
+                check(binding.isend(copy.segment.address(), n, abi.datatype(copy.dtype), rank, tag, handle, p.request), name, entry)
+                p.mainPending = true
+                p.issued()
+                background.launch {
+                    try {
+                        dispatcher.await(p)
+                    } catch (_: Throwable) {
+                        // Already recorded: a failure breaks the communicator (every later call says so).
+                    }
+                }
+            }
+            entry.complete()
+        }
+    }
+
+    /** Runs the progress of buffered self-sends ([sendToSelf]) on the communicator's thread. */
+    private val background = CoroutineScope(dispatcher + SupervisorJob())
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
         val name = "recv"
+        if (!tensor.device.isGpu) validator.recv(tensor, src, tag)
         checkTensor(tensor, name)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
+        checkTagBound(tag, name)
         val n = count(tensor, name)
         val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = src, tag = tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
-        val status = pointToPoint(entry, name, tensor, Pending.Kind.Request) { r -> binding.irecv(buf, n, t, mpiSrc, mpiTag, handle, r) }
-        if (status.byteCount != tensor.byteSize) {
-            throw CommunicationException(
-                "received a message of ${status.byteCount} bytes from rank ${status.source} (tag ${status.tag}) into a tensor of " +
-                    "${tensor.byteSize} bytes; the receiving tensor must have the sent message's size (use probe to learn it)",
-                rank, "mpi", name, entry.sequence,
+        val receive = { r: Long, from: Int, withTag: Int -> binding.irecv(buf, n, t, from, withTag, handle, r) }
+        // Probe first, then receive exactly the probed message (its source and tag; MPI keeps
+        // messages of one source and tag in order, and every receive of this communicator is
+        // posted from its one thread). A message of another size is refused before any receive is
+        // posted, so it stays queued and the communicator stays usable. Receiving it into a
+        // smaller buffer would truncate: Open MPI reports MPI_ERR_TRUNCATE from MPI_Test, but
+        // MPICH 4.0 raises it on no communicator (its generated bindings end in
+        // `MPIR_Err_return_comm(NULL, __func__, mpi_errno)`, pmodels/mpich src/binding/c), which
+        // the default MPI_ERRORS_ARE_FATAL of MPI_COMM_WORLD turns into an abort of the job.
+        val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
+        if (status.refusedBytes >= 0) {
+            throw failure.failure(
+                name, entry.sequence,
+                "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
+                    "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
+                    "queued: receive it into a tensor of ${status.refusedBytes} bytes (probe tells the size)",
             ).also { entry.fail(it) }
         }
         return MessageInfo(status.source, status.tag, status.byteCount)
@@ -463,13 +582,15 @@ public class MpiCommunicator internal constructor(
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         val name = "probe"
+        validator.probe(src, tag)
         CollectiveChecks.peer(src, worldSize, name, allowAny = true)
         CollectiveChecks.tag(tag, name, allowAny = true)
+        checkTagBound(tag, name)
         val entry = recorder.start(name, peer = src, tag = tag)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
-        val probe = StatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
-        val status = pointToPoint(entry, name, null, Pending.Kind.Probe, probe) { _ -> 0 }
+        val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
+        val status = pointToPoint(entry, name, null, MpiPending.Kind.Probe, probe) { _ -> 0 }
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
@@ -531,14 +652,14 @@ public class MpiCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         recorder.close()
-        runtime.watchdog.unregister(this)
-        val free = broken == null && inFlightOps == 0 && !runtime.finalized
+        runtime.watchdog.unregister(watched)
+        val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
                 runBlocking {
                     dispatcher.execute {
                         if (free) {
-                            if (noticeReceivePosted) cancelNoticeReceive()
+                            if (notices.receivePosted) notices.cancelReceive()
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                             abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
@@ -590,7 +711,10 @@ public class MpiCommunicator internal constructor(
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
-            val pending = dispatcher.execute {
+            val holds = MpiTensorHolds.retain(keepAlive, operation)
+            val pending = onThread {
+                var handedOver = false
+                try {
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
@@ -610,15 +734,43 @@ public class MpiCommunicator internal constructor(
                     }
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
-                    val p = Pending(this, entry, operation, Pending.Kind.Request, keepAlive, deadline)
+                    val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive, deadline)
                     check(start(p.request), operation, entry)
+                    p.holds = holds
+                    handedOver = true
                     p.mainPending = true
                     p.issued()
                     p
                 }
+                } finally {
+                    // MPI is done with the tensors (a blocking call returned, or nothing was
+                    // started), unless a non-blocking operation took them: it releases them when
+                    // it completes (and never when it fails: MPI may still write them).
+                    if (!handedOver) holds.release()
+                }
             }
             if (pending != null) dispatcher.await(pending)
             entry.complete()
+        }
+    }
+
+    /**
+     * Runs [block] on the communicator's thread and returns its result (inline when already there).
+     * Unlike `withContext`, the caller does not wait for a block that is running when its coroutine
+     * is cancelled (its `withTimeout` expired, its handle was cancelled): it is resumed at once,
+     * while the blocking MPI call goes on under the watchdog (the communicator is aborted by the
+     * caller's failure, see [recordingFailures]). A block cancelled before it started never starts.
+     *
+     * @throws NativeDispatcherClosedException when the thread is closed.
+     */
+    private suspend fun <T> onThread(block: () -> T): T {
+        if (dispatcher.isNativeThread) return block()
+        if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
+        return suspendCancellableCoroutine { cont ->
+            dispatcher.dispatch(EmptyCoroutineContext, Runnable {
+                // A call cancelled while queued must not start: the other ranks are told by the abort.
+                if (cont.isActive) cont.resumeWith(runCatching(block))
+            })
         }
     }
 
@@ -627,21 +779,34 @@ public class MpiCommunicator internal constructor(
         entry: FlightRecorder.Entry,
         operation: String,
         keepAlive: Any?,
-        kind: Pending.Kind,
-        result: StatusResult = StatusResult(),
+        kind: MpiPending.Kind,
+        result: MpiStatusResult = MpiStatusResult(),
+        /** For a receive: posts it for the probed message (request, source, tag) once a probe found one of the expected size. */
+        receive: ((Long, Int, Int) -> Int)? = null,
         start: (Long) -> Int,
-    ): StatusResult {
+    ): MpiStatusResult {
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
+            val holds = MpiTensorHolds.retain(keepAlive, operation)
             val pending = dispatcher.execute {
-                ensureUsable(operation, entry.sequence)
-                checkAbortNotices(operation, entry)
-                val p = Pending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
-                p.result = result
-                if (kind == Pending.Kind.Request) {
-                    check(start(p.request), operation, entry)
-                } else {
-                    start(0L)
+                var handedOver = false
+                val p = try {
+                    ensureUsable(operation, entry.sequence)
+                    checkAbortNotices(operation, entry)
+                    val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
+                    p.result = result
+                    p.receive = receive
+                    if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
+                    if (kind == MpiPending.Kind.Request) {
+                        check(start(p.request), operation, entry)
+                    } else {
+                        start(0L)
+                    }
+                    p.holds = holds
+                    handedOver = true
+                    p
+                } finally {
+                    if (!handedOver) holds.release()
                 }
                 p.mainPending = true
                 p.issued()
@@ -650,84 +815,6 @@ public class MpiCommunicator internal constructor(
             dispatcher.await(pending)
             entry.complete()
             return result
-        }
-    }
-
-    /** A status read back from MPI (source, tag, size). */
-    private class StatusResult {
-        var source: Int = -1
-        var tag: Int = -1
-        var byteCount: Long = 0
-        var probeSource: Int = 0
-        var probeTag: Int = 0
-    }
-
-    /** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
-    private class Pending(
-        val comm: MpiCommunicator,
-        val entry: FlightRecorder.Entry,
-        val operation: String,
-        val kind: Kind,
-        val keepAlive: Any?,
-        val deadline: Long,
-    ) : NativeRequest {
-        enum class Kind { Request, Probe }
-
-        // Own native memory: several operations may be in flight at once. Freed by the GC only
-        // after the operation completed (the dispatcher keeps this object until then, and a failed
-        // operation is pinned for the life of the process).
-        val memory: MemorySegment = Arena.ofAuto().allocate(128L, 64)
-        val request: Long = memory.address()
-        val flag: Long = memory.address() + 16
-        val status: Long = memory.address() + 32
-        var mainPending = false
-        var result: StatusResult? = null
-        private val startNanos = System.nanoTime()
-        private var counted = false
-
-        fun issued() {
-            counted = true
-            comm.inFlightOps++
-            comm.runtime.inFlight.incrementAndGet()
-        }
-
-        private fun retire() {
-            if (counted) {
-                counted = false
-                comm.inFlightOps--
-                comm.runtime.inFlight.decrementAndGet()
-            }
-        }
-
-        override fun poll(): Boolean {
-            val b = comm.binding
-            try {
-                comm.ensureNotBrokenWhileInFlight(operation, entry)
-                comm.checkAbortNotices(operation, entry)
-                when (kind) {
-                    Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
-                    Kind.Probe -> {
-                        val r = result!!
-                        comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
-                    }
-                }
-                if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                    mainPending = false
-                    result?.let { r ->
-                        val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
-                        r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
-                    }
-                    retire()
-                    comm.recordProfile(operation, System.nanoTime() - startNanos)
-                    return true
-                }
-                if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
-                return false
-            } catch (t: Throwable) {
-                // MPI may still use this operation's buffers: keep them for the life of the process.
-                comm.runtime.pin(this)
-                throw t
-            }
         }
     }
 
@@ -749,17 +836,17 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry) {
-        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
-        val s = sigSend.address(); val r = sigRecv.address(); val t = abi.int64Type
+        signatures.load(sig)
+        val s = signatures.send.address(); val r = signatures.received.address(); val t = abi.int64Type
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
-        compareSignatures(sig, sigRecv, operation, entry)
+        compareSignatures(operation, entry)
     }
 
     private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
-        MemorySegment.copy(sig, 0, sigSend, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        signatures.load(sig)
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
-        check(binding.iallgather(sigSend.address(), SIG_LEN, abi.int64Type, sigRecv.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
@@ -770,67 +857,31 @@ public class MpiCommunicator internal constructor(
             }
             Thread.onSpinWait()
         }
-        compareSignatures(sig, sigRecv, operation, entry)
+        compareSignatures(operation, entry)
     }
 
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
-        val cause = broken ?: return
-        throw CommunicatorAbortedException("the communicator was aborted while this call was in flight: ${cause.message}", rank, "mpi", operation, entry.sequence, cause)
+        val cause = failure.cause ?: return
+        throw failure.aborted(operation, entry.sequence, "aborted while this call was in flight: ${failure.abortedMessage(cause)}", cause)
     }
 
-    private fun compareSignatures(mine: LongArray, all: MemorySegment, operation: String, entry: FlightRecorder.Entry) {
-        val first = LongArray(SIG_LEN) { all.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
-        val ranks = ArrayList<Int>()
-        val fields = LinkedHashSet<String>()
-        val descriptions = ArrayList<String>()
-        for (r in 1 until worldSize) {
-            var differs = false
-            for (i in 0 until SIG_LEN) {
-                val v = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-                if (v != first[i]) {
-                    differs = true
-                    fields += SIG_FIELDS[i]
-                }
-            }
-            if (differs) {
-                ranks += r
-                descriptions += "rank $r: ${describe(all, r)}"
-            }
-        }
-        if (ranks.isEmpty()) return
-        val e = CollectiveMismatchException(
-            "collective mismatch: rank 0 called ${describe(all, 0)} but ${descriptions.joinToString("; ")} (fields differing: ${fields.joinToString()})",
-            rank, "mpi", operation, entry.sequence, ranks, fields.toList(), recorder.dumpJson(),
-        )
+    private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
+        val m = signatures.compare() ?: return
+        val e = failure.mismatch(operation, entry.sequence, m.message, m.ranks, m.fields)
         markBroken(e)
         throw e
     }
 
-    private fun describe(all: MemorySegment, r: Int): String {
-        fun f(i: Int) = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-        val op = OP_NAMES.getOrElse(f(1).toInt()) { "op#${f(1)}" }
-        val dtype = f(2).toInt().let { if (it in DType.entries.indices) DType.entries[it].name else "-" }
-        val reduce = f(7).toInt().let { if (it in ReduceOp.entries.indices) " op=${ReduceOp.entries[it]}" else "" }
-        val root = if (f(5) >= 0) " root=${f(5)}" else ""
-        val dim = if (f(6) >= 0) " dim=${f(6)}" else ""
-        return "$op($dtype numel=${f(3)} shapeHash=${f(4)}$root$dim$reduce)"
-    }
-
     private fun signature(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
         if (!config.checkConsistency) return null
-        return longArrayOf(
-            SIG_MAGIC, op.toLong(), (t?.dtype?.ordinal ?: -1).toLong(), t?.numel ?: -1L, (t?.shape?.hashCode() ?: 0).toLong(),
-            root.toLong(), dim.toLong(), (reduceOp?.ordinal ?: -1).toLong(),
-        )
+        return signatures.encode(op, t, root, dim, reduceOp)
     }
 
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
     internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
         if (rc == 0) return
-        val e = CommunicationException(
-            "MPI error $rc: ${MpiErrors.describe(binding, rc)}", rank, "mpi", operation, entry.sequence, null, recorder.dumpJson(),
-        )
+        val e = failure.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
         markBroken(e)
         throw e
     }
@@ -840,7 +891,7 @@ public class MpiCommunicator internal constructor(
      * the communicator is broken first (this rank cannot join the operation its peers are in).
      */
     internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
-        val e = CommunicationException(message, rank, "mpi", operation, -1, cause, recorder.dumpJson())
+        val e = failure.failure(operation, -1, message, cause)
         if (breaks) markBroken(e)
         return e
     }
@@ -853,12 +904,8 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw CommunicatorAbortedException("the communicator is closed", rank, "mpi", operation, sequence)
-        broken?.let {
-            throw CommunicatorAbortedException(
-                "the communicator was aborted by an earlier failure: ${it.message}", rank, "mpi", operation, sequence, it,
-            )
-        }
+        if (closed.get()) throw failure.aborted(operation, sequence, "the communicator is closed; create a new one")
+        failure.ensureUsable(operation, sequence)
     }
 
     /**
@@ -870,8 +917,20 @@ public class MpiCommunicator internal constructor(
         try {
             return block()
         } catch (e: NativeDispatcherClosedException) {
-            val x = CommunicatorAbortedException("the communicator was closed", rank, "mpi", entry.operationName(), entry.sequence, e)
+            val x = failure.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
             failed(entry, x)
+            throw x
+        } catch (e: TimeoutCancellationException) {
+            // The caller's own deadline (withTimeout) passed while the call was in progress: it is
+            // told now, with the communicator aborted (the other ranks cannot finish the call
+            // without this one); a blocking MPI call still in progress stays under the watchdog,
+            // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
+            failed(entry, e)
+            val x = failure.timeout(
+                entry.operationName(), entry.sequence,
+                "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
+            )
+            entry.fail(x)
             throw x
         } catch (e: Throwable) {
             failed(entry, e)
@@ -883,105 +942,50 @@ public class MpiCommunicator internal constructor(
 
     private fun failed(entry: FlightRecorder.Entry, e: Throwable) {
         entry.fail(e)
-        if (e is CancellationException && broken == null) {
+        if (e is CancellationException && !failure.isAborted) {
             markBroken(
-                CommunicatorAbortedException(
-                    "a call was cancelled while in flight; the other ranks cannot finish it without this one",
-                    rank, "mpi", currentOperation, entry.sequence, e,
+                failure.aborted(
+                    entry.operationName(), entry.sequence,
+                    "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
                 ),
             )
         }
     }
 
     private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
-        if (broken == null) {
-            broken = cause
+        if (failure.abort(cause)) {
             recorder.recordAbort(cause)
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
-                if (dispatcher.isNativeThread) sendAbortNotices() else dispatcher.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { sendAbortNotices() })
+                if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
             }
-        }
-    }
-
-    /**
-     * Tells every other rank that this communicator broke (one tiny message each on the control
-     * communicator), so their pending and later calls fail instead of completing with this rank's
-     * abandoned operations. The buffers live in the communicator's arena, pinned once broken.
-     */
-    private fun sendAbortNotices() {
-        if (noticesSent) return
-        noticesSent = true
-        val payload = sigSend // the notice's content is irrelevant; any live buffer of 4 bytes serves
-        var slot = 0L
-        for (peer in 0 until worldSize) {
-            if (peer == rank) continue
-            binding.isend(payload.address(), 1, abi.datatype(DType.Int32), peer, ABORT_TAG, controlHandle, noticeRequests.address() + slot)
-            slot += 8
-        }
-        // Drive the sends out (some transports only move data inside MPI calls), for a bounded time.
-        val until = System.nanoTime() + NOTICE_PUSH_NANOS
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        var pending = slot / 8
-        var i = 0L
-        while (pending > 0 && System.nanoTime() - until < 0) {
-            val req = noticeRequests.address() + (i % (slot / 8)) * 8
-            if (abi.readHandle(noticeRequests, (i % (slot / 8)) * 8) != abi.requestNull) {
-                binding.test(req, flag, abi.statusIgnore)
-                if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) pending--
-            }
-            i++
-        }
-    }
-
-    /** Cancels the posted notice receive and waits (bounded) until MPI lets go of it. */
-    private fun cancelNoticeReceive() {
-        binding.cancel(noticeRequest.address())
-        val until = System.nanoTime() + NOTICE_PUSH_NANOS
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        while (System.nanoTime() - until < 0) {
-            if (binding.test(noticeRequest.address(), flag, abi.statusIgnore) != 0) return
-            if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) != 0) return
         }
     }
 
     /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
     internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
         if (worldSize == 1) return
-        // A receive posted once and tested here: it is matched by any progress MPI makes, unlike
-        // MPI_Iprobe, which MPICH answers from its unexpected queue before pulling new messages in.
-        if (!noticeReceivePosted) {
-            noticeReceivePosted = true
-            check(binding.irecv(noticeBuffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, noticeRequest.address()), operation, entry)
-        }
-        val flag = scratchAddress + OFF_NOTICE_FLAG
-        if (binding.test(noticeRequest.address(), flag, scratchAddress + OFF_NOTICE_STATUS) != 0) return
-        if (scratch.get(ValueLayout.JAVA_INT, OFF_NOTICE_FLAG) == 0) return
-        val from = abi.statusLayout.parse(scratch.asSlice(OFF_NOTICE_STATUS, abi.statusLayout.size)).source
-        val e = CommunicatorAbortedException(
-            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)", rank, "mpi", operation, entry.sequence,
-        )
+        if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
+        val from = notices.arrived()
+        if (from < 0) return
+        val e = failure.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
         markBroken(e, notifyPeers = false)
         throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
     internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
-        val dump = recorder.dumpJson()
-        val e = CommunicationTimeoutException(
+        val e = failure.timeout(
+            operation, sequence,
             "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
-            rank, "mpi", operation, sequence, null, dump,
         )
+        val dump = e.flightRecorderDump
         markBroken(e)
-        System.err.println("tpcomm-mpi: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
         return e
-    }
-
-    override fun onDeadline(sequence: Long) {
-        timedOut(currentOperation, sequence)
     }
 
     internal fun recordProfile(operation: String, nanos: Long) {
@@ -994,8 +998,51 @@ public class MpiCommunicator internal constructor(
     private fun start(operation: String, t: Tensor, root: Int = FlightRecorder.NONE, op: ReduceOp? = null, dim: Int = FlightRecorder.NONE): FlightRecorder.Entry =
         recorder.start(operation, t.dtype, t.shape, t.byteSize, root = root, reduceOp = op, dim = dim)
 
-    private fun checkTensor(t: Tensor, operation: String) {
+    /**
+     * Refuses tensors whose memory MPI cannot be given: closed ones, views of a closed tensor (the
+     * memory is freed), heap segments (`MemorySegment.ofArray`: no native address; MPI would get 0),
+     * and, when MPI writes the tensor ([written]), read-only segments.
+     */
+    private fun checkTensor(t: Tensor, operation: String, written: Boolean = true) {
         require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
+        if (t.device.isGpu) return
+        val seg = t.segment
+        require(seg.scope().isAlive) {
+            "$operation: the tensor's memory was freed (it is a view, e.g. a chunk(), of a tensor that was closed); keep the parent open while its views are used"
+        }
+        require(seg.isNative) {
+            "$operation: the tensor wraps a heap segment (MemorySegment.ofArray), which has no native address MPI can use; " +
+                "allocate it off-heap (Tensor.zeros, Tensor.of, or Tensor.wrap of an Arena's segment) or copy it into one"
+        }
+        require(!written || !seg.isReadOnly) {
+            "$operation: the tensor's segment is read-only but MPI writes the result into it; pass a writable tensor (copy() it)"
+        }
+    }
+
+    /** Refuses tags above [tagUpperBound] (MPI would fail the call and abort the communicator). */
+    private fun checkTagBound(tag: Int, operation: String) {
+        require(tag == Communicator.ANY_TAG || tag <= tagUpperBound) {
+            "$operation: tag $tag is above this MPI's MPI_TAG_UB ($tagUpperBound, ${runtime.implementation}); use a tag in 0..$tagUpperBound"
+        }
+    }
+
+    /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
+    private fun blocksCount(n: Int, operation: String, what: String): Int {
+        val total = n.toLong() * worldSize
+        require(total <= Int.MAX_VALUE) {
+            "$operation: $what would have $worldSize x $n = $total elements, more than MPI's int count and a tensor dimension allow " +
+                "(${Int.MAX_VALUE}); split the tensor into smaller ones"
+        }
+        return total.toInt()
+    }
+
+    /** Refuses an input whose gathered size along [d] overflows a tensor dimension (computed in Long). */
+    private fun checkGatheredDim(input: Tensor, d: Int, operation: String) {
+        val gathered = input.shape[d].toLong() * worldSize
+        require(gathered <= Int.MAX_VALUE) {
+            "$operation: dimension $d of the result would be ${input.shape[d]} x $worldSize = $gathered, more than a tensor dimension " +
+                "holds (${Int.MAX_VALUE}); split the tensor into smaller ones"
+        }
     }
 
     private fun checkHost(t: Tensor, operation: String, why: String) {
@@ -1006,6 +1053,11 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
+
+    private fun overlaps(a: Tensor, b: Tensor): Boolean {
+        val a0 = a.segment.address(); val b0 = b.segment.address()
+        return a0 < b0 + b.byteSize && b0 < a0 + a.byteSize
+    }
 
     private fun count(t: Tensor, operation: String): Int {
         require(t.numel <= Int.MAX_VALUE) {
@@ -1034,53 +1086,22 @@ public class MpiCommunicator internal constructor(
         Tensor.concatInto(blocks, output, d)
     }
 
-    /** MPICH 4.0 compares unsigned 8-bit values as signed in MPI_MIN/MPI_MAX: reduce them as Int8 with the top bit flipped. */
-    private fun flipsUnsignedBytes(t: Tensor, op: ReduceOp): Boolean =
-        abi.unsignedByteMinMaxBroken && t.dtype == DType.UInt8 && (op == ReduceOp.Min || op == ReduceOp.Max) && !t.device.isGpu
-
-    private fun flipTopBits(t: Tensor) {
-        val seg = t.segment
-        for (i in 0 until t.byteSize) seg.set(ValueLayout.JAVA_BYTE, i, (seg.get(ValueLayout.JAVA_BYTE, i).toInt() xor 0x80).toByte())
-    }
-
-    private fun reduceType(t: Tensor, op: ReduceOp): Long =
-        abi.datatype(if (flipsUnsignedBytes(t, op)) DType.Int8 else t.dtype)
-
-    /**
-     * Reductions MPI cannot do right, finished on the host after gathering every rank's data:
-     * Float16/BFloat16 (no MPI type), and 8-bit integer sums where the library saturates them
-     * (Open MPI 4.1's AVX kernels: 127 + 1 = 127 instead of wrapping to -128).
-     */
-    private fun hostReduced(dtype: DType, op: ReduceOp): Boolean =
-        dtype.isHalf || (abi.byteSumSaturates && (dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg))
-
-    private val DType.isHalf: Boolean get() = this == DType.Float16 || this == DType.BFloat16
-
     internal companion object {
         const val ABORT_CODE: Int = 14
-        const val SIG_LEN: Int = 8
-        const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
-        val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")
-        const val OP_ALLREDUCE = 1
-        const val OP_BROADCAST = 2
-        const val OP_REDUCE = 3
-        const val OP_ALLGATHER = 4
-        const val OP_REDUCE_SCATTER = 5
-        const val OP_GATHER = 6
-        const val OP_SCATTER = 7
-        const val OP_ALLTOALL = 8
-        const val OP_BARRIER = 9
-        const val OP_SPLIT = 10
-        val OP_NAMES: List<String> = listOf(
-            "?", "allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier", "split",
-        )
+        const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
+        const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
+        const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST
+        const val OP_REDUCE = MpiSignatureProtocol.OP_REDUCE
+        const val OP_ALLGATHER = MpiSignatureProtocol.OP_ALLGATHER
+        const val OP_REDUCE_SCATTER = MpiSignatureProtocol.OP_REDUCE_SCATTER
+        const val OP_GATHER = MpiSignatureProtocol.OP_GATHER
+        const val OP_SCATTER = MpiSignatureProtocol.OP_SCATTER
+        const val OP_ALLTOALL = MpiSignatureProtocol.OP_ALLTOALL
+        const val OP_BARRIER = MpiSignatureProtocol.OP_BARRIER
+        const val OP_SPLIT = MpiSignatureProtocol.OP_SPLIT
         const val SCRATCH_BYTES: Long = 256
         const val OFF_HANDLE: Long = 0
         const val OFF_REQUEST: Long = 8
         const val OFF_FLAG: Long = 16
-        const val OFF_NOTICE_FLAG: Long = 24
-        const val OFF_NOTICE_STATUS: Long = 64
-        const val ABORT_TAG: Int = 7
-        const val NOTICE_PUSH_NANOS: Long = 200_000_000
     }
 }

@@ -182,7 +182,7 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val p
         fun end(failure: Throwable?) {
             val a = arena ?: return
             // After an operation failure that broke the communicator MPI may still use the temporaries: keep them.
-            if (failure != null && failure !== ownFailure && comm.isBroken) comm.keepForever(a) else a.close()
+            if (failure != null && failure !== ownFailure && comm.isAborted) comm.keepForever(a) else a.close()
         }
     }
 }

@@ -7,6 +7,7 @@ import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.coroutines.EmptyCoroutineContext
+import kotlin.time.Duration.Companion.nanoseconds
 
 /**
  * MPI's process-wide state: the library, `MPI_Init_thread` once, `MPI_Finalize` once (when the
@@ -94,10 +95,34 @@ internal class MpiRuntime(
     }
 
     /**
+     * The longest [dev.tpcomm.CommConfig.timeout] of the communicators created in this process:
+     * how long `MPI_Finalize` may wait for the other ranks to finish (nanoseconds).
+     */
+    @Volatile var finalizeTimeoutNanos: Long = 0L
+        private set
+
+    /** This process's rank in `MPI_COMM_WORLD` (for messages), once a world communicator exists; -1 before. */
+    @Volatile var worldRank: Int = -1
+
+    /** Raises [finalizeTimeoutNanos] to [timeoutNanos] when it is longer. */
+    fun noteTimeout(timeoutNanos: Long) {
+        synchronized(lock) { if (timeoutNanos > finalizeTimeoutNanos) finalizeTimeoutNanos = timeoutNanos }
+    }
+
+    /**
      * `MPI_Finalize` once, when this runtime initialised MPI. Idempotent. Runs on the MPI thread
-     * when communicators share one (inline when called there), else on a helper thread, and waits
-     * at most [FINALIZE_WAIT_MILLIS]: after a failure MPI may never finish finalizing, and the
-     * process must still be able to exit.
+     * when communicators share one (inline when called there), else on a helper thread.
+     *
+     * `MPI_Finalize` waits for every rank of the job to finalize (Open MPI's `ompi_mpi_finalize`
+     * and MPICH's `MPII_Finalize` end in a PMI fence/barrier), so a rank that finished early waits
+     * here for its peers. It waits as long as the longest communicator timeout
+     * ([finalizeTimeoutNanos]) plus [FINALIZE_MARGIN_NANOS]: healthy peers that are still working within that time are never
+     * killed. Past it the job is failing (a peer stalled, died, or works longer than the timeout
+     * allows): unless a communicator of this process was aborted earlier (then MPI may never
+     * finalize, and the process leaves it unfinalized with the program's own exit status), the rank
+     * says so and ends itself with exit code [MpiCommunicator.ABORT_CODE]
+     * (`MPI_Abort` is not allowed once `MPI_Finalize` started), which makes the launcher end the
+     * other ranks: never exit 0.
      */
     fun finalizeOnce() {
         synchronized(lock) {
@@ -117,27 +142,111 @@ internal class MpiRuntime(
                 finalize.run()
                 return
             }
+            // The peers' own deadlines come first: a peer blocked in a collective this rank left
+            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
+            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+            // After an aborted communicator MPI may never finalize (see below): wait no longer than
+            // the 10 s this backend always allowed then, so such a job still ends promptly.
+            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
+            val waitMillis = (waitNanos / 1_000_000).coerceAtLeast(1)
             val finished = if (shared != null) {
-                runOn(shared, FINALIZE_WAIT_MILLIS) { finalize.run() }
+                runOn(shared, waitMillis) { finalize.run() }
             } else {
                 val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start(finalize)
-                t.join(FINALIZE_WAIT_MILLIS)
+                t.join(waitMillis)
                 !t.isAlive
             }
+            if (!finished && broken) {
+                // A communicator of this process was aborted earlier and the program was told (it
+                // caught the exception, e.g. on a duplicate with abortOnTimeout = false): MPI may
+                // never finish that communicator's abandoned operations, so MPI_Finalize may never
+                // return (seen with MPICH over TCP between hosts). Leave MPI unfinalized and let the
+                // process exit with the program's own status.
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds}: a communicator of this " +
+                        "process was aborted earlier and MPI may never finish its abandoned operations; exiting without MPI_Finalize",
+                )
+                return
+            }
             if (!finished) {
-                System.err.println("tpcomm-mpi: MPI_Finalize did not return within ${FINALIZE_WAIT_MILLIS} ms (a communicator failed earlier); exiting without it")
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds} (the communicator timeout plus ${FINALIZE_MARGIN_NANOS.nanoseconds}): " +
+                        "another rank of the job has not finished (it stalled, died, or works longer than the timeout allows); " +
+                        "ending this process with exit code ${MpiCommunicator.ABORT_CODE}, which ends the job",
+                )
+                // MPI_Abort is not allowed once MPI_Finalize started (MPICH 4.0 answers "Invalid
+                // communicator" and exits 5): end the process; the launcher ends the other ranks.
+                haltNow(MpiCommunicator.ABORT_CODE, "MPI_Finalize timed out")
             }
         }
     }
 
-    /** `MPI_Abort` on [comm]: ends every rank of the job. */
-    fun abort(comm: Long, code: Int) {
-        System.err.flush()
-        binding.abort(comm, code)
+    /**
+     * The JVM is shutting down (`main` returned, `System.exit`, or a signal such as the launcher's
+     * SIGTERM after a peer died). With an operation still in progress this rank cannot finish it
+     * and `MPI_Finalize` would wait for it: say so, naming the operation, and end the process with
+     * exit code [MpiCommunicator.ABORT_CODE]. Otherwise finalize ([finalizeOnce]).
+     */
+    fun onShutdown() {
+        val busy = if (finalized) emptyList() else watchdog.activeCalls()
+        if (busy.isNotEmpty()) {
+            System.err.println(
+                "tpcomm-mpi: rank $worldRank: dev.tpcomm.CommunicatorAbortedException: the process is shutting down (System.exit, or a " +
+                    "signal from the launcher after another rank failed) while ${busy.joinToString()} is in progress; " +
+                    "ending with exit code ${MpiCommunicator.ABORT_CODE}",
+            )
+            haltNow(MpiCommunicator.ABORT_CODE, "shut down during an MPI operation")
+            return
+        }
+        finalizeOnce()
     }
 
+    /**
+     * `MPI_Abort` on [comm]: ends every rank of the job with exit code [code]. If MPI does not end
+     * this process within [ABORT_GRACE_MILLIS] (MPICH 4.0's `MPI_Abort` can spin inside the
+     * library while another thread of the process is blocked in a collective), or returns, the
+     * process ends itself with `Runtime.halt(code)`: the launcher then sees a rank exit with
+     * [code] and ends the others. Returns only when [halt] is replaced (tests with a mocked MPI).
+     */
+    fun abort(comm: Long, code: Int) {
+        System.err.flush()
+        System.out.flush()
+        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-abort-guard").start {
+            try {
+                Thread.sleep(ABORT_GRACE_MILLIS)
+            } catch (_: InterruptedException) {
+            }
+            haltNow(code, "MPI_Abort did not end the process within $ABORT_GRACE_MILLIS ms")
+        }
+        binding.abort(comm, code)
+        haltNow(code, "MPI_Abort returned")
+    }
+
+    private fun haltNow(code: Int, why: String) {
+        if (halted) return
+        halted = true
+        System.err.println("tpcomm-mpi: rank $worldRank: $why; ending the process with exit code $code")
+        System.err.flush()
+        halt(code)
+    }
+
+    @Volatile private var halted = false
+
+    /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */
+    @Volatile var halt: (Int) -> Unit = { Runtime.getRuntime().halt(it) }
+
     companion object {
-        const val FINALIZE_WAIT_MILLIS: Long = 10_000
+        /** How long `MPI_Finalize` waits when no communicator said (the default [dev.tpcomm.CommConfig.timeout] is longer). */
+        const val DEFAULT_FINALIZE_WAIT_NANOS: Long = 600_000_000_000
+
+        /** How long `MPI_Finalize` may take after a communicator of the process was aborted. */
+        const val AFTER_ABORT_FINALIZE_WAIT_NANOS: Long = 10_000_000_000
+
+        /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
+        const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
+
+        /** How long `MPI_Abort` may take to end the process before it ends itself. */
+        const val ABORT_GRACE_MILLIS: Long = 2_000
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
@@ -199,7 +308,7 @@ internal class MpiRuntime(
                 }
                 // MPI may grant more than was asked: at MPI_THREAD_MULTIPLE every communicator has its own thread.
                 if (mpiThread != null && !runtime.sharesOneThread) mpiThread.close()
-                Runtime.getRuntime().addShutdownHook(Thread({ runtime.finalizeOnce() }, "tpcomm-mpi-finalize"))
+                Runtime.getRuntime().addShutdownHook(Thread({ runtime.onShutdown() }, "tpcomm-mpi-shutdown"))
                 instance = runtime
                 return runtime
             }

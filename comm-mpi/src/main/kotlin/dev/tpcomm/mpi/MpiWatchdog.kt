@@ -29,6 +29,9 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
 
         /** Called on the watchdog thread once the call in progress passed its deadline. */
         fun onDeadline(sequence: Long)
+
+        /** The operation in progress (blocking call or non-blocking operations in flight), for messages; null when none. */
+        fun describeActiveCall(): String?
     }
 
     /** What the watchdog thread knows about one communicator's call in progress. */
@@ -55,6 +58,9 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
             }
         }
     }
+
+    /** What the registered communicators have in progress right now (for the shutdown message). */
+    fun activeCalls(): List<String> = watched.mapNotNull { it.describeActiveCall() }
 
     fun unregister(w: Watched) {
         watched -= w

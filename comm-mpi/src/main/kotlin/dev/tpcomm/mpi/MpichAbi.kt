@@ -17,6 +17,9 @@ internal object MpichAbi : MpiAbi {
     override val anySource: Int = -2
     override val anyTag: Int = -1
     override val undefined: Int = -32766
+
+    // mpi.h: `#define MPI_TAG_UB 0x64400001`.
+    override val tagUbKey: Int = 0x64400001
     override val maxErrorString: Int = 512
     override val statusLayout: StatusLayout = MpichStatusLayout
     override val byteType: Long = 0x4c00010dL

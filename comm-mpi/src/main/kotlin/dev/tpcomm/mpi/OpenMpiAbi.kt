@@ -26,6 +26,9 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
     override val anySource: Int = -1
     override val anyTag: Int = -1
     override val undefined: Int = -32766
+
+    // mpi.h: `enum { MPI_TAG_UB, MPI_HOST, ... }` (MPI-1 attribute keys, the first is 0).
+    override val tagUbKey: Int = 0
     override val maxErrorString: Int = 256
     override val statusLayout: StatusLayout = OpenMpiStatusLayout
     override val byteSumSaturates: Boolean = true

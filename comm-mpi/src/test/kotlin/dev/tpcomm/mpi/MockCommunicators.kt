@@ -15,6 +15,7 @@ internal fun mockCommunicator(
 ): MpiCommunicator {
     val library = MpiLibrary("libmpich.so.12", 0L, "MPICH Version: 4.0.2", MpiImplementation.Mpich)
     val runtime = MpiRuntime(library, b, MpiThreadLevel.Multiple.value, false, cudaSupport)
+    runtime.halt = {} // a mocked MPI_Abort returns: the test JVM must not end
     runtime.retain()
     return MpiCommunicator(runtime, b, 0x44000001L, 0x44000002L, config.rank, config.worldSize, config, mpi, NativeDispatcher("test-mpi"), true, "test")
 }

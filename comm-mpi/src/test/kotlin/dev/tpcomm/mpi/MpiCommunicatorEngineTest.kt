@@ -74,7 +74,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         e.operation shouldBe "allReduce"
         e.sequenceNumber shouldBe 1L
         e.backend shouldBe "mpi"
-        comm.isBroken shouldBe true
+        comm.isAborted shouldBe true
         shouldThrow<CommunicatorAbortedException> { comm.barrier() }
         comm.close()
     }
@@ -98,7 +98,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         shouldThrow<IllegalArgumentException> { comm.send(Tensor.of(floatArrayOf(1f)), 0, -3) }
         verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
         verify(exactly = 0) { b.bcast(any(), any(), any(), any(), any()) }
-        comm.isBroken shouldBe false
+        comm.isAborted shouldBe false
         comm.close()
     }
 
@@ -123,7 +123,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds))
         comm.barrier() // returns once the watchdog's MPI_Abort released the mocked barrier
         verify { b.abort(0x44000001L, MpiCommunicator.ABORT_CODE) }
-        comm.isBroken shouldBe true
+        comm.isAborted shouldBe true
         comm.close()
     }
 

@@ -48,7 +48,7 @@ class MpiDeviceStagingTest : FunSpec({
         rocm.message shouldNotContain "mpi.cudaAware=Enabled"
         verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
         verify(exactly = 0) { b.isend(any(), any(), any(), any(), any(), any(), any()) }
-        comm.isBroken shouldBe false
+        comm.isAborted shouldBe false
         comm.passesDevicePointers shouldBe false
         comm.close()
     }
@@ -109,7 +109,7 @@ class MpiDeviceStagingTest : FunSpec({
             e.cause!!.message shouldContain "error 700"
             verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
             staging.liveTemporaries shouldBe 0
-            comm.isBroken shouldBe true
+            comm.isAborted shouldBe true
             shouldThrow<CommunicatorAbortedException> { comm.barrier() }
             host.toFloatArray().toList() shouldBe listOf(5f, 6f)
         }
@@ -129,7 +129,7 @@ class MpiDeviceStagingTest : FunSpec({
             e.message shouldContain "the communicator stays usable"
             staging.counts shouldBe (0 to 1) // rank 0 is not the root: nothing to copy in
             staging.liveTemporaries shouldBe 0
-            comm.isBroken shouldBe false
+            comm.isAborted shouldBe false
             staging.reset()
             comm.broadcast(onDevice(host, Device.Rocm(0)), 0)
             staging.counts shouldBe (1 to 0) // the root only reads its tensor
@@ -149,7 +149,7 @@ class MpiDeviceStagingTest : FunSpec({
             staging.liveTemporaries shouldBe 0
             val closed = onDevice(host).also { it.close() }
             shouldThrow<IllegalArgumentException> { comm.allReduce(closed) }.message shouldContain "the tensor was closed"
-            comm.isBroken shouldBe false
+            comm.isAborted shouldBe false
         }
         comm.close()
     }
@@ -163,7 +163,7 @@ class MpiDeviceStagingTest : FunSpec({
         DeviceStagingRegistry.register(staging).use {
             val host = Tensor.of(floatArrayOf(1f))
             shouldThrow<CommunicationException> { comm.allReduce(onDevice(host)) }.message shouldContain "MPI error 15"
-            comm.isBroken shouldBe true
+            comm.isAborted shouldBe true
             staging.counts shouldBe (1 to 0)
             staging.liveTemporaries shouldBe 1
         }

@@ -14,10 +14,29 @@ enum class Launcher(val id: String, val command: String, val flags: List<String>
     val path: String? get() = System.getenv("PATH").orEmpty().split(':').map { File(it, command) }.firstOrNull { it.canExecute() }?.path
 }
 
-/** How a job ended. */
-class JobResult(val exitCode: Int, val timedOut: Boolean, val elapsedMillis: Long, val stdout: String, val stderr: String) {
+/**
+ * How a job ended. [rankExitCodes] (jobs run with [MpiJobs.runMpiPerRank]) holds each rank's exit
+ * status as its wrapper shell saw it, or null for a rank the launcher killed together with its
+ * wrapper (no status could be written). [endEpochMillis] is when the launcher exited.
+ */
+class JobResult(
+    val exitCode: Int,
+    val timedOut: Boolean,
+    val elapsedMillis: Long,
+    val stdout: String,
+    val stderr: String,
+    val rankExitCodes: List<Int?> = emptyList(),
+    val endEpochMillis: Long = 0,
+    /** Processes of the job still alive when the launcher exited (must be none). */
+    val leftovers: Int = 0,
+) {
     override fun toString(): String =
-        "exit $exitCode${if (timedOut) " (killed: wall-clock limit)" else ""} after $elapsedMillis ms\n--- stdout\n${stdout.takeLast(6000)}\n--- stderr\n${stderr.takeLast(6000)}"
+        "exit $exitCode${if (timedOut) " (killed: wall-clock limit)" else ""} after $elapsedMillis ms" +
+            (if (rankExitCodes.isEmpty()) "" else ", ranks ${rankExitCodes.map { it?.toString() ?: "killed" }}") +
+            "\n--- stdout\n${stdout.takeLast(6000)}\n--- stderr\n${stderr.takeLast(6000)}"
+
+    /** Each rank's status in words (`0`, `14`, `killed by the launcher`). */
+    val rankOutcomes: List<String> get() = rankExitCodes.map { it?.toString() ?: "killed by the launcher" }
 }
 
 /** Launches multi-process jobs of this module's test classes, each under a hard wall-clock limit. */
@@ -43,6 +62,22 @@ object MpiJobs {
         return run(cmd, limitSeconds, env, marker)
     }
 
+    /**
+     * Like [runMpi], with each rank's JVM under a small shell wrapper that writes the JVM's exit
+     * status to a file, so the result has every rank's exit code ([JobResult.rankExitCodes]).
+     */
+    fun runMpiPerRank(launcher: Launcher, np: Int, mainClass: String, args: List<String>, limitSeconds: Long, env: Map<String, String> = emptyMap()): JobResult {
+        val marker = UUID.randomUUID().toString()
+        val rcDir = Files.createTempDirectory("tpcomm-mpi-rc")
+        val script = "\"$@\"; rc=\$?; echo \$rc > '$rcDir'/rank-\${OMPI_COMM_WORLD_RANK:-\$PMI_RANK}.rc; exit \$rc"
+        val cmd = listOf(launcher.path ?: error("${launcher.command} not found")) + launcher.flags + listOf("-np", np.toString()) +
+            listOf("sh", "-c", script, "sh") + javaCommand(mainClass, args, marker)
+        val result = run(cmd, limitSeconds, env, marker)
+        val codes = (0 until np).map { r -> rcDir.resolve("rank-$r.rc").toFile().takeIf { it.exists() }?.readText()?.trim()?.toIntOrNull() }
+        rcDir.toFile().deleteRecursively()
+        return JobResult(result.exitCode, result.timedOut, result.elapsedMillis, result.stdout, result.stderr, codes, result.endEpochMillis, result.leftovers)
+    }
+
     fun runJava(mainClass: String, args: List<String>, limitSeconds: Long, env: Map<String, String> = emptyMap()): JobResult {
         val marker = UUID.randomUUID().toString()
         return run(javaCommand(mainClass, args, marker), limitSeconds, env, marker)
@@ -66,7 +101,14 @@ object MpiJobs {
             ProcessHandle.allProcesses().filter { h -> h.info().commandLine().orElse("").contains(marker) }.forEach { it.destroyForcibly() }
         }
         val elapsed = (System.nanoTime() - start) / 1_000_000
-        val result = JobResult(if (finished) p.exitValue() else -1, !finished, elapsed, out.readText(), err.readText())
+        val end = System.currentTimeMillis()
+        // Ranks the launcher left behind (it must end every rank before it exits); killed here.
+        fun alive() = ProcessHandle.allProcesses().filter { h -> h.info().commandLine().orElse("").contains(marker) }.toList()
+        var left = alive()
+        val graceUntil = System.nanoTime() + 2_000_000_000L
+        while (left.isNotEmpty() && System.nanoTime() < graceUntil) { Thread.sleep(100); left = alive() }
+        left.forEach { it.destroyForcibly() }
+        val result = JobResult(if (finished) p.exitValue() else -1, !finished, elapsed, out.readText(), err.readText(), endEpochMillis = end, leftovers = left.size)
         dir.toFile().deleteRecursively()
         return result
     }

@@ -253,7 +253,7 @@ object MpiStagingMain {
                 fake.failToDevice = "simulated copy failure"
                 val e = failureOf<CommunicationException> { comm.allReduce(onDevice(values(DType.Float32, 3))) }
                 if (e == null || "copying its Float32[3] result back to Cuda(index=0)" !in e.message.orEmpty()) fail("expected the copy-back failure, got $e")
-                if (comm.isBroken) fail("the communicator broke on a failed copy back")
+                if (comm.isAborted) fail("the communicator broke on a failed copy back")
                 if (fake.liveTemporaries != 0) fail("${fake.liveTemporaries} host temporaries were not freed")
                 fake.reset()
                 val ref = values(DType.Float32, 3).also { comm.allReduce(it) }
@@ -281,7 +281,7 @@ object MpiStagingMain {
                     fake.failToHost = "simulated copy failure"
                     val e = failureOf<CommunicationException> { dup.allReduce(onDevice(values(DType.Float32, 3))) }
                     if (e == null || "to host memory with host-backed test staging failed" !in e.message.orEmpty()) fail("expected the copy-in failure, got $e")
-                    if (!dup.isBroken) fail("the communicator is usable after a failed copy in")
+                    if (!dup.isAborted) fail("the communicator is usable after a failed copy in")
                     if (fake.liveTemporaries != 0) fail("${fake.liveTemporaries} host temporaries were not freed")
                     val later = failureOf<CommunicatorAbortedException> { dup.barrier() }
                     if (later == null) fail("a later call on the aborted communicator succeeded")

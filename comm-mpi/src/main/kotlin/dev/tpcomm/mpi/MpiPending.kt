@@ -1,0 +1,117 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.coroutines.NativeRequest
+import java.lang.foreign.Arena
+import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
+
+// The request engine of [MpiCommunicator]: non-blocking MPI operations (MPI_I* collectives,
+// MPI_Isend/MPI_Irecv, probes) as [NativeRequest]s polled by the communicator's NativeDispatcher.
+
+/** A status read back from MPI (source, tag, size). */
+internal class MpiStatusResult {
+    var source: Int = -1
+    var tag: Int = -1
+    var byteCount: Long = 0
+    var probeSource: Int = 0
+    var probeTag: Int = 0
+
+    /** The size of a probed message refused by a receive of another size; -1 when none was refused. */
+    var refusedBytes: Long = -1
+}
+
+/** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
+internal class MpiPending(
+    val comm: MpiCommunicator,
+    val entry: FlightRecorder.Entry,
+    val operation: String,
+    var kind: Kind,
+    val keepAlive: Any?,
+    val deadline: Long,
+) : NativeRequest {
+    /** For a receive that probes first: posts the receive of the probed message (request, source, tag). */
+    var receive: ((Long, Int, Int) -> Int)? = null
+
+    /** The message size that [receive] accepts. */
+    var expectedBytes: Long = -1
+
+    /** The caller's tensors, released when the operation completes (never when it fails: MPI may still touch them). */
+    var holds: MpiTensorHolds = MpiTensorHolds.NONE
+
+    enum class Kind { Request, Probe }
+
+    // Own native memory: several operations may be in flight at once. Freed by the GC only
+    // after the operation completed (the dispatcher keeps this object until then, and a failed
+    // operation is pinned for the life of the process).
+    val memory: MemorySegment = Arena.ofAuto().allocate(128L, 64)
+    val request: Long = memory.address()
+    val flag: Long = memory.address() + 16
+    val status: Long = memory.address() + 32
+    var mainPending = false
+    var result: MpiStatusResult? = null
+    private val startNanos = System.nanoTime()
+    private var counted = false
+
+    fun issued() {
+        counted = true
+        comm.inFlightOps++
+        comm.runtime.inFlight.incrementAndGet()
+    }
+
+    private fun retire() {
+        if (counted) {
+            counted = false
+            comm.inFlightOps--
+            comm.runtime.inFlight.decrementAndGet()
+        }
+    }
+
+    override fun poll(): Boolean {
+        val b = comm.binding
+        try {
+            comm.ensureNotBrokenWhileInFlight(operation, entry)
+            comm.checkAbortNotices(operation, entry)
+            when (kind) {
+                Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
+                Kind.Probe -> {
+                    val r = result!!
+                    comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
+                    val post = receive
+                    if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                        val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
+                        if (s.byteCount != expectedBytes) {
+                            r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
+                            mainPending = false
+                            retire()
+                            holds.release()
+                            return true
+                        }
+                        // The probed message has the tensor's size: receive exactly it.
+                        memory.set(ValueLayout.JAVA_INT, 16, 0)
+                        kind = Kind.Request
+                        comm.check(post(request, s.source, s.tag), operation, entry)
+                        return false
+                    }
+                }
+            }
+            if (memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                mainPending = false
+                result?.let { r ->
+                    val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
+                    r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
+                }
+                retire()
+                holds.release()
+                comm.recordProfile(operation, System.nanoTime() - startNanos)
+                return true
+            }
+            if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
+            return false
+        } catch (t: Throwable) {
+            // MPI may still use this operation's buffers: keep them for the life of the process.
+            comm.runtime.pin(this)
+            throw t
+        }
+    }
+}
