@@ -39,7 +39,7 @@ public object DeadlineWatchdog {
 
         internal fun target(): Watched? = strong ?: weak?.get()
 
-        /** Stops calling the watched object. */
+        /** Stops calling the watched object; a call already in progress on the watchdog thread may still finish. */
         override fun close() {
             registrations.remove(this)
         }
