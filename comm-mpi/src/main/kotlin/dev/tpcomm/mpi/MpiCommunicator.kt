@@ -119,7 +119,7 @@ public class MpiCommunicator internal constructor(
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
-    private val signatures = MpiSignatureProtocol(worldSize, arena)
+    private val signatures = MpiSignatureProtocol(worldSize, arena, "an MPI communicator of $worldSize ranks")
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
@@ -867,8 +867,8 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
-        val m = signatures.compare() ?: return
-        val e = failure.mismatch(operation, entry.sequence, m.message, m.ranks, m.fields)
+        val m = signatures.compare(entry.sequence) ?: return
+        val e = failure.mismatch(operation, entry.sequence, m)
         markBroken(e)
         throw e
     }

@@ -1,82 +1,44 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.spi.CollectiveSignature
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 
 /**
- * The consistency-check signature of one [MpiCommunicator] (`CommConfig.checkConsistency`): before
- * each collective every rank encodes what it is about to call ([encode]: protocol magic,
- * operation, dtype, element count, shape hash, root, dim, reduce op; [SIG_LEN] longs), the
- * communicator all-gathers [send] into [received], and [compare] names the ranks and fields that
- * differ from rank 0's. The buffers live in [arena] (native, allocated once).
+ * The consistency check of one [MpiCommunicator] (`CommConfig.checkConsistency`) over the core's
+ * one signature encoding ([CollectiveSignature]): before each collective every rank encodes what
+ * it is about to call ([encode]), the communicator all-gathers [send] into [received] (MPI moves
+ * the [SIG_LEN] longs), and [compare] names the ranks and fields that differ from rank 0's. The
+ * buffers live in [arena] (native, allocated once).
  */
-internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena) {
+internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, private val description: String) {
     /** This rank's signature, as sent. */
     val send: MemorySegment = arena.allocate(8L * SIG_LEN, 64)
 
     /** Every rank's signature after the all-gather, rank order. */
     val received: MemorySegment = arena.allocate(8L * SIG_LEN * worldSize, 64)
 
-    /** A disagreement found by [compare]. */
-    class Mismatch(val message: String, val ranks: List<Int>, val fields: List<String>)
-
-    /** Encodes a call of [op] (one of the `OP_` codes). */
-    fun encode(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray = longArrayOf(
-        SIG_MAGIC, op.toLong(), (t?.dtype?.ordinal ?: -1).toLong(), t?.numel ?: -1L, (t?.shape?.hashCode() ?: 0).toLong(),
-        root.toLong(), dim.toLong(), (reduceOp?.ordinal ?: -1).toLong(),
-    )
+    /** Encodes a call of [op] (one of the `OP_` codes); [dim] is normalised or -1, [root] -1 when none. */
+    fun encode(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray =
+        CollectiveSignature.of(OPS[op], t, reduceOp, root, dim)
 
     /** Copies [sig] into [send]. */
     fun load(sig: LongArray) {
         MemorySegment.copy(sig, 0, send, ValueLayout.JAVA_LONG, 0, SIG_LEN)
     }
 
-    /** Compares [received] with rank 0's signature; null when every rank agrees. */
-    fun compare(): Mismatch? {
-        val all = received
-        val first = LongArray(SIG_LEN) { all.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
-        val ranks = ArrayList<Int>()
-        val fields = LinkedHashSet<String>()
-        val descriptions = ArrayList<String>()
-        for (r in 1 until worldSize) {
-            var differs = false
-            for (i in 0 until SIG_LEN) {
-                val v = all.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-                if (v != first[i]) {
-                    differs = true
-                    fields += SIG_FIELDS[i]
-                }
-            }
-            if (differs) {
-                ranks += r
-                descriptions += "rank $r: ${describe(r)}"
-            }
-        }
-        if (ranks.isEmpty()) return null
-        return Mismatch(
-            "collective mismatch: rank 0 called ${describe(0)} but ${descriptions.joinToString("; ")} (fields differing: ${fields.joinToString()})",
-            ranks, fields.toList(),
-        )
-    }
-
-    private fun describe(r: Int): String {
-        fun f(i: Int) = received.getAtIndex(ValueLayout.JAVA_LONG, (r * SIG_LEN + i).toLong())
-        val op = OP_NAMES.getOrElse(f(1).toInt()) { "op#${f(1)}" }
-        val dtype = f(2).toInt().let { if (it in DType.entries.indices) DType.entries[it].name else "-" }
-        val reduce = f(7).toInt().let { if (it in ReduceOp.entries.indices) " op=${ReduceOp.entries[it]}" else "" }
-        val root = if (f(5) >= 0) " root=${f(5)}" else ""
-        val dim = if (f(6) >= 0) " dim=${f(6)}" else ""
-        return "$op($dtype numel=${f(3)} shapeHash=${f(4)}$root$dim$reduce)"
+    /** Compares [received] with rank 0's signature for call [sequence]; null when every rank agrees. */
+    fun compare(sequence: Long): CollectiveSignature.Mismatch? {
+        val all = LongArray(SIG_LEN * worldSize) { received.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
+        return CollectiveSignature.compare(all, worldSize, sequence, description)
     }
 
     companion object {
-        const val SIG_LEN: Int = 8
-        const val SIG_MAGIC: Long = 0x7470636f6d6dL // "tpcomm"
-        val SIG_FIELDS: List<String> = listOf("protocol", "operation", "dtype", "shape", "shape", "root", "dim", "op")
+        const val SIG_LEN: Int = CollectiveSignature.SIZE
         const val OP_ALLREDUCE = 1
         const val OP_BROADCAST = 2
         const val OP_REDUCE = 3
@@ -87,8 +49,12 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena) {
         const val OP_ALLTOALL = 8
         const val OP_BARRIER = 9
         const val OP_SPLIT = 10
-        val OP_NAMES: List<String> = listOf(
-            "?", "allReduce", "broadcast", "reduce", "allGather", "reduceScatter", "gather", "scatter", "allToAll", "barrier", "split",
+
+        /** The core's operation of each `OP_` code (index 0 unused). */
+        private val OPS: Array<CollectiveOp> = arrayOf(
+            CollectiveOp.Barrier, CollectiveOp.AllReduce, CollectiveOp.Broadcast, CollectiveOp.Reduce, CollectiveOp.AllGather,
+            CollectiveOp.ReduceScatter, CollectiveOp.Gather, CollectiveOp.Scatter, CollectiveOp.AllToAll, CollectiveOp.Barrier,
+            CollectiveOp.Split,
         )
     }
 }
