@@ -1,5 +1,6 @@
 package dev.tpcomm
 
+import dev.tpcomm.spi.FailureState
 import java.util.ServiceLoader
 
 /** Entry point: creates communicators from the backends on the classpath. */
@@ -31,7 +32,7 @@ public object Comm {
         val all = backends()
         if (backend.equals("auto", ignoreCase = true)) {
             val chosen = all.firstOrNull { it.isAvailable() }
-                ?: throw BackendUnavailableException(
+                ?: throw FailureState.unavailable(
                     "auto",
                     "no backend is available; tried: " + all.joinToString { "${it.name} (${it.unavailableReason() ?: "unavailable"})" } +
                         ". Add comm-coroutines to the classpath for the in-process backend.",
@@ -39,7 +40,7 @@ public object Comm {
             return chosen.create(config)
         }
         val factory = all.firstOrNull { it.name.equals(backend, ignoreCase = true) }
-            ?: throw BackendUnavailableException(backend, missingBackendMessage(backend, all))
+            ?: throw FailureState.unavailable(backend, missingBackendMessage(backend, all))
         return factory.create(config)
     }
 

@@ -1,5 +1,6 @@
 package dev.tpcomm.spi
 
+import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -125,6 +126,13 @@ public class FailureState(
     /** The exception that [close] records as the failure, so later calls say the communicator was closed. */
     public fun closed(): CommunicatorAbortedException =
         CommunicatorAbortedException("the communicator was closed; create a new one", rank, backend, "close", -1, null, takeDump())
+
+    public companion object {
+        /** A backend cannot be created here: [message] says what was tried and how to install what is missing. */
+        @JvmStatic
+        public fun unavailable(backend: String, message: String, cause: Throwable? = null): BackendUnavailableException =
+            BackendUnavailableException(backend, message, cause)
+    }
 
     private fun takeDump(): String? = try {
         dump()

@@ -2,12 +2,12 @@
 
 package dev.tpcomm.gpu
 
-import dev.tpcomm.spi.FailureState
 import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
 import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.spi.FailureState
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 

@@ -6,6 +6,8 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.coroutines.LocalWorld
+import dev.tpcomm.spi.FailureState
+import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.DelicateCoroutinesApi
 import kotlinx.coroutines.Dispatchers
@@ -13,7 +15,6 @@ import kotlinx.coroutines.GlobalScope
 import kotlinx.coroutines.async
 import kotlinx.coroutines.future.asCompletableFuture
 import kotlinx.coroutines.runBlocking
-import java.util.concurrent.CompletableFuture
 
 /**
  * Entry point of tpcomm for Java: creates [JavaCommunicator]s.
@@ -59,7 +60,7 @@ public object JavaComm {
             runBlocking { JavaCommunicator(Comm.create(backend, config)) }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
-            throw CommunicatorAbortedException("interrupted while creating the communicator", config.rank, backend, "create", -1, e)
+            throw FailureState(config.rank, backend) { null }.aborted("create", -1, "interrupted while creating the communicator", e)
         }
 
     /**

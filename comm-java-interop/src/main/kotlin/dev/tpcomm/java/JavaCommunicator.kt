@@ -10,6 +10,8 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
 import dev.tpcomm.coroutines.DeviceMesh
 import dev.tpcomm.coroutines.allReduceCoalesced
+import dev.tpcomm.spi.FailureState
+import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineName
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.CoroutineStart
@@ -19,7 +21,6 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.future.asCompletableFuture
 import kotlinx.coroutines.runBlocking
 import kotlinx.serialization.KSerializer
-import java.util.concurrent.CompletableFuture
 
 /**
  * A [Communicator] for Java: every collective as a method returning a [CompletableFuture], and a
@@ -351,9 +352,8 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
             return runBlocking { operation() }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
-            throw CommunicatorAbortedException(
-                "the thread was interrupted while waiting; the operation was cancelled, which aborts the communicator",
-                comm.rank, comm.backendName, name, -1, e,
+            throw FailureState(comm.rank, comm.backendName) { null }.aborted(
+                name, -1, "the thread was interrupted while waiting; the operation was cancelled, which aborts the communicator", e,
             )
         }
     }
