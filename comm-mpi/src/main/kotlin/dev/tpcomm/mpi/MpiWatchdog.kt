@@ -1,12 +1,13 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.spi.DeadlineWatchdog
 import java.util.concurrent.ConcurrentHashMap
-import java.util.concurrent.locks.LockSupport
 
 /**
- * Enforces the deadlines of blocking MPI calls, which cannot be interrupted: a daemon thread looks
- * at the call each communicator is in (if any) every [periodMillis] ms and, once the same call has
+ * Enforces the deadlines of blocking MPI calls, which cannot be interrupted: the core's
+ * [DeadlineWatchdog] thread (never an MPI thread, so it runs while one is blocked in the library)
+ * looks at the call each communicator is in (if any) every [periodMillis] ms and, once the same call has
  * been in progress for longer than the communicator's timeout, hands it to [Watched.onDeadline]
  * (which reports and calls `MPI_Abort`).
  *
@@ -39,23 +40,21 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
 
     private val watched = ConcurrentHashMap.newKeySet<Watched>()
 
-    /** `System.nanoTime` as of this thread's latest scan (advanced every [periodMillis] ms). */
-    @Volatile private var coarseNanos: Long = System.nanoTime()
+    /** Touched only by the core's watchdog thread (it calls [scan]). */
+    private val seen = HashMap<Watched, Seen>()
 
     /**
-     * A flight-recorder clock that reads no clock: the time of the watchdog's latest scan, at most
-     * about [periodMillis] ms behind [System.nanoTime] (more when the machine starves this thread).
+     * A flight-recorder clock that reads no clock: the time of the core watchdog's latest scan, at
+     * most about [periodMillis] ms behind [System.nanoTime] (more when the machine starves that thread).
      */
-    val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { coarseNanos }
-    @Volatile private var closed = false
-    @Volatile private var thread: Thread? = null
+    val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { DeadlineWatchdog.coarseNanos }
+
+    @Volatile private var registration: DeadlineWatchdog.Registration? = null
 
     fun register(w: Watched) {
         watched += w
-        if (thread == null) synchronized(this) {
-            if (thread == null && !closed) {
-                thread = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-watchdog").start(::loop)
-            }
+        if (registration == null) synchronized(this) {
+            if (registration == null) registration = DeadlineWatchdog.register(::scan, periodMillis)
         }
     }
 
@@ -66,38 +65,36 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
         watched -= w
     }
 
-    private fun loop() {
-        val seen = HashMap<Watched, Seen>()
-        while (!closed) {
-            val now = System.nanoTime()
-            coarseNanos = now
-            seen.keys.retainAll(watched)
-            for (w in watched) {
-                val token = w.activeCall
-                val seq = w.currentSequence
-                if (token == 0L || w.activeCall != token) {
-                    seen.remove(w)
-                    continue
-                }
-                val s = seen[w]
-                if (s == null || s.token != token) {
-                    seen[w] = Seen(token, now, false)
-                    continue
-                }
-                if (!s.fired && now - s.since > w.callTimeoutNanos) {
-                    s.fired = true
-                    try {
-                        w.onDeadline(seq)
-                    } catch (t: Throwable) {
-                        t.printStackTrace()
-                    }
+    /** One pass on the core's watchdog thread: times each communicator's call in progress from the scan that first saw it. */
+    private fun scan(now: Long) {
+        seen.keys.retainAll(watched)
+        for (w in watched) {
+            val token = w.activeCall
+            val seq = w.currentSequence
+            if (token == 0L || w.activeCall != token) {
+                seen.remove(w)
+                continue
+            }
+            val s = seen[w]
+            if (s == null || s.token != token) {
+                seen[w] = Seen(token, now, false)
+                continue
+            }
+            if (!s.fired && now - s.since > w.callTimeoutNanos) {
+                s.fired = true
+                try {
+                    w.onDeadline(seq)
+                } catch (t: Throwable) {
+                    t.printStackTrace()
                 }
             }
-            LockSupport.parkNanos(periodMillis * 1_000_000)
         }
     }
 
     override fun close() {
-        closed = true
+        synchronized(this) {
+            registration?.close()
+            registration = null
+        }
     }
 }
