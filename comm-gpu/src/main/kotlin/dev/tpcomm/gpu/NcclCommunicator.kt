@@ -81,8 +81,8 @@ public class NcclCommunicator internal constructor(
     override val device: Device,
     override val backendName: String,
     private val config: CommConfig,
-    /** The library's version code as `ncclGetVersion` reports it (e.g. 23007 for 2.30.7). */
-    public val libraryVersion: Int,
+    /** The library's version code as `ncclGetVersion` reports it (e.g. 23007 for 2.30.7); [libraryVersion] is its text. */
+    public val libraryVersionCode: Int,
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
 ) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
@@ -125,6 +125,12 @@ public class NcclCommunicator internal constructor(
      */
     @Volatile
     public var producerStream: Long = 0L
+
+    /**
+     * The library and its version as text, e.g. `NCCL 2.30.7` (a String on every backend, as MPI's
+     * `MPI_Get_library_version`); compare versions with [libraryVersionCode].
+     */
+    public val libraryVersion: String get() = "${api.libraryName} ${NcclVersion.format(libraryVersionCode)}"
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
     public val isAborted: Boolean get() = failures.isAborted
@@ -448,7 +454,7 @@ public class NcclCommunicator internal constructor(
                 NcclCommunicator(
                     api, runtime, thread.retain(), child, s[0], ranks[0], counts[0], device, backendName,
                     config.copy(worldSize = counts[0], rank = ranks[0], localRank = config.localRank),
-                    libraryVersion, commConfig,
+                    libraryVersionCode, commConfig,
                 )
             }
         }
@@ -906,8 +912,8 @@ public class NcclCommunicator internal constructor(
     /** What NCCL/RCCL add to the core's [validator]: bfloat16 needs 2.10 (unreachable since the minimum is 2.18). */
     private fun checkTensor(t: Tensor, operation: String) {
         if (t.dtype == DType.BFloat16) {
-            require(libraryVersion >= NcclVersion.AVG_AND_BFLOAT16) {
-                "$operation: ${api.libraryName} ${NcclVersion.format(libraryVersion)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
+            require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
+                "$operation: ${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
             }
         }
     }
@@ -935,8 +941,8 @@ public class NcclCommunicator internal constructor(
                 "use the mpi or local backend for bitwise ops, or Sum/Product/Min/Max/Avg"
         }
         if (op == ReduceOp.Avg) {
-            require(libraryVersion >= NcclVersion.AVG_AND_BFLOAT16) {
-                "$operation: Avg needs ${api.libraryName} 2.10 or later, this is ${NcclVersion.format(libraryVersion)}; use Sum and divide, or upgrade"
+            require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
+                "$operation: Avg needs ${api.libraryName} 2.10 or later, this is ${NcclVersion.format(libraryVersionCode)}; use Sum and divide, or upgrade"
             }
         }
         return code

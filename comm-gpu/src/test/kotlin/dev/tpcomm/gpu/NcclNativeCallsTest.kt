@@ -30,7 +30,8 @@ class NcclNativeCallsTest : FunSpec({
             p.api.getUniqueId(any())
             p.api.commInitRankConfig(any(), 1, any(), 0, NcclCommConfig(blocking = false))
         }
-        c.libraryVersion shouldBe 23007
+        c.libraryVersionCode shouldBe 23007
+        c.libraryVersion shouldBe "${p.api.libraryName} 2.30.7"
         c.close()
     }
 
