@@ -46,7 +46,8 @@ class SimulatedWorldLauncher(
     fun options(): ConformanceOptions = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
-        pointToPoint = false,
+        pointToPoint = true,
+        taggedPointToPoint = false,
         checksConsistency = true,
         maxWorldSize = 4,
         worldSizes = listOf(1, 2, 3, 4),

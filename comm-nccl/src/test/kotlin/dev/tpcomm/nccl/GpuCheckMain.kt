@@ -45,7 +45,8 @@ fun main(args: Array<String>) {
 internal suspend fun conformance(comm: Communicator, copies: DeviceCopies, config: CommConfig): Int {
     val options = ConformanceOptions(
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
-        pointToPoint = false,
+        pointToPoint = true,
+        taggedPointToPoint = false,
         groups = false,
         checksConsistency = false,
         placement = object : TensorPlacement {

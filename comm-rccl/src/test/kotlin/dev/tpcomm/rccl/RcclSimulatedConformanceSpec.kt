@@ -37,7 +37,8 @@ private object RocmSimLauncher : WorldLauncher {
     val options = ConformanceOptions(
         dtypes = DType.entries.toSet(),
         ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
-        pointToPoint = false,
+        pointToPoint = true,
+        taggedPointToPoint = false,
         checksConsistency = true,
         maxWorldSize = 3,
         worldSizes = listOf(2, 3),

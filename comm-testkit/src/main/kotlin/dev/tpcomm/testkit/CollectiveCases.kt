@@ -246,9 +246,40 @@ internal object GroupCases {
 
 /** send, recv and probe. */
 internal object PointToPointCases {
-    private fun skip(o: ConformanceOptions, @Suppress("UNUSED_PARAMETER") n: Int) = if (!o.pointToPoint) "the backend does not support point-to-point" else null
+    private fun skipUntagged(o: ConformanceOptions, @Suppress("UNUSED_PARAMETER") n: Int) =
+        if (!o.pointToPoint) "the backend does not support point-to-point" else null
+
+    private fun skip(o: ConformanceOptions, n: Int) = skipUntagged(o, n)
+        ?: if (!o.taggedPointToPoint) "the backend matches messages by order only (no tags, ANY_SOURCE or probe)" else null
 
     val all: List<ConformanceCase> = listOf(
+        ConformanceCase("point-to-point: ring exchange, tag 0, messages matched in order", CaseKind.Collective, 2, ::skipUntagged) { comm, ctx ->
+            // The exchange that must progress together: every rank sends to its successor while it
+            // receives from its predecessor (on NCCL this deadlocks unless the pair is issued as one
+            // group, NVIDIA/nccl docs/userguide/source/usage/p2p.rst). Two rounds check the order.
+            val n = comm.worldSize
+            val me = comm.rank
+            val p = ctx.options.placement
+            val next = (me + 1) % n
+            val prev = (me + n - 1) % n
+            for (dtype in ctx.options.dtypes.sortedBy { it.ordinal }) {
+                for (round in 0 until 2) {
+                    val salt = 300L + 10 * dtype.ordinal + round
+                    val out = TestData.input(ctx.seed, salt, me, dtype, listOf(64, 3))
+                    val buf = p.toBackend(Tensor.zeros(dtype, 64, 3))
+                    val info = coroutineScope {
+                        val sent = async(start = CoroutineStart.UNDISPATCHED) { comm.send(p.toBackend(out.copy()), next, 0) }
+                        val info = comm.recv(buf, prev, 0)
+                        sent.await()
+                        info
+                    }
+                    ctx.expect(info.source == prev && info.byteSize == out.byteSize) { "recv from $prev returned $info" }
+                    TestData.exactMismatch(TestData.input(ctx.seed, salt, prev, dtype, listOf(64, 3)), p.toHost(buf))
+                        ?.let { ctx.fail("ring $dtype round $round: $it") }
+                }
+            }
+            comm.barrier()
+        },
         ConformanceCase("point-to-point: ring send/recv with tags", CaseKind.Collective, 2, ::skip) { comm, ctx ->
             val n = comm.worldSize
             val me = comm.rank

@@ -20,6 +20,9 @@ import kotlin.time.Duration.Companion.seconds
  * @property dtypes element types the backend moves.
  * @property ops reductions the backend performs; the others must be refused with [IllegalArgumentException].
  * @property pointToPoint whether send/recv/probe are implemented.
+ * @property taggedPointToPoint whether messages are matched by tag, with ANY_SOURCE, ANY_TAG and
+ * probe (MPI, local); false for backends that match messages between two ranks by order only
+ * (NCCL/RCCL: `ncclSend`/`ncclRecv` have no tag), which run the tag-0 cases only.
  * @property groups whether split/group are implemented.
  * @property objectCollectives whether allGatherObject/broadcastObject work (they do through the defaults of [dev.tpcomm.Communicator]).
  * @property checksConsistency whether mismatched collectives are detected (the local backend always;
@@ -44,6 +47,7 @@ public data class ConformanceOptions(
     public val dtypes: Set<DType> = DType.entries.toSet(),
     public val ops: Set<ReduceOp> = ReduceOp.entries.toSet(),
     public val pointToPoint: Boolean = true,
+    public val taggedPointToPoint: Boolean = true,
     public val groups: Boolean = true,
     public val objectCollectives: Boolean = true,
     public val checksConsistency: Boolean = true,
