@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -441,6 +442,15 @@ public class FlightRecorder(
     override fun toString(): String = "FlightRecorder($backend $communicator rank $rank of $worldSize, #$instance)"
 
     public companion object {
+        /**
+         * Writes the shutdown dump of every open recorder now, on this thread. For a backend that must
+         * end the process with `Runtime.halt` (which does not wait for the JVM's shutdown hooks, this
+         * one's included): call it first, so the dumps are on disk. Never throws.
+         */
+        @InternalTpcommApi
+        @JvmStatic
+        public fun writeShutdownDumps(): Unit = FlightRecorderRegistry.writeShutdownDumps()
+
         /** The value of an absent root, peer, tag or dim in [start]. */
         public const val NONE: Int = Int.MIN_VALUE
 

@@ -56,17 +56,20 @@ internal object FlightRecorderRegistry {
         }
     }
 
+    /** Writes every open recorder's dump (reason `shutdown`) to its directory; never throws. */
+    fun writeShutdownDumps() {
+        for (r in open.values) {
+            val rec = r.ref.get() ?: continue
+            if (!rec.isClosed) rec.writeQuietly(DumpReason.Shutdown)
+        }
+    }
+
     @Synchronized
     private fun installHook() {
         if (hookInstalled) return
         hookInstalled = true
         Runtime.getRuntime().addShutdownHook(
-            Thread({
-                for (r in open.values) {
-                    val rec = r.ref.get() ?: continue
-                    if (!rec.isClosed) rec.writeQuietly(DumpReason.Shutdown)
-                }
-            }, "tpcomm-flight-recorder-shutdown"),
+            Thread(::writeShutdownDumps, "tpcomm-flight-recorder-shutdown"),
         )
     }
 

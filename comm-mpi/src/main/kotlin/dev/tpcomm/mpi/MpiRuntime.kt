@@ -1,5 +1,6 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
@@ -227,6 +228,8 @@ internal class MpiRuntime(
         halted = true
         System.err.println("tpcomm-mpi: rank $worldRank: $why; ending the process with exit code $code")
         System.err.flush()
+        // Runtime.halt does not run the other shutdown hooks: write the flight-recorder dumps first.
+        runCatching { FlightRecorder.writeShutdownDumps() }
         halt(code)
     }
 
