@@ -12,7 +12,11 @@ import java.lang.ref.Cleaner
  *
  * @throws IllegalStateException when a runtime call fails, with its error string.
  */
-public class DeviceCopies(private val runtime: DeviceRuntime, public val device: Device) {
+public class DeviceCopies(
+    private val runtime: DeviceRuntime,
+    /** The GPU whose memory these copies allocate and free. */
+    public val device: Device,
+) {
     private val index = deviceIndex(device)
 
     /** A new device tensor holding [host]'s dtype, shape and bytes. */

@@ -8,7 +8,8 @@ package dev.tpcomm.gpu
  * @property blocking false makes init, split and collectives return `ncclInProgress` instead of
  * blocking the calling thread; the engine always uses false so that a deadline can abort a
  * communicator that waits for a peer that never comes.
- * @property minCtas `minCTAs` (NCCL_MIN_CTAS). @property maxCtas `maxCTAs` (NCCL_MAX_CTAS).
+ * @property minCtas `minCTAs` (NCCL_MIN_CTAS).
+ * @property maxCtas `maxCTAs` (NCCL_MAX_CTAS).
  * @property cgaClusterSize `cgaClusterSize` (NCCL_CGA_CLUSTER_SIZE, Hopper and later).
  * @property netName `netName` (NCCL_NET), e.g. `IB` or `Socket`.
  * @property splitShare `splitShare` (NCCL_COMM_SPLIT_SHARE_RESOURCES): children of [commSplit][NcclApi.commSplit] share the parent's resources.

@@ -19,10 +19,12 @@ import dev.tpcomm.gpu.NativeEnvironment
  * @property socketIfname NCCL_SOCKET_IFNAME, e.g. `eth0` or `^docker`.
  * @property ibDisable NCCL_IB_DISABLE=1 forces the socket transport.
  * @property p2pDisable NCCL_P2P_DISABLE=1 disables direct GPU-to-GPU transport.
- * @property minChannels NCCL_MIN_NCHANNELS. @property maxChannels NCCL_MAX_NCHANNELS.
+ * @property minChannels NCCL_MIN_NCHANNELS.
+ * @property maxChannels NCCL_MAX_NCHANNELS.
  * @property bufferSize NCCL_BUFFSIZE in bytes.
  * @property device CUDA device index for this rank (default: [CommConfig.localRank][dev.tpcomm.CommConfig.localRank]).
  * @property extra further variables, passed as is.
+ * @property overwrite replace variables the user already exported.
  */
 public data class NcclEnvironment(
     public val debug: String? = null,

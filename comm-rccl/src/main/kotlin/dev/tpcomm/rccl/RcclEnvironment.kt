@@ -17,6 +17,14 @@ import dev.tpcomm.gpu.NativeEnvironment
  * | `rccl.env.VAR` = value | `VAR` | any other variable, as is |
  *
  * A variable the user already exported is kept unless [overwrite] (`rccl.overwrite=true`).
+ *
+ * @property algorithm `NCCL_ALGO`; null leaves RCCL's choice.
+ * @property channels both `NCCL_MIN_NCHANNELS` and `NCCL_MAX_NCHANNELS`; null leaves RCCL's choice.
+ * @property debug `NCCL_DEBUG` level.
+ * @property bufferSize `NCCL_BUFFSIZE`, bytes per channel.
+ * @property device the HIP device of this rank; null uses `CommConfig.localRank`.
+ * @property extra further variables, passed as is.
+ * @property overwrite replace variables the user already exported.
  */
 public data class RcclEnvironment(
     public val algorithm: Algorithm? = null,
@@ -28,7 +36,10 @@ public data class RcclEnvironment(
     public val overwrite: Boolean = false,
 ) {
     /** The algorithms `NCCL_ALGO` selects, by the names RCCL parses. */
-    public enum class Algorithm(public val envValue: String) { Ring("Ring"), Tree("Tree") }
+    public enum class Algorithm(
+        /** The value written to `NCCL_ALGO`. */
+        public val envValue: String,
+    ) { Ring("Ring"), Tree("Tree") }
 
     init {
         channels?.let { require(it in 1..64) { "rccl.channels must be in 1..64, got $it" } }
