@@ -11,13 +11,7 @@ public object CollectiveShapes {
     @JvmStatic
     public fun allGather(input: Tensor, worldSize: Int, dim: Int): List<Int> {
         CollectiveChecks.dim(input, dim, "allGather")
-        val d = if (dim < 0) dim + input.ndim else dim
-        val size = input.shape[d].toLong() * worldSize
-        require(size <= Int.MAX_VALUE) {
-            "allGather: dim $d would have ${input.shape[d]} x $worldSize = $size elements, more than a dimension holds (${Int.MAX_VALUE}); " +
-                "gather along another dim or split the tensor"
-        }
-        return input.shape.toMutableList().also { it[d] = size.toInt() }
+        return gathered(input, if (dim < 0) dim + input.ndim else dim, worldSize, "allGather")
     }
 
     /** Shape of reduce-scatter's output: [input]'s with `dim` divided by [worldSize] (which must divide it). */
@@ -27,5 +21,18 @@ public object CollectiveShapes {
         val d = if (dim < 0) dim + input.ndim else dim
         CollectiveChecks.divisible(input, d, worldSize, "reduceScatter")
         return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
+    }
+
+    /**
+     * [input]'s shape with the normalised dim [d] multiplied by [worldSize], refused with a message
+     * naming [operation] when that size no longer fits a dimension (an `Int`).
+     */
+    internal fun gathered(input: Tensor, d: Int, worldSize: Int, operation: String): List<Int> {
+        val size = input.shape[d].toLong() * worldSize
+        require(size <= Int.MAX_VALUE) {
+            "$operation: dim $d would have ${input.shape[d]} x $worldSize = $size elements, more than a dimension holds (${Int.MAX_VALUE}); " +
+                "gather along another dim or split the tensor"
+        }
+        return input.shape.toMutableList().also { it[d] = size.toInt() }
     }
 }

@@ -202,16 +202,12 @@ public class CollectiveValidator(
     }
 
     private fun gatheredShape(t: Tensor, d: Int, operation: String): List<Int> {
-        val size = t.shape[d].toLong() * worldSize
-        require(size <= Int.MAX_VALUE) {
-            "$operation: dim $d would have ${t.shape[d]} x $worldSize = $size elements, more than a dimension holds (${Int.MAX_VALUE}); " +
-                "gather along another dim or split the tensor"
-        }
+        val shape = CollectiveShapes.gathered(t, d, worldSize, operation)
         val total = Math.multiplyHigh(t.numel, worldSize.toLong()) == 0L && t.numel * worldSize <= maxCount
         require(total) {
             "$operation: the result would have ${t.numel} x $worldSize elements, more than this backend moves in one call ($maxCount); split the tensor"
         }
-        return t.shape.toMutableList().also { it[d] = size.toInt() }
+        return shape
     }
 
     private fun disjoint(output: Tensor, input: Tensor, operation: String) {
