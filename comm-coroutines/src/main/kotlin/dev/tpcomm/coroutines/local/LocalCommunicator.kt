@@ -228,8 +228,6 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     ): Boolean {
         val r = rank
         slot.kinds[r] = kind
-        slot.dtypes[r] = sig?.dtype
-        slot.shapes[r] = sig?.shape
         slot.ops[r] = op
         slot.roots[r] = root
         slot.dims[r] = dim

@@ -1,6 +1,5 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.spi.CollectiveSignature
@@ -34,8 +33,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     // Per-rank signature and arguments, written by each rank before it increments [arrived].
     @JvmField val present = BooleanArray(size)
     @JvmField val kinds = IntArray(size)
-    @JvmField val dtypes = arrayOfNulls<DType>(size)
-    @JvmField val shapes = arrayOfNulls<List<Int>>(size)
     @JvmField val ops = arrayOfNulls<ReduceOp>(size)
     @JvmField val roots = IntArray(size)
     @JvmField val dims = IntArray(size)
@@ -100,7 +97,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
         val next = seq + ringSize
         for (r in 0 until size) {
             present[r] = false
-            dtypes[r] = null; shapes[r] = null; ops[r] = null; extras[r] = null
+            ops[r] = null; extras[r] = null
             inputs[r] = null; outputs[r] = null; results[r] = null
             inSegs[r] = null; outSegs[r] = null; singleOuts[r][0] = null
             waiters.set(r, null)
