@@ -20,9 +20,9 @@
 #                            or CommunicatorAbortedException)
 #                            (default conformance)
 #   --hosts N --ranks-per-host R   (default 2 x 2)
-#   --timeout S              linkcut: collective timeout in seconds (TPCOMM_TIMEOUT_SECONDS; default 10);
-#                            the other scenarios keep the program's own (the demo's rank 0 computes
-#                            the dense reference while the others wait, longer than 10 s on a busy machine)
+#   --timeout S              linkcut, demo: collective timeout in seconds (TPCOMM_TIMEOUT_SECONDS;
+#                            default 10 for linkcut, 60 for the demo, whose rank 0 computes the dense
+#                            reference while the others wait); conformance keeps the suite's own
 #   --grace S                linkcut: seconds allowed beyond the timeout (default 5)
 #   --tcp-retries N          net.ipv4.tcp_retries2 on the launcher's host (default 1; Linux's is 15)
 #   --limit S                hard wall-clock limit of the job in seconds (default 300)
@@ -36,7 +36,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 
-MPI=openmpi; SCENARIO=conformance; HOSTS=2; RANKS=2; TIMEOUT=10; GRACE=5; LIMIT=300; TCP_RETRIES=1
+MPI=openmpi; SCENARIO=conformance; HOSTS=2; RANKS=2; TIMEOUT=; GRACE=5; LIMIT=300; TCP_RETRIES=1
 OUT=""; CP="${TPCOMM_CP:-}"; KEEP=0; DRY=0; CMD=""
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -61,6 +61,9 @@ done
 [ -n "$CMD" ] || { usage >&2; exit 2; }
 case "$MPI" in openmpi|mpich) ;; *) echo "multihost: --mpi must be openmpi or mpich, got '$MPI'" >&2; exit 2 ;; esac
 case "$SCENARIO" in conformance|demo|linkcut) ;; *) echo "multihost: --scenario must be conformance, demo or linkcut, got '$SCENARIO'" >&2; exit 2 ;; esac
+# The demo's rank 0 computes the dense reference while the others wait (longer than 10 s on a busy
+# machine); the timeout also bounds how long a rank waits in MPI_Finalize (plus 2 s).
+[ -n "$TIMEOUT" ] || { [ "$SCENARIO" = demo ] && TIMEOUT=60 || TIMEOUT=10; }
 for v in HOSTS RANKS TIMEOUT GRACE LIMIT; do
   [[ "${!v}" =~ ^[0-9]+$ ]] && [ "${!v}" -ge 1 ] || { echo "multihost: --$(tr A-Z_ a-z- <<<"$v") needs a whole number >= 1, got '${!v}'" >&2; exit 2; }
 done
@@ -189,13 +192,13 @@ launch_command() {
       LAUNCH=(mpirun.openmpi --allow-run-as-root --hostfile "$STATE/hostfile" -np "$n" --tag-output
         --mca plm_rsh_agent "$AGENT"
         --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$SUBNET.0/24" --mca oob_tcp_if_include "$SUBNET.0/24")
-      [ "$SCENARIO" != linkcut ] || LAUNCH+=(-x TPCOMM_TIMEOUT_SECONDS="$TIMEOUT")
+      [ "$SCENARIO" = conformance ] || LAUNCH+=(-x TPCOMM_TIMEOUT_SECONDS="$TIMEOUT")
       ;;
     mpich)
       # -prepend-rank: each line starts with [rank]. UCX (MPICH's ch4:ucx) over TCP on eth0.
       LAUNCH=(mpiexec.hydra -launcher ssh -launcher-exec "$AGENT" -hosts "$hosts" -localhost "$LAUNCHER_ADDR" -n "$n" -prepend-rank
         -genv UCX_TLS tcp,self -genv UCX_NET_DEVICES "$IFACE")
-      [ "$SCENARIO" != linkcut ] || LAUNCH+=(-genv TPCOMM_TIMEOUT_SECONDS "$TIMEOUT")
+      [ "$SCENARIO" = conformance ] || LAUNCH+=(-genv TPCOMM_TIMEOUT_SECONDS "$TIMEOUT")
       ;;
   esac
   case "$SCENARIO" in
@@ -368,6 +371,17 @@ run_job
 [ "$DRY" = 1 ] && exit 0
 case "$SCENARIO" in
   conformance) check_conformance && { OUT_OK=1; say "conformance: PASSED"; exit 0; } || exit 1 ;;
-  demo) OUT_OK=1; if [ "$JOB_RC" -eq 0 ]; then say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks)"; exit 0; else say "demo: FAILED (exit code $JOB_RC)"; exit 1; fi ;;
+  demo)
+    OUT_OK=1
+    if [ "$JOB_RC" -eq 0 ]; then say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks)"; exit 0; fi
+    # MPICH 4.0.2 with UCX 1.13 over TCP: MPI_Finalize sometimes never returns after the program
+    # finished (about 1 run in 3 here; docs/mpi.md, "Across hosts"). comm-mpi then ends each rank
+    # at the timeout plus 2 s with exit code 14 and says so; the model itself matched.
+    if [ "$MPI" = mpich ] && grep -q "matches dense" "$STATE/job.log" && grep -q "MPI_Finalize did not complete" "$STATE/job.log" \
+       && ! grep -v "MPI_Finalize did not complete" "$STATE/job.log" | grep -q -E "Exception|does not match"; then
+      say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks); then MPICH's MPI_Finalize did not complete and the ranks ended themselves with exit code $JOB_RC (known MPICH 4.0.2/UCX finalize hang, docs/mpi.md)"
+      exit 0
+    fi
+    say "demo: FAILED (exit code $JOB_RC)"; exit 1 ;;
   linkcut) OUT_OK=1; [ "$LINKCUT_OK" = 1 ] && exit 0 || exit 1 ;;
 esac

@@ -14,7 +14,10 @@ import java.util.concurrent.TimeUnit
  * namespaces) x 2 ranks under Open MPI's mpirun and MPICH's hydra, each reaching the hosts through
  * the script's ssh stand-in; exit code 0 means the tensor-parallel model matched the dense one.
  * Needs root, iproute2 and util-linux; otherwise (or with `TPCOMM_SKIP_MULTIHOST=1`) disabled. An MPI
- * implementation that is not installed is skipped here (comm-mpi's tests insist on both).
+ * implementation that is not installed is skipped here (comm-mpi's tests insist on both). Under
+ * MPICH 4.0.2 with UCX 1.13, `MPI_Finalize` sometimes never returns after the demo finished (one run
+ * in three on this machine): the ranks end themselves at the timeout plus 2 s and the script accepts
+ * the run, saying so, once the model matched (docs/mpi.md, "Across hosts").
  */
 class MultiHostDemoTest : FunSpec({
     val script = listOf("scripts/multihost.sh", "../scripts/multihost.sh").map { File(it).absoluteFile.normalize() }.firstOrNull { it.isFile }
@@ -37,12 +40,13 @@ class MultiHostDemoTest : FunSpec({
             (why?.let { " ($it)" } ?: if (!installed) " ($launcher not installed)" else "")
         test(name).config(enabled = why == null && installed) {
             val log = Files.createTempFile("tpcomm-multihost-demo", ".log")
-            val pb = ProcessBuilder("bash", script!!.path, "--mpi", mpi, "--scenario", "demo", "--cp", classpath, "run")
+            // The script's own --limit ends a stuck job and prints its log; this test waits longer.
+            val pb = ProcessBuilder("bash", script!!.path, "--mpi", mpi, "--scenario", "demo", "--limit", "240", "--cp", classpath, "run")
                 .redirectErrorStream(true).redirectOutput(log.toFile())
             pb.environment().keys.removeIf { it.startsWith("OMPI_") || it.startsWith("PMI") || it.startsWith("PMIX_") }
             pb.environment()["JAVA"] = Path.of(System.getProperty("java.home"), "bin", "java").toString()
             val p = pb.start()
-            var finished = p.waitFor(300, TimeUnit.SECONDS)
+            var finished = p.waitFor(330, TimeUnit.SECONDS)
             if (!finished) {
                 p.destroy() // SIGTERM: the script's trap removes the hosts
                 finished = p.waitFor(30, TimeUnit.SECONDS)
@@ -56,6 +60,9 @@ class MultiHostDemoTest : FunSpec({
                 out shouldContain "demo: PASSED"
                 p.exitValue() shouldBe 0
             }
+            // MPICH 4.0.2 + UCX 1.13: MPI_Finalize sometimes never returns across the namespaces
+            // (the script accepts it once the model matched, and says so): report it, visibly.
+            if ("MPI_Finalize did not complete" in out) println("multihost.$mpi.demo: the model matched; MPI_Finalize did not complete (known, docs/mpi.md)")
         }
     }
 })
