@@ -115,6 +115,11 @@ public interface Communicator : AutoCloseable {
     /**
      * Receives a message from [src] (or [ANY_SOURCE]) with [tag] (or [ANY_TAG]) into [tensor],
      * whose byte size must equal the message's. Returns who sent it.
+     *
+     * An enclosing `withTimeout` that expires raises [CommunicationTimeoutException] naming `recv`,
+     * as for collectives. What happens to the communicator is the backend's: the local backend
+     * withdraws the receive (it never consumes or writes a message afterwards) and stays usable; MPI
+     * aborts the communicator, since a blocking receive in progress cannot be withdrawn.
      */
     public suspend fun recv(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo
 

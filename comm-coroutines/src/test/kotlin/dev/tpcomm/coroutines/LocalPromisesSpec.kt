@@ -180,6 +180,31 @@ class LocalPromisesSpec : FunSpec({
         }
     }
 
+    test("withTimeout around recv raises CommunicationTimeoutException at its deadline; the receive is withdrawn and the communicator stays usable").config(timeout = 20.seconds) {
+        LocalWorld(2, CommConfig(timeout = 1.minutes)).use { world ->
+            val c0 = world.communicator(0)
+            val c1 = world.communicator(1)
+            val target = Tensor.of(floatArrayOf(-1f, -1f))
+            val start = TimeSource.Monotonic.markNow()
+            val e = shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c1.recv(target, src = 0, tag = 7) } }
+            start.elapsedNow() shouldBeLessThan 1.seconds
+            e.operation shouldBe "recv"
+            e.rank shouldBe 1
+            e.backend shouldBe "local"
+            e.message shouldContain "deadline"
+            e.flightRecorderDump.shouldNotBeNull() shouldContain "recv"
+            // The withdrawn receive never consumes or writes: the next message goes to the next receive.
+            c0.send(Tensor.of(floatArrayOf(3f, 4f)), dst = 1, tag = 7)
+            target.toFloatArray().toList() shouldBe listOf(-1f, -1f)
+            world.isAborted shouldBe false
+            val next = Tensor.zeros(DType.Float32, 2)
+            c1.recv(next, src = 0, tag = 7).source shouldBe 0
+            next.toFloatArray().toList() shouldBe listOf(3f, 4f)
+            // probe under a deadline: the same exception type.
+            shouldThrow<CommunicationTimeoutException> { withTimeout(100.milliseconds) { c1.probe(src = 0, tag = 8) } }.operation shouldBe "probe"
+        }
+    }
+
     test("awaitAll(timeout, comm) raises CommunicationTimeoutException at its deadline naming the operation").config(timeout = 20.seconds) {
         LocalWorld(2, CommConfig(timeout = 1.minutes)).use { world ->
             val c0 = world.communicator(0)

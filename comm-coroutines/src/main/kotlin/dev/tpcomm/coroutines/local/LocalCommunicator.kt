@@ -434,10 +434,23 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }
             entry.complete()
             return info
+        } catch (c: TimeoutCancellationException) {
+            // The caller's deadline (withTimeout): a cancelled receive is withdrawn and never consumes
+            // or writes a message (Mailbox.deliver skips it), so nothing needs aborting here.
+            val x = failures.timeout(
+                name, entry.sequence,
+                "$name from ${peerName(src)} (tag ${tagName(tag)}) did not complete before the caller's deadline (${c.message}); " +
+                    "the receive was withdrawn without consuming a message, and the communicator stays usable", c,
+            )
+            entry.fail(x); throw x
         } catch (t: Throwable) {
             entry.fail(t); throw t
         }
     }
+
+    private fun peerName(src: Int): String = if (src == Communicator.ANY_SOURCE) "any rank" else "rank $src"
+
+    private fun tagName(tag: Int): String = if (tag == Communicator.ANY_TAG) "any" else tag.toString()
 
     companion object {
         const val BACKEND = "local"
