@@ -116,6 +116,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
             config: CommConfig,
             mpiConfig: MpiConfig,
             name: String,
+            /** The private duplicate of [existing] for abort notices, when the caller already made it (split, duplicate); 0 to make it here. */
+            existingControl: Long = 0L,
         ): MpiCommunicator {
             runtime.retain()
             val (dispatcher, ownsDispatcher) = runtime.dispatcherFor("$name-${counter.incrementAndGet()}")
@@ -134,9 +136,11 @@ public class MpiBackendFactory @JvmOverloads constructor(
                             abi.readHandle(out, 0)
                         }
                         check(binding.commSetErrhandler(handle, abi.errorsReturn) == 0) { "MPI_Comm_set_errhandler failed" }
-                        val rcDup = binding.commDup(handle, out.address())
-                        check(rcDup == 0) { "MPI_Comm_dup failed: ${MpiErrors.describe(binding, rcDup)}" }
-                        val control = abi.readHandle(out, 0)
+                        val control = if (existingControl != 0L) existingControl else {
+                            val rcDup = binding.commDup(handle, out.address())
+                            check(rcDup == 0) { "MPI_Comm_dup failed: ${MpiErrors.describe(binding, rcDup)}" }
+                            abi.readHandle(out, 0)
+                        }
                         check(binding.commRank(handle, out.address()) == 0) { "MPI_Comm_rank failed" }
                         val rank = out.get(ValueLayout.JAVA_INT, 0)
                         check(binding.commSize(handle, out.address()) == 0) { "MPI_Comm_size failed" }

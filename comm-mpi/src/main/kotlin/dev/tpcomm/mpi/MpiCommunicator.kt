@@ -603,17 +603,35 @@ public class MpiCommunicator internal constructor(
         val sig = signature(OP_SPLIT, null, -1, -1, null)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
-            dispatcher.execute {
+            // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
+            onThread {
                 ensureUsable(name, entry.sequence)
                 if (sig != null) exchangeSignatureBlocking(sig, name, entry)
                 val out = scratchAddress + OFF_HANDLE
                 runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
-                abi.readHandle(scratch, OFF_HANDLE)
+                val made = abi.readHandle(scratch, OFF_HANDLE)
+                if (made == abi.commNull) longArrayOf(made, 0L) else longArrayOf(made, controlOf(made, name, entry))
             }
         }
         entry.complete()
-        if (newHandle == abi.commNull) return null
-        return MpiBackendFactory.wrap(runtime, binding, newHandle, config, mpiConfig, "${this.name}.split${entry.collectiveSequence}-color$color")
+        if (newHandle[0] == abi.commNull) return null
+        return MpiBackendFactory.wrap(
+            runtime, binding, newHandle[0], config, mpiConfig, "${this.name}.split${entry.collectiveSequence}-color$color", existingControl = newHandle[1],
+        )
+    }
+
+    /**
+     * The abort-notice duplicate of a communicator [made] by [operation], made here on this
+     * communicator's thread under its deadline (`MPI_Comm_dup` is collective over [made]): a rank
+     * whose caller gave up (withTimeout) still finishes it, so the peers' new communicator is never
+     * left waiting for it outside any deadline.
+     */
+    private fun controlOf(made: Long, operation: String, entry: FlightRecorder.Entry): Long {
+        val out = scratchAddress + OFF_HANDLE
+        // Errors on the new communicator and its duplicate are return codes (a duplicate inherits it).
+        check(binding.commSetErrhandler(made, abi.errorsReturn), operation, entry)
+        runBlockingCall(operation, entry, null) { binding.commDup(made, out) }
+        return abi.readHandle(scratch, OFF_HANDLE)
     }
 
     /**
@@ -631,15 +649,16 @@ public class MpiCommunicator internal constructor(
         val entry = recorder.start(name)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
-            dispatcher.execute {
+            onThread {
                 ensureUsable(name, entry.sequence)
                 val out = scratchAddress + OFF_HANDLE
                 runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
-                abi.readHandle(scratch, OFF_HANDLE)
+                val made = abi.readHandle(scratch, OFF_HANDLE)
+                longArrayOf(made, controlOf(made, name, entry))
             }
         }
         entry.complete()
-        return MpiBackendFactory.wrap(runtime, binding, newHandle, commConfig, mpi, "${this.name}.dup${entry.collectiveSequence}")
+        return MpiBackendFactory.wrap(runtime, binding, newHandle[0], commConfig, mpi, "${this.name}.dup${entry.collectiveSequence}", existingControl = newHandle[1])
     }
 
     // ------------------------------------------------------------------ lifecycle

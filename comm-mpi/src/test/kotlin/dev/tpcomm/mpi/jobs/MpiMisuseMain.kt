@@ -43,6 +43,7 @@ object MpiMisuseMain {
         "a tag above MPI_TAG_UB is refused before MPI sees it",
         "an in-place all-gather (input is this rank's block of the output) is refused and keeps the communicator",
         "closing a tensor while its all-reduce is in flight defers the free until MPI is done",
+        "withTimeout around split and duplicate raises CommunicationTimeoutException at its deadline",
     )
 
     private class Failed(message: String) : Exception(message)
@@ -224,6 +225,30 @@ object MpiMisuseMain {
                 val one = Tensor.of(floatArrayOf(1f))
                 world.allReduce(one)
                 expect(one.toFloatArray()[0] == world.worldSize.toFloat()) { "all-reduce after the deferred close gave ${one.toFloatArray()[0]}" }
+            }
+            CASES[11] -> {
+                // As CASES[0] for the collectives that create communicators: rank 0 waits at most
+                // 1 s, the others join after 3 s (MPI_Comm_split / MPI_Comm_dup then complete
+                // natively); the communicators' own timeout is 20 s.
+                for (which in listOf("split", "duplicate")) {
+                    val dup = world.duplicate(world.config.copy(timeout = 20.seconds), world.mpiConfig.copy(progress = MpiProgress.Blocking))
+                    if (r == 0) {
+                        val start = System.nanoTime()
+                        val e = expectThrows<CommunicationTimeoutException>("rank 0, $which") {
+                            withTimeout(1.seconds) { if (which == "split") dup.split(0, r) else dup.duplicate() }
+                        }
+                        val ms = (System.nanoTime() - start) / 1_000_000
+                        expect(ms < 2_000) { "$which: the caller was told after $ms ms, its deadline was 1000 ms (${e.message})" }
+                        expect(e.operation == which) { "$which: the exception names '${e.operation}': ${e.message}" }
+                        expect(dup.isAborted) { "$which: the communicator is not aborted after the caller's deadline" }
+                        Thread.sleep(3_000) // the others complete the call with this rank's native thread
+                    } else {
+                        Thread.sleep(3_000)
+                        val made = if (which == "split") dup.split(0, r) else dup.duplicate()
+                        made?.close()
+                    }
+                    dup.close()
+                }
             }
             else -> error("unknown case $case")
         }
