@@ -141,6 +141,42 @@ class LocalPromisesSpec : FunSpec({
         }
     }
 
+    test("close() of a tensor while its allReduceAsync is in flight defers the free: the collective completes for every rank").config(timeout = 20.seconds) {
+        LocalWorld(2, CommConfig(timeout = 5.seconds)).use { world ->
+            val a = Tensor.zeros(DType.Float32, 1024).also { t -> for (i in 0 until 1024) t.segment.setAtIndex(java.lang.foreign.ValueLayout.JAVA_FLOAT, i.toLong(), 1f) }
+            val b = Tensor.zeros(DType.Float32, 1024).also { t -> for (i in 0 until 1024) t.segment.setAtIndex(java.lang.foreign.ValueLayout.JAVA_FLOAT, i.toLong(), 2f) }
+            coroutineScope {
+                val h = allReduceAsync(world.communicator(0), a)
+                delay(50)
+                a.close() // the user frees the tensor while rank 1 has not arrived yet
+                a.isClosed shouldBe true
+                world.communicator(1).allReduce(b)
+                h.await()
+            }
+            world.isAborted shouldBe false
+            b.toFloatArray().all { it == 3f } shouldBe true
+            // Freed once the collective was done: the memory is no longer accessible.
+            shouldThrow<IllegalStateException> { a.segment.getAtIndex(java.lang.foreign.ValueLayout.JAVA_FLOAT, 0L) }
+            // A closed tensor is refused by new calls, with a message naming the call.
+            shouldThrow<IllegalArgumentException> { world.communicator(0).allReduce(a) }.message shouldContain "allReduce"
+        }
+    }
+
+    test("close() of a receive buffer while its recv is posted: the send and the receive complete, then the buffer is freed").config(timeout = 20.seconds) {
+        LocalWorld(2, CommConfig(timeout = 5.seconds)).use { world ->
+            val target = Tensor.zeros(DType.Float32, 4)
+            coroutineScope {
+                val h = async { world.communicator(1).recv(target, src = 0, tag = 3) }
+                delay(50)
+                target.close() // the receiver's buffer is closed while the receive waits
+                world.communicator(0).send(Tensor.of(floatArrayOf(1f, 2f, 3f, 4f)), dst = 1, tag = 3)
+                h.await().byteSize shouldBe 16L
+            }
+            world.isAborted shouldBe false
+            shouldThrow<IllegalStateException> { target.segment }
+        }
+    }
+
     test("cancel() racing a running data movement: once cancel() returns, the cancelled rank's tensor never changes again").config(timeout = 60.seconds) {
         val n = 4 shl 20 // 16 MiB per rank: the data movement takes milliseconds
         checkAll(6, Arb.int(0..3_000)) { lagMicros ->

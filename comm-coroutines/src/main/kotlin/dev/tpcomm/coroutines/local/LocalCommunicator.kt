@@ -175,10 +175,29 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     ): T {
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         currentCoroutineContext().ensureActive()
-        val r = issueAndArrive(kind, input, output, sig, op, root, dim, extra, ret)
-        if (r is Pending) return finishSlow(r, kind, input, output, sig, op, root, dim, extra, ret)
-        @Suppress("UNCHECKED_CAST")
-        return r as T
+        // Memory lifetime (Tensor.retain): a close() while the collective is in flight only marks the
+        // tensors closed; their memory is freed at the release below. This rank leaves only once its
+        // slot is final (a cancelled wait spins until then, see CancelledWait), so no rank's data
+        // movement touches them afterwards.
+        val name = OpKind.name(kind)
+        input?.retain(name)
+        val heldOutput = output != null && output !== input
+        if (heldOutput) {
+            try {
+                output!!.retain(name)
+            } catch (t: Throwable) {
+                input?.release(); throw t
+            }
+        }
+        try {
+            val r = issueAndArrive(kind, input, output, sig, op, root, dim, extra, ret)
+            if (r is Pending) return finishSlow(r, kind, input, output, sig, op, root, dim, extra, ret)
+            @Suppress("UNCHECKED_CAST")
+            return r as T
+        } finally {
+            input?.release()
+            if (heldOutput) output!!.release()
+        }
     }
 
     /** A collective issued but not finished without waiting: what [finishSlow] needs. [slot] is null when the ring slot was still busy. */
@@ -399,7 +418,12 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         validator.send(tensor, dst, tag)
         val entry = issueP2p("send", tensor, dst, tag)
         try {
-            group.mailboxes[dst].deliver(rank, tag, tensor.segment)
+            tensor.retain("send")
+            try {
+                group.mailboxes[dst].deliver(rank, tag, tensor.segment)
+            } finally {
+                tensor.release()
+            }
             entry.complete()
         } catch (t: Throwable) {
             entry.fail(t); throw t
@@ -426,6 +450,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     private suspend fun receive(name: String, src: Int, tag: Int, target: Tensor?, entry: FlightRecorder.Entry): MessageInfo {
         val box = group.mailboxes[rank]
+        // A receive buffer closed while the receive is posted stays allocated until it completes or
+        // is withdrawn (the sender copies into it under the mailbox's lock).
+        target?.retain(name)
         try {
             box.tryTake(src, tag, target, name)?.let { entry.complete(); return it }
             if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
@@ -435,6 +462,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             entry.complete()
             return info
         } catch (c: TimeoutCancellationException) {
+            box.quiesce()
             // The caller's deadline (withTimeout): a cancelled receive is withdrawn and never consumes
             // or writes a message (Mailbox.deliver skips it), so nothing needs aborting here.
             val x = failures.timeout(
@@ -444,7 +472,10 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             )
             entry.fail(x); throw x
         } catch (t: Throwable) {
+            box.quiesce() // before the release below frees a buffer closed meanwhile
             entry.fail(t); throw t
+        } finally {
+            target?.release()
         }
     }
 

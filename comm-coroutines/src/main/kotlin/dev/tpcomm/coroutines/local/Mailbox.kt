@@ -38,6 +38,14 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     private fun matches(src: Int, tag: Int, msgSource: Int, msgTag: Int): Boolean =
         (src == Communicator.ANY_SOURCE || src == msgSource) && (tag == Communicator.ANY_TAG || tag == msgTag)
 
+    /**
+     * Returns once no [deliver] is copying into a receive that was cancelled before this call: a
+     * cancelled receive is skipped by every later delivery, and one in progress holds [lock].
+     */
+    fun quiesce() {
+        synchronized(lock) { }
+    }
+
     /** Delivers a message from [source]. Never suspends. */
     fun deliver(source: Int, tag: Int, data: MemorySegment) {
         val bytes = data.byteSize()
