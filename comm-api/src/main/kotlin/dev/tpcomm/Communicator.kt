@@ -140,9 +140,7 @@ public interface Communicator : AutoCloseable {
      * Every rank must call with the same list.
      */
     public suspend fun group(ranks: List<Int>): Communicator? {
-        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
-        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
-        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
+        dev.tpcomm.spi.CollectiveChecks.group(ranks, worldSize)
         val position = ranks.indexOf(rank)
         return split(if (position >= 0) 0 else null, if (position >= 0) position else 0)
     }

@@ -64,17 +64,26 @@ public object CollectiveChecks {
         }
     }
 
-    /** [tensor] must live on [device] and not be closed. */
+    /** [tensor], the [role] of [operation] ("input", "output", ...), must live on [device] and not be closed. */
     @JvmStatic
-    public fun device(tensor: Tensor, device: Device, operation: String) {
-        require(!tensor.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
+    @JvmOverloads
+    public fun device(tensor: Tensor, device: Device, operation: String, role: String = "tensor") {
+        require(!tensor.isClosed) { "$operation: the $role was closed; pass an open tensor" }
         require(tensor.device == device) {
             if (device.isGpu && !tensor.device.isGpu) {
                 "$operation: this communicator moves tensors on $device but got a host tensor; copy it to $device first (no hidden copies are made)"
             } else {
-                "$operation: tensor is on ${tensor.device} but this communicator moves tensors on $device"
+                "$operation: the $role is on ${tensor.device} but this communicator moves tensors on $device"
             }
         }
+    }
+
+    /** [Communicator.group]'s [ranks] in a world of [worldSize]: not empty, distinct, in range. */
+    @JvmStatic
+    public fun group(ranks: List<Int>, worldSize: Int) {
+        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
+        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
+        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
     }
 
     /** [a] and [b] must have the same dtype. */

@@ -38,14 +38,7 @@ public class CollectiveValidator(
 ) {
     /** [tensor] as the [role] of [operation]: open, on [device], addressable, writable if [written]. */
     public fun tensor(tensor: Tensor, operation: String, role: String, written: Boolean) {
-        require(!tensor.isClosed) { "$operation: the $role was closed; pass an open tensor" }
-        require(tensor.device == device) {
-            if (device.isGpu && !tensor.device.isGpu) {
-                "$operation: this communicator moves tensors on $device but got a host tensor; copy it to $device first (no hidden copies are made)"
-            } else {
-                "$operation: the $role is on ${tensor.device} but this communicator moves tensors on $device"
-            }
-        }
+        CollectiveChecks.device(tensor, device, operation, role)
         if (!tensor.device.isGpu) {
             val s = tensor.segment
             require(!(nativeMemory && !s.isNative)) {
@@ -183,9 +176,7 @@ public class CollectiveValidator(
 
     /** [Communicator.group]'s [ranks]: not empty, distinct, in range. */
     public fun group(ranks: List<Int>) {
-        require(ranks.isNotEmpty()) { "group: ranks must not be empty" }
-        require(ranks.toSet().size == ranks.size) { "group: ranks $ranks contain duplicates" }
-        require(ranks.all { it in 0 until worldSize }) { "group: ranks $ranks must all be in 0 until $worldSize" }
+        CollectiveChecks.group(ranks, worldSize)
     }
 
     /** A tag: >= 0 and at most [maxTag], or [Communicator.ANY_TAG] when [allowAny]. */
