@@ -131,11 +131,21 @@ internal class MpiRuntime(
             finalized = true
             watchdog.close()
             if (!ownsInit) return
+            // The peers' own deadlines come first: a peer blocked in a collective this rank left
+            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
+            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+            // After an aborted communicator MPI may never finalize (see below): wait no longer than
+            // the 10 s this backend always allowed then, so such a job still ends promptly.
+            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
+            val started = System.nanoTime()
             val finalize = Runnable {
                 Arena.ofConfined().use { a ->
                     val flag = a.allocate(ValueLayout.JAVA_INT)
                     binding.finalized(flag.address())
-                    if (flag.get(ValueLayout.JAVA_INT, 0) == 0) binding.finalize()
+                    if (flag.get(ValueLayout.JAVA_INT, 0) == 0) {
+                        // A rank ended by the deadline (halt) never enters MPI_Finalize.
+                        if (broken || awaitEveryRank(a)) binding.finalize()
+                    }
                 }
             }
             val shared = sharedDispatcher?.takeIf { !it.isClosed }
@@ -143,19 +153,35 @@ internal class MpiRuntime(
                 finalize.run()
                 return
             }
-            // The peers' own deadlines come first: a peer blocked in a collective this rank left
-            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
-            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
-            // After an aborted communicator MPI may never finalize (see below): wait no longer than
-            // the 10 s this backend always allowed then, so such a job still ends promptly.
-            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
-            val waitMillis = (waitNanos / 1_000_000).coerceAtLeast(1)
-            val finished = if (shared != null) {
-                runOn(shared, waitMillis) { finalize.run() }
+            val done = CountDownLatch(1)
+            val task = Runnable { try { finalize.run() } finally { done.countDown() } }
+            if (shared != null) {
+                shared.dispatch(EmptyCoroutineContext, task)
             } else {
-                val t = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start(finalize)
-                t.join(waitMillis)
-                !t.isAlive
+                Thread.ofPlatform().daemon(true).name("tpcomm-mpi-finalize").start(task)
+            }
+            // Waits for MPI_Finalize: up to waitNanos while a peer may still be working, and at most
+            // AFTER_BARRIER_FINALIZE_WAIT_NANOS once every rank is known to have arrived.
+            var finished = false
+            while (true) {
+                if (done.await(50, TimeUnit.MILLISECONDS)) { finished = true; break }
+                val now = System.nanoTime()
+                val arrived = everyRankArrivedAt
+                if (arrived != 0L && now - arrived > AFTER_BARRIER_FINALIZE_WAIT_NANOS) break
+                if (arrived == 0L && now - started > waitNanos) break
+            }
+            if (!finished && everyRankArrivedAt != 0L) {
+                // Every rank of the job reached MPI_Finalize (the barrier above completed), so no
+                // work is left anywhere; MPI_Finalize itself did not return. Seen with MPICH 4.0.2 and
+                // UCX 1.13 across hosts (a rank spins in its endpoint disconnects while the others
+                // wait in the PMI barrier; docs/mpi.md, "Across hosts"). Leave MPI unfinalized and let
+                // the process end with the program's own status instead of failing a finished job.
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: every rank reached MPI_Finalize, but MPI_Finalize did not return within " +
+                        "${AFTER_BARRIER_FINALIZE_WAIT_NANOS.nanoseconds} (a known MPICH 4.0 / UCX finalize hang, docs/mpi.md); " +
+                        "exiting without MPI_Finalize, with the program's own status",
+                )
+                return
             }
             if (!finished && broken) {
                 // A communicator of this process was aborted earlier and the program was told (it
@@ -180,6 +206,32 @@ internal class MpiRuntime(
                 haltNow(MpiCommunicator.ABORT_CODE, "MPI_Finalize timed out")
             }
         }
+    }
+
+    /** When the barrier before `MPI_Finalize` completed ([awaitEveryRank]): every rank had reached it. 0 before. */
+    @Volatile private var everyRankArrivedAt: Long = 0L
+
+    /**
+     * `MPI_Ibarrier` on `MPI_COMM_WORLD`, tested until every rank of the job has reached finalize
+     * (then [everyRankArrivedAt] is set). Without it a rank stuck inside `MPI_Finalize` cannot tell
+     * a peer that is still working (wait for it) from a finalize that will never return (do not).
+     * Returns true when the barrier completed or MPI refused it (then `MPI_Finalize` decides), false
+     * once the caller's deadline ended the process ([halted]): a barrier that never completes.
+     */
+    private fun awaitEveryRank(a: Arena): Boolean {
+        val abi = binding.abi
+        val request = a.allocate(16, 8)
+        val flag = a.allocate(ValueLayout.JAVA_INT)
+        if (binding.ibarrier(abi.commWorld, request.address()) != 0) return true
+        while (!halted) {
+            if (binding.test(request.address(), flag.address(), abi.statusIgnore) != 0) return true
+            if (flag.get(ValueLayout.JAVA_INT, 0) != 0) {
+                everyRankArrivedAt = System.nanoTime()
+                return true
+            }
+            Thread.sleep(1)
+        }
+        return false
     }
 
     /**
@@ -244,6 +296,9 @@ internal class MpiRuntime(
 
         /** How long `MPI_Finalize` may take after a communicator of the process was aborted. */
         const val AFTER_ABORT_FINALIZE_WAIT_NANOS: Long = 10_000_000_000
+
+        /** How long `MPI_Finalize` may take once every rank is known to have reached it. */
+        const val AFTER_BARRIER_FINALIZE_WAIT_NANOS: Long = 10_000_000_000
 
         /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
         const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
