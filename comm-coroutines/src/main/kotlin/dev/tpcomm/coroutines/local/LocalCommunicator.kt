@@ -176,28 +176,37 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         currentCoroutineContext().ensureActive()
         // Memory lifetime (Tensor.retain): a close() while the collective is in flight only marks the
-        // tensors closed; their memory is freed at the release below. This rank leaves only once its
-        // slot is final (a cancelled wait spins until then, see CancelledWait), so no rank's data
-        // movement touches them afterwards.
-        val name = OpKind.name(kind)
+        // tensors closed; their memory is freed at the release, once this rank's slot is final (a
+        // cancelled wait spins until then, see CancelledWait), so no rank's data movement touches
+        // them afterwards. finishSlow releases on the slow path: keeping its call a tail call keeps
+        // this function free of a coroutine state machine (no allocation on the fast path).
+        val heldOutput = retain(OpKind.name(kind), input, output)
+        val r = try {
+            issueAndArrive(kind, input, output, sig, op, root, dim, extra, ret)
+        } catch (t: Throwable) {
+            release(input, output, heldOutput); throw t
+        }
+        if (r is Pending) return finishSlow(r, kind, input, output, sig, op, root, dim, extra, ret, heldOutput)
+        release(input, output, heldOutput)
+        @Suppress("UNCHECKED_CAST")
+        return r as T
+    }
+
+    /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
+    private fun retain(name: String, input: Tensor?, output: Tensor?): Boolean {
         input?.retain(name)
-        val heldOutput = output != null && output !== input
-        if (heldOutput) {
-            try {
-                output!!.retain(name)
-            } catch (t: Throwable) {
-                input?.release(); throw t
-            }
-        }
+        if (output == null || output === input) return false
         try {
-            val r = issueAndArrive(kind, input, output, sig, op, root, dim, extra, ret)
-            if (r is Pending) return finishSlow(r, kind, input, output, sig, op, root, dim, extra, ret)
-            @Suppress("UNCHECKED_CAST")
-            return r as T
-        } finally {
-            input?.release()
-            if (heldOutput) output!!.release()
+            output.retain(name)
+        } catch (t: Throwable) {
+            input?.release(); throw t
         }
+        return true
+    }
+
+    private fun release(input: Tensor?, output: Tensor?, heldOutput: Boolean) {
+        input?.release()
+        if (heldOutput) output!!.release()
     }
 
     /** A collective issued but not finished without waiting: what [finishSlow] needs. [slot] is null when the ring slot was still busy. */
@@ -275,6 +284,15 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     /** The rest of [collective] after [issueAndArrive] returned [p]: waits for a busy slot, arrives, waits, finishes or throws. */
     private suspend fun <T> finishSlow(
+        p: Pending, kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
+        heldOutput: Boolean,
+    ): T = try {
+        finishSlowHeld(p, kind, input, output, sig, op, root, dim, extra, ret)
+    } finally {
+        release(input, output, heldOutput)
+    }
+
+    private suspend fun <T> finishSlowHeld(
         p: Pending, kind: Int, input: Tensor?, output: Tensor?, sig: Tensor?, op: ReduceOp?, root: Int, dim: Int, extra: Any?, ret: T,
     ): T {
         val entry = p.entry
