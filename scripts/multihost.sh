@@ -375,10 +375,11 @@ case "$SCENARIO" in
     OUT_OK=1
     if [ "$JOB_RC" -eq 0 ]; then say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks)"; exit 0; fi
     # MPICH 4.0.2 with UCX 1.13 over TCP: MPI_Finalize sometimes never returns after the program
-    # finished (about 1 run in 3 here; docs/mpi.md, "Across hosts"). comm-mpi then ends each rank
-    # at the timeout plus 2 s with exit code 14 and says so; the model itself matched.
-    if [ "$MPI" = mpich ] && grep -q "matches dense" "$STATE/job.log" && grep -q "MPI_Finalize did not complete" "$STATE/job.log" \
-       && ! grep -v "MPI_Finalize did not complete" "$STATE/job.log" | grep -q -E "Exception|does not match"; then
+    # finished (docs/mpi.md, "Across hosts"). comm-mpi then leaves it 10 s after every rank reached
+    # it (hydra usually exits 0, but may answer 255) or, when a rank never reached it, at the
+    # timeout plus 2 s with exit code 14; either way it says so, and the model itself matched.
+    if [ "$MPI" = mpich ] && grep -q "matches dense" "$STATE/job.log" && grep -q -E "MPI_Finalize did not (complete|return)" "$STATE/job.log" \
+       && ! grep -v -E "MPI_Finalize did not (complete|return)" "$STATE/job.log" | grep -q -E "Exception|does not match"; then
       say "demo: PASSED (tensor-parallel model matched the dense one on $HOSTS hosts x $RANKS ranks); then MPICH's MPI_Finalize did not complete and the ranks ended themselves with exit code $JOB_RC (known MPICH 4.0.2/UCX finalize hang, docs/mpi.md)"
       exit 0
     fi

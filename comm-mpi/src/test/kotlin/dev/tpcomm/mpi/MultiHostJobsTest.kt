@@ -50,10 +50,13 @@ class MultiHostJobsTest : FunSpec({
                 test("multihost.${launcher.id}.conformance: the suite passes on 2 hosts x 2 ranks") {
                     withClue(job.toString()) {
                         job.timedOut shouldBe false
-                        if (launcher.id == "mpich" && job.exitCode != 0 && "MPI_Finalize did not complete" in job.output) {
+                        val finalizeHang = "MPI_Finalize did not complete" in job.output || "MPI_Finalize did not return" in job.output
+                        if (launcher.id == "mpich" && job.exitCode != 0 && finalizeHang) {
                             // MPICH 4.0.2 across namespaces: MPI_Finalize sometimes never completes after every
-                            // case passed (seen in 2 of 4 runs on 2026-11-23; every rank then reports it and
-                            // exits 14). The cases themselves must all have passed on every rank.
+                            // case passed (docs/mpi.md, "Across hosts"). Each rank leaves it 10 s after every rank
+                            // reached it; hydra, answering a PMI barrier of a rank that left, may then end the job
+                            // with 255 ("HYDU_sock_write ... Bad file descriptor"). The cases themselves must all
+                            // have passed on every rank.
                             job.output shouldNotContain "wrote no report"
                             Regex("conformance over 2 hosts x 2 ranks: [1-9][0-9]* passed, 0 failed").containsMatchIn(job.output) shouldBe true
                             println("multihost.mpich.conformance: every case passed; MPICH's MPI_Finalize did not complete (known, docs/mpi.md)")
