@@ -20,6 +20,7 @@ import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.FailureState
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
@@ -95,6 +96,30 @@ public class NcclCommunicator internal constructor(
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
+
+    /** The operations in flight, timed by the core's [DeadlineWatchdog] off the native thread. */
+    private val live = java.util.concurrent.ConcurrentLinkedQueue<Op>()
+
+    /**
+     * The deadline check: on the watchdog's thread, so it fires while the native thread is blocked
+     * in a library call. An operation past its deadline is failed with [CommunicationTimeoutException]
+     * and the communicator aborted ([abort]: `ncclCommAbort`, from another thread if the native one
+     * does not take it, whose abort flag makes NCCL's blocked calls return).
+     */
+    private val deadlineWatch: DeadlineWatchdog.Registration = DeadlineWatchdog.register(
+        { now -> checkDeadlines(now) },
+        DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds),
+    )
+
+    private fun checkDeadlines(now: Long) {
+        for (op in live) {
+            if (op.timedOut == null && now - op.deadline > 0) {
+                val e = timeoutError(op)
+                op.timedOut = e
+                abort(e)
+            }
+        }
+    }
 
     // Touched on the native thread only.
     private val events = ArrayDeque<Long>()
@@ -469,6 +494,7 @@ public class NcclCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         recorder.close()
+        deadlineWatch.close()
         val done = CountDownLatch(1)
         val task = Runnable {
             try {
@@ -497,6 +523,9 @@ public class NcclCommunicator internal constructor(
     /** State of one operation while it is being issued (native thread only). */
     private inner class Op(val name: String, val entry: FlightRecorder.Entry, val deadline: Long, val job: Job?) {
         val temps = ArrayList<Long>()
+
+        /** Set by the watchdog ([checkDeadlines]) when the deadline passed; the native thread throws it at its next poll. */
+        @Volatile var timedOut: CommunicationTimeoutException? = null
 
         fun nccl(code: Int, call: String) {
             when (code) {
@@ -700,6 +729,7 @@ public class NcclCommunicator internal constructor(
                 val op = Op(name, entry, System.nanoTime() + timeoutNanos, coroutineContext[Job])
                 issued.set(true)
                 inFlight++
+                live.add(op)
                 try {
                     if (!p2p) op.closeP2p()
                     op.orderAfterProducer()
@@ -741,6 +771,7 @@ public class NcclCommunicator internal constructor(
                     throw fail(op, wrapped)
                 } finally {
                     inFlight--
+                    live.remove(op)
                 }
             }
         } catch (e: CommunicationException) {
@@ -764,6 +795,7 @@ public class NcclCommunicator internal constructor(
     }
 
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
+        op.timedOut?.let { throw it }
         failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
         when (val q = runtime.eventQuery(event)) {
             DeviceRuntime.SUCCESS -> {
@@ -775,7 +807,6 @@ public class NcclCommunicator internal constructor(
             else -> throw fail(op, runtimeError(q, "eventQuery", op))
         }
         checkAsync(comm, op)
-        if (System.nanoTime() - op.deadline > 0) throw fail(op, timeoutError(op))
         false
     }
 
@@ -783,6 +814,10 @@ public class NcclCommunicator internal constructor(
     private fun waitReady(handle: Long, call: String, op: Op, alsoAbort: Long = 0L) {
         var spins = 0
         while (true) {
+            op.timedOut?.let { e ->
+                if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
+                throw e
+            }
             failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
             val code = api.commGetAsyncError(handle, status)
             val state = if (code != NcclResult.SUCCESS) code else status[0]
@@ -794,10 +829,7 @@ public class NcclCommunicator internal constructor(
                     throw fail(op, ncclError(state, call, op))
                 }
             }
-            if (System.nanoTime() - op.deadline > 0) {
-                if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
-                throw fail(op, timeoutError(op))
-            }
+            // The deadline is the watchdog's (checkDeadlines): op.timedOut above.
             if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
         }
     }

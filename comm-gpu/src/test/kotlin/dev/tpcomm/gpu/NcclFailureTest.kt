@@ -158,6 +158,26 @@ class NcclFailureTest : FunSpec({
         c.close()
     }
 
+    test("a deadline passes while the native thread is blocked in a library call: the watchdog aborts, the caller gets CommunicationTimeoutException") {
+        val p = MockPlatform()
+        val release = java.util.concurrent.CountDownLatch(1)
+        val c = p.connect(timeout = 500.milliseconds)
+        // The event query blocks (a call stuck on a dead peer) until ncclCommAbort is called: as with
+        // NCCL's abort flag, which ncclCommAbort sets and the blocked calls poll (init.cc, ncclCommAbort).
+        every { p.runtime.eventQuery(any()) } answers { release.await(); DeviceRuntime.ERROR_NOT_READY }
+        every { p.api.commAbort(COMM) } answers { release.countDown(); 0 }
+        val start = System.nanoTime()
+        val e = withTimeout(10.seconds) { runCatching { c.allReduce(dev(A, DType.Float32, 4)) }.exceptionOrNull() }
+        val ms = (System.nanoTime() - start) / 1_000_000
+        e.shouldBeInstanceOf<CommunicationTimeoutException>()
+        e.operation shouldBe "allReduce"
+        ms shouldBeLessThan 2_000 // timeout 500 ms, a watchdog period of 50 ms, the 100 ms abort grace
+        verify(exactly = 1) { p.api.commAbort(COMM) }
+        c.isAborted shouldBe true
+        shouldThrow<CommunicatorAbortedException> { c.barrier() }.cause shouldBe e
+        c.close()
+    }
+
     test("cancelling a call in flight aborts the communicator") {
         val p = MockPlatform()
         every { p.runtime.eventQuery(any()) } returns DeviceRuntime.ERROR_NOT_READY
