@@ -106,10 +106,11 @@ public class NcclCommunicator internal constructor(
      * and the communicator aborted ([abort]: `ncclCommAbort`, from another thread if the native one
      * does not take it, whose abort flag makes NCCL's blocked calls return).
      */
-    private val deadlineWatch: DeadlineWatchdog.Registration = DeadlineWatchdog.register(
-        { now -> checkDeadlines(now) },
-        DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds),
-    )
+    private val watched = DeadlineWatchdog.Watched { now -> checkDeadlines(now) }
+
+    /** Weak: a communicator its user forgot to close is not kept alive by the watchdog ([watched] lives as long as this). */
+    private val deadlineWatch: DeadlineWatchdog.Registration =
+        DeadlineWatchdog.register(watched, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
 
     private fun checkDeadlines(now: Long) {
         for (op in live) {
