@@ -3,9 +3,9 @@ package dev.tpcomm.nccl
 import dev.tpcomm.Comm
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
-import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.gpu.AllReduceSweep
 import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.nccl.javacpp.JavaCppPlatform
 import dev.tpcomm.testkit.CaseResult
@@ -19,8 +19,9 @@ import kotlinx.coroutines.runBlocking
 /**
  * For `scripts/gpu-check.sh` on a machine with NVIDIA GPUs (never run in CI or on the build
  * machine): `conformance` runs the comm-testkit cases on the real NCCL backend, one process per
- * rank (rank and world from the environment, `TPCOMM_RENDEZVOUS` for the id); `bench` times
- * all-reduce over device tensors from 8 B to 256 MiB and prints nccl-tests' columns.
+ * rank (rank and world from the environment, `TPCOMM_RENDEZVOUS` for the id); `bench` runs
+ * [AllReduceSweep] (8 B to 256 MiB, the protocol shared with the C and PyTorch programs of
+ * `scripts/gpu/`) as `tpcomm-javacpp`.
  */
 fun main(args: Array<String>) {
     val mode = args.firstOrNull() ?: "conformance"
@@ -64,21 +65,6 @@ internal suspend fun conformance(comm: Communicator, copies: DeviceCopies, confi
 }
 
 internal suspend fun bench(comm: Communicator, copies: DeviceCopies): Int {
-    val n = comm.worldSize
-    if (comm.rank == 0) println("%12s %12s %8s %6s %10s %8s %8s".format("size", "count", "type", "redop", "time(us)", "algbw", "busbw"))
-    var bytes = 8L
-    while (bytes <= 256L shl 20) {
-        val count = (bytes / 4).toInt()
-        val t = copies.upload(Tensor.zeros(DType.Float32, count))
-        val iters = if (bytes < (1 shl 20)) 50 else 10
-        repeat(5) { comm.allReduce(t) }
-        comm.barrier()
-        val start = System.nanoTime()
-        repeat(iters) { comm.allReduce(t) }
-        val us = (System.nanoTime() - start) / 1000.0 / iters
-        val algbw = bytes / us / 1000.0
-        if (comm.rank == 0) println("%12d %12d %8s %6s %10.2f %8.2f %8.2f".format(bytes, count, "float", "sum", us, algbw, algbw * 2.0 * (n - 1) / n))
-        bytes *= 2
-    }
+    AllReduceSweep.run(comm, copies, impl = "tpcomm-javacpp")
     return 0
 }

@@ -54,11 +54,11 @@ internal object RcclAbi {
         MemoryLayout.sequenceLayout(128, ValueLayout.JAVA_BYTE).withName("internal"),
     ).withName("ncclUniqueId")
 
-    /** `hipStreamNonBlocking`. */
-    const val HIP_STREAM_NON_BLOCKING: Int = 0x01
+    /** `hipStreamNonBlocking` (= `cudaStreamNonBlocking`, see [FfmDeviceRuntime]). */
+    const val STREAM_NON_BLOCKING: Int = 0x01
 
-    /** `hipEventDisableTiming`. */
-    const val HIP_EVENT_DISABLE_TIMING: Int = 0x02
+    /** `hipEventDisableTiming` (= `cudaEventDisableTiming`). */
+    const val EVENT_DISABLE_TIMING: Int = 0x02
 
     /** A filled `ncclConfig_t` (as `NCCL_CONFIG_INITIALIZER`, then [config]'s fields) allocated from [allocator]. */
     @JvmStatic

@@ -24,15 +24,18 @@ import java.lang.invoke.MethodHandle
  * resolved on first use: a release without them still loads, its version is then refused by the
  * engine (ROCm 6.0 / NCCL API 2.18 minimum) with a clear message rather than a link error, and a
  * call to one that is missing returns `ncclInvalidUsage`. Thread-safe as RCCL is.
+ *
+ * The same binding opens NVIDIA's `libnccl.so.2` ([nvidia]), whose C API RCCL copies: the GPU check
+ * runs the engine over it and the CUDA runtime ([FfmDeviceRuntime.cuda]) on NVIDIA machines.
  */
-public class RcclLibrary internal constructor(private val lib: NativeLibrary) : NcclApi {
+public class RcclLibrary internal constructor(private val lib: NativeLibrary, private val name: String = "RCCL") : NcclApi {
     /** Opens RCCL from the usual places (see the class KDoc). */
     public constructor() : this(NativeLibrary("RCCL (librccl.so)", NativeLibrary.candidates("TPCOMM_RCCL_LIBRARY", "librccl.so", "librccl.so.1")))
 
     /** Where the library was loaded from. */
     public val loadedFrom: String get() = lib.loadedFrom
 
-    override val libraryName: String get() = "RCCL"
+    override val libraryName: String get() = name
 
     private fun f(name: String, ret: ValueLayout?, vararg args: java.lang.foreign.MemoryLayout): MethodHandle =
         lib.function(name, if (ret == null) FunctionDescriptor.ofVoid(*args) else FunctionDescriptor.of(ret, *args))
@@ -58,6 +61,14 @@ public class RcclLibrary internal constructor(private val lib: NativeLibrary) : 
     private val groupEnd = f("ncclGroupEnd", JAVA_INT)
     private val getErrorString = f("ncclGetErrorString", ADDRESS, JAVA_INT)
     private val getLastError by lazy { lib.optionalFunction("ncclGetLastError", FunctionDescriptor.of(ADDRESS, ADDRESS)) }
+
+    internal companion object {
+        /** NVIDIA's NCCL (`TPCOMM_NCCL_LIBRARY`, then `libnccl.so.2` from the loader's path), through this same binding. */
+        fun nvidia(): RcclLibrary = RcclLibrary(
+            NativeLibrary("NCCL (libnccl.so.2)", listOfNotNull(System.getenv("TPCOMM_NCCL_LIBRARY")?.takeIf { it.isNotBlank() }, "libnccl.so.2", "libnccl.so")),
+            "NCCL",
+        )
+    }
 
     /** Whether the library exports [symbol] (resolved lazily; for tests and diagnostics). */
     internal fun has(symbol: String): Boolean = when (symbol) {
