@@ -6,7 +6,9 @@
 #      mpirun (2 processes, Open MPI, small sizes, a few iterations), bin/tpcomm-demo --help;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
 #      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, and its jlinked runtime
-#      starts GpuCheckMain, which reports NCCL unavailable (exit 2) rather than crashing.
+#      starts both GpuCheckMains, which report NCCL unavailable (exit 2) rather than crashing
+#      (comm-nccl's JavaCPP one; comm-rccl's java.lang.foreign one, --nvidia, which opens this
+#      machine's libcudart.so.13 and finds no libnccl.so.2), and its sweep report passes its self-test.
 # Options: --no-build (reuse the built jars).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,5 +77,14 @@ else
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/bin/gpu-check" conformance 2>&1); rc=$?; set -e
   echo "$out" | head -3
   [ "$rc" = 2 ] && grep -q 'nccl is unavailable' <<<"$out" || fail "the bundle's runtime did not start GpuCheckMain (exit $rc)"
+  # comm-rccl's java.lang.foreign binding for NVIDIA: libcudart may be here (the CUDA toolkit), libnccl.so.2 is not.
+  set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/bin/gpu-check-ffm" conformance --nvidia 2>&1); rc=$?; set -e
+  echo "$out" | head -3
+  [ "$rc" = 2 ] && grep -q 'NCCL over java.lang.foreign is unavailable' <<<"$out" || fail "the bundle's runtime did not start comm-rccl's GpuCheckMain (exit $rc)"
+fi
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 "$gpu/gpu/sweep_report.py" --self-test || fail "the bundle's sweep report failed its self-test"
+else
+  echo "-- no /usr/bin/python3: the bundle's sweep report was not self-tested"
 fi
 echo "dist check passed in $(( $(date +%s) - start )) s (archive $(du -h "$archive" | cut -f1), GPU bundle $((size / 1024 / 1024)) MB)"

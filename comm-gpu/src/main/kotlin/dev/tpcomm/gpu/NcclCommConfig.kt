@@ -5,9 +5,12 @@ package dev.tpcomm.gpu
  * `src/nccl.h.in`, `ncclConfig_v21700` and later). A null field stays `NCCL_CONFIG_UNDEF_INT`
  * (`INT_MIN`) / `NCCL_CONFIG_UNDEF_PTR`, i.e. the library's default or its environment variable.
  *
- * @property blocking false makes init, split and collectives return `ncclInProgress` instead of
- * blocking the calling thread; the engine always uses false so that a deadline can abort a
- * communicator that waits for a peer that never comes.
+ * @property blocking must stay false (the default): init, split and collectives then return
+ * `ncclInProgress` instead of blocking the calling thread, so a deadline can abort a communicator
+ * that waits for a peer that never comes. [NcclConnector.connect] refuses true with
+ * [IllegalArgumentException]: a blocking init runs on the calling thread until every rank joined
+ * (NVIDIA/nccl `src/group.cc`:40-44) and could not be abandoned. The price, one host thread per
+ * `ncclGroupEnd` with two or more ranks (`src/group.cc`:825-857), is measured in docs/gpu.md.
  * @property minCtas `minCTAs` (NCCL_MIN_CTAS).
  * @property maxCtas `maxCTAs` (NCCL_MAX_CTAS).
  * @property cgaClusterSize `cgaClusterSize` (NCCL_CGA_CLUSTER_SIZE, Hopper and later).

@@ -28,6 +28,7 @@ public object NcclConnector {
      * `ncclCommAbort` and [CommunicationTimeoutException]).
      *
      * @param onClose closed after the communicator (e.g. a bootstrap communicator it owns).
+     * @throws IllegalArgumentException when [commConfig] asks for a blocking communicator (see [NcclCommConfig.blocking]).
      * @throws BackendUnavailableException when the library is older than [NcclVersion.MINIMUM] (NCCL 2.18, ROCm 6.0's RCCL).
      * @throws NcclException when a library or runtime call fails.
      */
@@ -41,6 +42,12 @@ public object NcclConnector {
         commConfig: NcclCommConfig = NcclCommConfig(),
         onClose: AutoCloseable? = null,
     ): NcclCommunicator {
+        require(!commConfig.blocking) {
+            "NcclCommConfig(blocking = true) is not supported: a blocking ncclCommInitRankConfig or ncclCommSplit runs on the " +
+                "calling thread until every rank has joined (NVIDIA/nccl src/group.cc ncclAsyncLaunch), so a rank that never arrives " +
+                "could not be abandoned at the deadline (CommConfig.timeout); leave blocking = false (the default). " +
+                "See docs/gpu.md, 'Blocking or non-blocking communicators'"
+        }
         val index = deviceIndex(device)
         val dispatcher = NativeDispatcher("tpcomm-$backendName-rank${config.rank}")
         var stream = 0L

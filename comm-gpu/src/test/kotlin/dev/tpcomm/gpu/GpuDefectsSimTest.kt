@@ -58,6 +58,25 @@ class GpuDefectsSimTest : FunSpec({
         e.message shouldContain "2.18"
     }
 
+    test("2b. a blocking communicator (ncclConfig_t.blocking = 1) is refused before anything is issued, not left to hang past the deadline") {
+        // A rank whose peer never comes: with blocking = 1, ncclCommInitRankConfig itself blocks the
+        // native thread until every rank joined (NVIDIA/nccl src/group.cc:40-44: outside a group
+        // ncclAsyncLaunch runs the init job on the caller's thread), so no deadline can end it.
+        val platform = SimulatedGpuPlatform()
+        val start = System.nanoTime()
+        val e = shouldThrow<IllegalArgumentException> {
+            withTimeout(5.seconds) {
+                NcclConnector.connect(
+                    platform.api, platform.runtime, Device.Cuda(0), CommConfig(worldSize = 2, rank = 0, timeout = 1.seconds),
+                    { _, id -> id!! }, "nccl", commConfig = NcclCommConfig(blocking = true),
+                )
+            }
+        }
+        (System.nanoTime() - start) / 1_000_000 shouldBeLessThan 1_000
+        e.message shouldContain "blocking"
+        e.message shouldContain "deadline"
+    }
+
     test("4. a peer that never arrives ends a checkConsistency collective with CommunicationTimeoutException at the deadline") {
         val platform = SimulatedGpuPlatform()
         val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds, checkConsistency = true))
