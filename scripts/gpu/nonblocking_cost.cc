@@ -9,9 +9,13 @@
 //
 // Modes, alternated round by round (the job stands in for groupLaunch with a trivial body):
 //   inline  the job called on the caller's thread (blocking communicator)
-//   thread  std::thread(job); caller spins on the job's completion flag; join (non-blocking)
-// Also reported: how long after the thread's creation the caller saw the flag (p50/p99), which is
-// how long tpcomm's engine spins in waitReady before it starts sleeping.
+//   spin    std::thread(job); the caller spins on the job's completion flag (a pause per poll); join
+//   yield   the same, the caller yielding its core between polls (sched_yield)
+//   sleep   the same, the caller spinning 1000 polls, then sleeping 100 us between polls (what
+//           tpcomm's engine did in waitReady before this measurement)
+//   backoff the same, the caller spinning 100 polls, yielding up to 4096, then sleeping 1 us
+//           doubling to 100 us (tpcomm's Backoff.forLibraryThread, what the engine does now)
+// Also reported per mode: how long after the thread's creation the caller saw the flag (p50/p99).
 //
 //   g++ -O2 -pthread -o nonblocking_cost nonblocking_cost.cc && ./nonblocking_cost [rounds] [ops]
 #include <algorithm>
@@ -32,6 +36,12 @@ static double now_ns() {
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+static inline void pause_once() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 static double pct(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, (size_t)(p * (v.size() - 1) + 0.5))];
@@ -39,33 +49,48 @@ static double pct(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   int rounds = argc > 1 ? atoi(argv[1]) : 21;
-  int ops = argc > 2 ? atoi(argv[2]) : 2000;
-  std::vector<double> inl, thr, seen;
+  int ops = argc > 2 ? atoi(argv[2]) : 1000;
+  const char* names[] = {"inline", "spin", "yield", "sleep", "backoff"};
+  const int modes = 5;
+  std::vector<double> per[modes], seen[modes];
   for (int r = 0; r < rounds; r++) {
-    for (int mode = 0; mode < 2; mode++) {
-      int m = (r % 2 == 0) ? mode : 1 - mode;  // alternate which mode goes first
+    for (int k = 0; k < modes; k++) {
+      int m = (k + r) % modes;  // rotate which mode goes first
       double start = now_ns();
       for (int i = 0; i < ops; i++) {
         std::atomic<bool> done{false};
         if (m == 0) {
           job(&done);
-        } else {
-          double t0 = now_ns();
-          std::thread t(job, &done);
-          while (!done.load(std::memory_order_acquire)) { }
-          if (i % 16 == 0) seen.push_back(now_ns() - t0);
-          t.join();
+          continue;
         }
+        double t0 = now_ns();
+        std::thread t(job, &done);
+        int polls = 0;
+        while (!done.load(std::memory_order_acquire)) {
+          if (m == 1) pause_once();
+          else if (m == 2) std::this_thread::yield();
+          else if (m == 3) {
+            if (++polls < 1000) pause_once();
+            else std::this_thread::sleep_for(std::chrono::microseconds(100));
+          } else {
+            ++polls;
+            if (polls <= 100) pause_once();
+            else if (polls <= 100 + 4096) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(100000L, 1000L << std::min(polls - 4197, 30))));
+          }
+        }
+        if (i % 8 == 0) seen[m].push_back((now_ns() - t0) / 1000.0);
+        t.join();
       }
-      double per = (now_ns() - start) / ops / 1000.0;
-      (m == 0 ? inl : thr).push_back(per);
+      per[m].push_back((now_ns() - start) / ops / 1000.0);
     }
   }
-  printf("rounds %d x %d ops, microseconds per op: inline median %.3f (min %.3f max %.3f); "
-         "thread median %.2f (min %.2f max %.2f); added per group %.2f us\n",
-         rounds, ops, pct(inl, 0.5), pct(inl, 0), pct(inl, 1), pct(thr, 0.5), pct(thr, 0), pct(thr, 1),
-         pct(thr, 0.5) - pct(inl, 0.5));
-  printf("completion seen after thread creation: p50 %.2f us, p99 %.2f us, max %.2f us (%zu samples)\n",
-         pct(seen, 0.5) / 1000, pct(seen, 0.99) / 1000, pct(seen, 1) / 1000, seen.size());
+  printf("%d rounds x %d ops, %u hardware threads; microseconds per op, median (min-max) of the rounds; "
+         "completion seen after the thread's creation, p50 / p99\n", rounds, ops, std::thread::hardware_concurrency());
+  for (int m = 0; m < modes; m++) {
+    printf("  %-7s %8.3f (%.3f-%.3f)", names[m], pct(per[m], 0.5), pct(per[m], 0), pct(per[m], 1));
+    if (m > 0) printf("   seen p50 %.2f p99 %.2f", pct(seen[m], 0.5), pct(seen[m], 0.99));
+    printf("\n");
+  }
   return 0;
 }

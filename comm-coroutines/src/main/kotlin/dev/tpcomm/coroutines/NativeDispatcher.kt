@@ -1,3 +1,5 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
 package dev.tpcomm.coroutines
 
 import dev.tpcomm.InternalTpcommApi
@@ -139,7 +141,7 @@ public class NativeDispatcher @JvmOverloads constructor(
     override fun toString(): String = "NativeDispatcher($name)"
 
     private fun loop() {
-        var idle = 0
+        val backoff = Backoff(spinIterations, yieldIterations = 16, maxParkNanos)
         while (true) {
             var progressed = runQueued()
             if (pollInFlight()) progressed = true
@@ -148,20 +150,10 @@ public class NativeDispatcher @JvmOverloads constructor(
                 break
             }
             if (progressed) {
-                idle = 0
+                backoff.reset()
                 continue
             }
-            idle++
-            if (inFlight.isEmpty()) {
-                park(0)
-            } else if (idle <= spinIterations) {
-                Thread.onSpinWait()
-            } else if (idle <= spinIterations + 16) {
-                Thread.yield()
-            } else {
-                val shift = (idle - spinIterations - 16).coerceAtMost(30)
-                park((1_000L shl shift).coerceAtMost(maxParkNanos))
-            }
+            if (inFlight.isEmpty()) park(0) else backoff.idle { park(it) }
         }
         val error = NativeDispatcherClosedException.closed(name)
         while (inFlight.isNotEmpty()) inFlight.pollFirst()?.continuation?.resumeWithException(error)

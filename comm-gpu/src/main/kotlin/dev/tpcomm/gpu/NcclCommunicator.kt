@@ -13,6 +13,7 @@ import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
@@ -813,7 +814,8 @@ public class NcclCommunicator internal constructor(
 
     /** Spins on the native thread until [handle] leaves `ncclInProgress` (non-blocking init, split, enqueue). */
     private fun waitReady(handle: Long, call: String, op: Op, alsoAbort: Long = 0L) {
-        var spins = 0
+        // NCCL finishes a non-blocking call on a thread of its own (src/group.cc:825-857): yield to it rather than sleep.
+        val backoff = Backoff.forLibraryThread()
         while (true) {
             op.timedOut?.let { e ->
                 if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
@@ -831,7 +833,7 @@ public class NcclCommunicator internal constructor(
                 }
             }
             // The deadline is the watchdog's (checkDeadlines): op.timedOut above.
-            if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
+            backoff.idle()
         }
     }
 
@@ -840,11 +842,11 @@ public class NcclCommunicator internal constructor(
         val event = acquireEvent(op)
         op.cuda(runtime.eventRecord(event, stream), "eventRecord")
         val request = completion(op, event)
-        var spins = 0
+        val backoff = Backoff.forLibraryThread()
         while (!request.poll()) {
             // Blocking here keeps the issue order of the communicator's calls; a cancelled caller still gets out.
             if (op.job?.isActive == false) throw CancellationException("${op.name} was cancelled while waiting for the device")
-            if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 100_000)
+            backoff.idle()
         }
         events.addLast(event)
     }
@@ -909,11 +911,12 @@ public class NcclCommunicator internal constructor(
         var code = api.commFinalize(comm)
         if (code == NcclResult.IN_PROGRESS) {
             val deadline = System.nanoTime() + timeoutNanos
+            val backoff = Backoff.forLibraryThread()
             while (true) {
                 val c = api.commGetAsyncError(comm, status)
                 code = if (c != NcclResult.SUCCESS) c else status[0]
                 if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
-                Thread.sleep(0, 100_000)
+                backoff.idle()
             }
         }
         if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)

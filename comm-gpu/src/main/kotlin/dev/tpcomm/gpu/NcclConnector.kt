@@ -6,6 +6,7 @@ import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
+import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.spi.FailureState
 import java.lang.foreign.Arena
@@ -102,7 +103,7 @@ public object NcclConnector {
         }
         val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
         val status = IntArray(1)
-        var spins = 0
+        val backoff = Backoff.forLibraryThread()
         while (true) {
             val c = api.commGetAsyncError(comm, status)
             val state = if (c != NcclResult.SUCCESS) c else status[0]
@@ -122,7 +123,7 @@ public object NcclConnector {
                         "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
                 )
             }
-            if (++spins < 1000) Thread.onSpinWait() else Thread.sleep(0, 200_000)
+            backoff.idle()
         }
     }
 
