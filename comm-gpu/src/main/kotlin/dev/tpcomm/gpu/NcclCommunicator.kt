@@ -414,17 +414,37 @@ public class NcclCommunicator internal constructor(
      * group, or they may deadlock). Same checks and failure rules as [send] and [recv].
      */
     public suspend fun sendRecv(send: Tensor, dst: Int, recv: Tensor, src: Int): MessageInfo {
+        sendRecv(listOf(PointToPoint.send(send, dst), PointToPoint.recv(recv, src)))
+        return MessageInfo(src, 0, recv.byteSize)
+    }
+
+    /**
+     * Issues every send and receive of [ops] as **one** NCCL group, in the given order, and returns
+     * when all of them completed: the exact way to write any exchange whose transfers must progress
+     * together (a ring, a pairwise swap, a pipeline stage sending to and receiving from both
+     * neighbours), as PyTorch's `batch_isend_irecv`. Separate [send]/[recv] calls are only grouped
+     * when they arrive within a few milliseconds of each other (docs/gpu.md); a batch does not depend
+     * on timing. Messages between two ranks match in order, as for [send] and [recv]; the peers must
+     * issue the matching calls (in a batch or not). Each element is checked as [send] or [recv] checks
+     * it ([IllegalArgumentException], nothing issued); failure and cancellation as for a collective.
+     */
+    public suspend fun sendRecv(ops: List<PointToPoint>) {
         val name = "sendRecv"
-        checkP2p(send, dst, 0, name, sending = true)
-        checkP2p(recv, src, 0, name, sending = false)
-        run(name, send, peer = dst) {
+        require(ops.isNotEmpty()) { "$name: give at least one PointToPoint.send or PointToPoint.recv" }
+        for (o in ops) checkP2p(o.tensor, o.peer, 0, name, sending = o.isSend)
+        val first = ops.first()
+        run(name, first.tensor, peer = first.peer) {
             closeP2p()
             group {
-                nccl(api.send(send.address, send.byteSize, BYTES, dst, comm, stream), "ncclSend")
-                nccl(api.recv(recv.address, recv.byteSize, BYTES, src, comm, stream), "ncclRecv")
+                for (o in ops) {
+                    if (o.isSend) {
+                        nccl(api.send(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclSend")
+                    } else {
+                        nccl(api.recv(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclRecv")
+                    }
+                }
             }
         }
-        return MessageInfo(src, 0, recv.byteSize)
     }
 
     /**

@@ -4,6 +4,7 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
@@ -18,9 +19,12 @@ import io.kotest.matchers.shouldBe
 import io.kotest.matchers.shouldNotBe
 import io.kotest.matchers.string.shouldContain
 import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.supervisorScope
 import kotlinx.coroutines.withTimeout
 import kotlin.time.Duration.Companion.seconds
 
@@ -136,6 +140,59 @@ class GpuDefectsSimTest : FunSpec({
             platform.download(buf2).toIntArray()[7] shouldBe prev * 10_000 + 7
         }
         platform.assertNoMisuse()
+    }
+
+    test("5b. a batch of sends and receives to both neighbours is one group and completes, whatever the timing") {
+        val platform = SimulatedGpuPlatform(p2pBufferBytes = 1024)
+        SimulatedWorld(platform).run(3, CommConfig(timeout = 3.seconds)) { c ->
+            val n = c.worldSize
+            val next = (c.rank + 1) % n
+            val prev = (c.rank + n - 1) % n
+            val out = platform.upload(Tensor.of(IntArray(4096) { c.rank * 10_000 + it }), c.device)
+            val fromPrev = platform.upload(Tensor.zeros(DType.Int32, 4096), c.device)
+            val fromNext = platform.upload(Tensor.zeros(DType.Int32, 4096), c.device)
+            if (c.rank == 1) delay(50) // a late rank: the batch does not depend on when its peers call
+            c.sendRecv(
+                listOf(
+                    PointToPoint.send(out, next), PointToPoint.send(out, prev),
+                    PointToPoint.recv(fromPrev, prev), PointToPoint.recv(fromNext, next),
+                ),
+            )
+            platform.download(fromPrev).toIntArray()[9] shouldBe prev * 10_000 + 9
+            platform.download(fromNext).toIntArray()[11] shouldBe next * 10_000 + 11
+        }
+        platform.assertNoMisuse()
+    }
+
+    test("5c. separate send and recv issued further apart than the grouping window end in a named exception at the deadline on every rank, not a hang") {
+        val platform = SimulatedGpuPlatform(p2pBufferBytes = 1024)
+        val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 3, timeout = 2.seconds))
+        try {
+            val start = System.nanoTime()
+            val outcomes = supervisorScope {
+                comms.map { c ->
+                    async(Dispatchers.Default) {
+                        val n = c.worldSize
+                        val out = platform.upload(Tensor.of(IntArray(4096) { it }), c.device)
+                        val buf = platform.upload(Tensor.zeros(DType.Int32, 4096), c.device)
+                        runCatching {
+                            coroutineScope {
+                                val sent = async(start = CoroutineStart.UNDISPATCHED) { c.send(out, (c.rank + 1) % n) }
+                                delay(50) // longer than the window: the send's group was issued alone
+                                c.recv(buf, (c.rank + n - 1) % n)
+                                sent.await()
+                            }
+                        }.exceptionOrNull()
+                    }
+                }.awaitAll()
+            }
+            val ms = (System.nanoTime() - start) / 1_000_000
+            outcomes.forEach { e -> (e is CommunicationException) shouldBe true }
+            outcomes.any { it is CommunicationTimeoutException } shouldBe true
+            ms shouldBeLessThan 6_000
+        } finally {
+            comms.forEach { it.close() }
+        }
     }
 
     test("6. device memory freed from the Cleaner thread is freed with its own device current") {

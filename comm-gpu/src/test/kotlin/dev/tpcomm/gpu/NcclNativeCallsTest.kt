@@ -11,8 +11,10 @@ import dev.tpcomm.gpu.MockPlatform.Companion.COMM
 import dev.tpcomm.gpu.MockPlatform.Companion.STREAM
 import dev.tpcomm.gpu.MockPlatform.Companion.TEMP_BASE
 import dev.tpcomm.gpu.MockPlatform.Companion.dev
+import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
 import io.kotest.matchers.shouldNotBe
 import io.mockk.every
 import io.mockk.verify
@@ -181,6 +183,36 @@ class NcclNativeCallsTest : FunSpec({
         verify { p.api.recv(B, 16, NcclDataType.UINT8, 1, COMM, STREAM) }
         info.source shouldBe 1
         info.byteSize shouldBe 16
+        c.close()
+    }
+
+    test("a sendRecv batch is one group holding its sends and receives in the given order; a bad element issues nothing") {
+        val p = MockPlatform()
+        val c = p.connect(worldSize = 3, rank = 1)
+        c.sendRecv(
+            listOf(
+                PointToPoint.send(dev(A, DType.Float32, 4), 2),
+                PointToPoint.recv(dev(B, DType.Float32, 4), 0),
+                PointToPoint.send(dev(A, DType.Float32, 4), 0),
+                PointToPoint.recv(dev(B + 16, DType.Float32, 4), 2),
+            ),
+        )
+        verifyOrder {
+            p.api.groupStart()
+            p.api.send(A, 16, NcclDataType.UINT8, 2, COMM, STREAM)
+            p.api.recv(B, 16, NcclDataType.UINT8, 0, COMM, STREAM)
+            p.api.send(A, 16, NcclDataType.UINT8, 0, COMM, STREAM)
+            p.api.recv(B + 16, 16, NcclDataType.UINT8, 2, COMM, STREAM)
+            p.api.groupEnd()
+        }
+        verify(exactly = 1) { p.api.groupStart() }
+        val e = shouldThrow<IllegalArgumentException> {
+            c.sendRecv(listOf(PointToPoint.send(dev(A, DType.Float32, 4), 2), PointToPoint.send(dev(A, DType.Float32, 4), 1)))
+        }
+        e.message!! shouldContain "itself"
+        shouldThrow<IllegalArgumentException> { c.sendRecv(emptyList()) }
+        verify(exactly = 1) { p.api.groupStart() }
+        c.isAborted shouldBe false
         c.close()
     }
 
