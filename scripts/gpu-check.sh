@@ -13,9 +13,12 @@
 #      argument refusals, failure modes on fresh communicators) on the real library;
 #   3. conformance, one process per GPU when there are several (RANK/WORLD_SIZE/LOCAL_RANK set
 #      here, the unique id shared through a file rendezvous in a fresh temp directory);
-#   4. the all-reduce sweep (8 B .. 256 MiB, float32, sum) through tpcomm on all GPUs, and the same
-#      sweep with raw NCCL/RCCL through nccl-tests / rccl-tests `all_reduce_perf` when it is on PATH
-#      or in $NCCL_TESTS_DIR/build, so the two tables can be compared line by line.
+#   4. the all-reduce sweep (8 B .. 256 MiB, float32, sum) through tpcomm on all GPUs (comm-gpu's
+#      AllReduceSweep: lines "sweep <impl> each|pipelined <bytes> <us per call, 5 rounds>"), and the
+#      same sizes with raw NCCL/RCCL through nccl-tests / rccl-tests `all_reduce_perf` when it is on
+#      PATH or in $NCCL_TESTS_DIR/build (its own table; its time column is the pipelined mode's).
+#      On a one-GPU NVIDIA machine without Maven, scripts/gpu-bundle.sh's bundle does more (C and
+#      PyTorch references, the java.lang.foreign binding; docs/gpu.md).
 # Exit status: non-zero when a conformance case failed or a process crashed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
