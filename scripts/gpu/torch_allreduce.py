@@ -36,7 +36,8 @@ def main(argv):
     device = torch.device("cuda:0")
     torch.cuda.set_device(device)
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
-    nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+    version = torch.cuda.nccl.version()  # a tuple (2, 27, 3) in recent releases, an int (2708) in old ones
+    nccl = ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
     print(f"# torch {torch.__version__}, NCCL {nccl}, {torch.cuda.get_device_name(0)}", flush=True)
 
     def calls(t, n, each):
