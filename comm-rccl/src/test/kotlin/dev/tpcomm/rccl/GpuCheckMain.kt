@@ -6,18 +6,12 @@ import dev.tpcomm.Comm
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.Device
-import dev.tpcomm.ReduceOp
-import dev.tpcomm.Tensor
 import dev.tpcomm.gpu.AllReduceSweep
 import dev.tpcomm.gpu.BootstrapChannel
 import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.gpu.DeviceRuntime
+import dev.tpcomm.gpu.GpuCheckConformance
 import dev.tpcomm.gpu.NcclConnector
-import dev.tpcomm.testkit.CaseResult
-import dev.tpcomm.testkit.ConformanceOptions
-import dev.tpcomm.testkit.ScratchCommunicatorFactory
-import dev.tpcomm.testkit.SpmdConformanceRunner
-import dev.tpcomm.testkit.TensorPlacement
 import kotlin.system.exitProcess
 import kotlinx.coroutines.runBlocking
 
@@ -65,41 +59,15 @@ fun main(args: Array<String>) {
         val comm = open(config)
         val copies = DeviceCopies(runtime, comm.device)
         try {
-            if (mode == "bench") bench(comm, copies, if (nvidia) "tpcomm-ffm" else "tpcomm-rccl") else conformance(comm, copies, config, open)
+            if (mode == "bench") {
+                AllReduceSweep.run(comm, copies, impl = if (nvidia) "tpcomm-ffm" else "tpcomm-rccl")
+                0
+            } else {
+                GpuCheckConformance.run(comm, copies) { _, timeout -> open(config.copy(timeout = timeout)) }
+            }
         } finally {
             comm.close()
         }
     }
     exitProcess(code)
-}
-
-private suspend fun conformance(
-    comm: Communicator,
-    copies: DeviceCopies,
-    config: CommConfig,
-    open: suspend (CommConfig) -> Communicator,
-): Int {
-    val options = ConformanceOptions(
-        ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
-        pointToPoint = true, // the tag-0 ring; the tag, ANY_SOURCE and probe cases are skipped
-        taggedPointToPoint = false,
-        groups = false,
-        checksConsistency = false,
-        placement = object : TensorPlacement {
-            override fun toBackend(host: Tensor): Tensor = copies.upload(host)
-            override fun toHost(tensor: Tensor): Tensor = copies.download(tensor)
-        },
-    )
-    val scratch = ScratchCommunicatorFactory { _, timeout -> open(config.copy(timeout = timeout)) }
-    val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
-        println("rank ${r.rank}: ${r.status} ${r.case}" + (r.message?.let { " — $it" } ?: ""))
-    })
-    val failed = results.count { it.status == CaseResult.Status.Failed }
-    println("rank ${comm.rank}: ${results.count { it.status == CaseResult.Status.Passed }} passed, $failed failed, ${results.count { it.status == CaseResult.Status.Skipped }} skipped")
-    return if (failed == 0) 0 else 1
-}
-
-private suspend fun bench(comm: Communicator, copies: DeviceCopies, impl: String): Int {
-    AllReduceSweep.run(comm, copies, impl)
-    return 0
 }
