@@ -95,4 +95,11 @@ public interface NcclApi {
 
     /** `ncclGetLastError(comm)` (NCCL 2.13+); null when the library has none. */
     public fun getLastError(comm: Long): String?
+
+    /**
+     * The value of environment variable [name] as the library reads it (NCCL's `ncclGetEnv` reads the
+     * C environment with `getenv`), or null. The engine reads `NCCL_COMM_BLOCKING` through it
+     * (docs/nccl-semantics.md N6). By default the process's C environment ([NativeEnvironment.get]).
+     */
+    public fun getEnv(name: String): String? = NativeEnvironment.get(name)
 }

@@ -34,10 +34,12 @@ import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicReference
 import kotlin.coroutines.EmptyCoroutineContext
 import kotlinx.coroutines.CancellationException
-import kotlinx.coroutines.InternalCoroutinesApi
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
+import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.currentCoroutineContext
-import kotlinx.coroutines.withContext
+import kotlinx.coroutines.launch
 import kotlinx.serialization.KSerializer
 import kotlinx.serialization.json.Json
 
@@ -75,7 +77,7 @@ import kotlinx.serialization.json.Json
 public class NcclCommunicator internal constructor(
     private val api: NcclApi,
     private val runtime: DeviceRuntime,
-    private val thread: SharedDispatcher,
+    private val thread: DeviceThread,
     private val comm: Long,
     private val stream: Long,
     override val rank: Int,
@@ -98,7 +100,10 @@ public class NcclCommunicator internal constructor(
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
 
-    /** The operations in flight, timed by the core's [DeadlineWatchdog] off the native thread. */
+    /** Runs each operation's native part on the device's thread; a failure is delivered through the operation's result. */
+    private val scope = CoroutineScope(SupervisorJob() + dispatcher)
+
+    /** The operations from their call to their end, timed by the core's [DeadlineWatchdog] off the native thread. */
     private val live = java.util.concurrent.ConcurrentLinkedQueue<Op>()
 
     /**
@@ -118,6 +123,9 @@ public class NcclCommunicator internal constructor(
             if (op.timedOut == null && now - op.deadline > 0) {
                 val e = timeoutError(op)
                 op.timedOut = e
+                // The caller is released now, even when the operation never reached the native thread
+                // (queued behind a call blocked in the library): the deadline runs from the call.
+                op.result.completeExceptionally(e)
                 abort(e)
             }
         }
@@ -133,25 +141,26 @@ public class NcclCommunicator internal constructor(
     private var pinned = 0L
     private var pinnedBytes = 0L
     private val retiredPinned = ArrayList<Long>()
-    /** Depth of ncclGroupStart on the native thread: an abort waits for the group's end (NCCL runs it only at ncclGroupEnd). */
-    private var groupDepth = 0
     private var producerEvent = 0L
-    /** Point-to-point calls issued into a group that is still open (see [p2p]). */
-    private var p2pOpen = false
-    private var p2pOpenedAt = 0L
-    private var p2pSends = false
-    private var p2pRecvs = false
 
     /**
-     * A stream whose work every later call of this communicator is ordered after (0: none), as
-     * PyTorch's NCCL process group makes its stream wait for the caller's current stream. Set it to
-     * the stream your kernels write the inputs on (and read the outputs from): each call then records
-     * an event on it and makes the communicator's stream wait for that event (`cudaStreamWaitEvent`),
-     * so the collective never reads an input before its producer finished. Must be a stream of
-     * [device]. Thread-safe; takes effect for calls issued after the assignment. See docs/gpu.md.
+     * The stream your kernels write this communicator's inputs on and read its outputs from, as
+     * PyTorch's NCCL process group uses the caller's current stream. **By default the legacy default
+     * stream** ([LEGACY_DEFAULT_STREAM], handle 0), which CUDA and HIP order after all earlier work of
+     * every blocking stream of the device (docs/nccl-semantics.md C11).
+     *
+     * Every call records an event on it and makes the communicator's stream wait for that event
+     * (`cudaStreamWaitEvent`: no host synchronisation), so a collective never reads an input before
+     * its producer finished; an output this communicator allocated is freed ordered after the work
+     * queued on it when the output became unreachable, so a kernel still reading the output never
+     * sees its memory handed to another allocation. Set it to your own stream when you compute on a
+     * non-blocking stream (which the legacy stream does not order with), or to [NO_PRODUCER_STREAM]
+     * to opt out (then order inputs yourself, e.g. with [waitEvent]). Must be a stream of [device]
+     * that outlives the calls and the outputs issued while it is set. Thread-safe; takes effect for
+     * calls issued after the assignment. See docs/gpu.md, "Ordering with your kernels".
      */
     @Volatile
-    public var producerStream: Long = 0L
+    public var producerStream: Long = LEGACY_DEFAULT_STREAM
 
     /**
      * The library and its version as text, e.g. `NCCL 2.30.7` (a String on every backend, as MPI's
@@ -434,7 +443,7 @@ public class NcclCommunicator internal constructor(
         for (o in ops) checkP2p(o.tensor, o.peer, 0, name, sending = o.isSend)
         val first = ops.first()
         run(name, first.tensor, peer = first.peer) {
-            closeP2p()
+            thread.p2pOwner?.endP2pWindow()
             group {
                 for (o in ops) {
                     if (o.isSend) {
@@ -481,16 +490,29 @@ public class NcclCommunicator internal constructor(
             val out = cell.allocate(ValueLayout.JAVA_LONG)
             out.set(ValueLayout.JAVA_LONG, 0, 0L)
             val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
-            if (code == NcclResult.IN_PROGRESS) {
-                waitReady(comm, "ncclCommSplit", this) // the user guide polls the parent (usage/communicators.rst)
-            } else {
-                nccl(code, "ncclCommSplit")
+            if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
+            // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
+            // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
+            // ncclCommSplit, src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). So whatever it
+            // returned, wait until the parent leaves ncclInProgress (the job is linked to the parent:
+            // src/group.cc ncclAsyncLaunch / ncclGroupEndInternal), then until the job stored the child
+            // (ncclCommInitRankFunc stores *newcomm at its end; PyTorch's NCCLComm::split also waits for it).
+            waitReady(comm, "ncclCommSplit", this)
+            var child = out.get(ValueLayout.JAVA_LONG, 0)
+            if (color != null && child == 0L) {
+                val backoff = Backoff.forLibraryThread()
+                while (child == 0L) {
+                    timedOut?.let { throw it }
+                    failedWith()?.let { cause -> throw abortedError(name, entry.sequence, cause) }
+                    backoff.idle()
+                    child = out.get(ValueLayout.JAVA_LONG, 0)
+                }
             }
-            val child = out.get(ValueLayout.JAVA_LONG, 0)
             cell.close()
             if (child == 0L) {
                 null
             } else {
+                checkAsync(child, this)
                 val counts = IntArray(1)
                 nccl(api.commCount(child, counts), "ncclCommCount")
                 val ranks = IntArray(1)
@@ -534,7 +556,7 @@ public class NcclCommunicator internal constructor(
                 if (!commReleased.get()) releaseComm(abort = true)
             }
         }
-        if (done.count == 0L) thread.release() // a thread still blocked is left running (daemon) rather than joined forever
+        if (done.count == 0L) thread.release(timeoutNanos) // a thread still blocked is left running (daemon) rather than joined forever
         runCatching { onClose?.close() }
     }
 
@@ -542,9 +564,21 @@ public class NcclCommunicator internal constructor(
 
     // ---------------------------------------------------------------- machinery
 
-    /** State of one operation while it is being issued (native thread only). */
-    private inner class Op(val name: String, val entry: FlightRecorder.Entry, val deadline: Long, val job: Job?) {
+    /**
+     * One operation, from the call to its completion. Created on the caller's thread with its
+     * deadline and the producer stream of the moment; the rest is touched on the native thread.
+     */
+    private inner class Op(val name: String, val deadline: Long, val producer: Long) {
+        /** Completed by the native thread, or exceptionally by the watchdog at the deadline (first wins). */
+        val result = CompletableDeferred<Any?>()
+        lateinit var entry: FlightRecorder.Entry
+        val started: Boolean get() = ::entry.isInitialized
+        var job: Job? = null
+        @Volatile var issued = false
+        @Volatile var finished = false
         val temps = ArrayList<Long>()
+        /** Outputs this operation allocated; their frees are registered once it completed (after a failure the device may still write them). */
+        val outputs = ArrayList<Pair<Tensor, Long>>()
 
         /** Set by the watchdog ([checkDeadlines]) when the deadline passed; the native thread throws it at its next poll. */
         @Volatile var timedOut: CommunicationTimeoutException? = null
@@ -575,7 +609,7 @@ public class NcclCommunicator internal constructor(
          */
         fun group(body: () -> Unit) {
             nccl(api.groupStart(), "ncclGroupStart")
-            groupDepth++
+            thread.groupDepth++
             var error: Throwable? = null
             try {
                 body()
@@ -583,39 +617,34 @@ public class NcclCommunicator internal constructor(
                 error = t
             }
             val end = api.groupEnd()
-            groupDepth--
-            if (groupDepth == 0 && failedWith() != null && !commReleased.get()) releaseComm(abort = true)
+            thread.groupDepth--
+            if (thread.groupDepth == 0 && failedWith() != null && !commReleased.get()) releaseComm(abort = true)
             if (error != null) throw error
             nccl(end, "ncclGroupEnd")
         }
 
-        /** Opens (once) the group that point-to-point calls issued back to back share. */
+        /**
+         * Opens (once) the group that point-to-point calls of this communicator issued back to back
+         * share. NCCL's group is per host thread (docs/nccl-semantics.md N10), so another
+         * communicator's open window on this device's thread is ended first.
+         */
         fun openP2p(sending: Boolean) {
-            if (!p2pOpen) {
+            val owner = thread.p2pOwner
+            if (owner != null && owner !== this@NcclCommunicator) owner.endP2pWindow()
+            if (thread.p2pOwner == null) {
                 nccl(api.groupStart(), "ncclGroupStart")
-                groupDepth++
-                p2pOpen = true
-                p2pOpenedAt = System.nanoTime()
-                p2pSends = false
-                p2pRecvs = false
+                thread.groupDepth++
+                thread.p2pOwner = this@NcclCommunicator
+                thread.p2pOpenedAt = System.nanoTime()
+                thread.p2pSends = false
+                thread.p2pRecvs = false
             }
-            if (sending) p2pSends = true else p2pRecvs = true
+            if (sending) thread.p2pSends = true else thread.p2pRecvs = true
         }
 
-        /** Ends the open point-to-point group, if any, and waits until the library accepted it. */
-        fun closeP2p() {
-            if (!p2pOpen) return
-            p2pOpen = false
-            val end = api.groupEnd()
-            groupDepth--
-            if (failedWith() != null && !commReleased.get()) releaseComm(abort = true)
-            nccl(end, "ncclGroupEnd")
-        }
-
-        /** With a [producerStream], makes this communicator's stream wait for the work queued on it so far. */
+        /** Makes this communicator's stream wait for the work queued on the op's producer stream so far (unless [NO_PRODUCER_STREAM]). */
         fun orderAfterProducer() {
-            val producer = producerStream
-            if (producer == 0L) return
+            if (producer == NO_PRODUCER_STREAM) return
             if (producerEvent == 0L) {
                 val e = LongArray(1)
                 cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
@@ -644,7 +673,7 @@ public class NcclCommunicator internal constructor(
             val p = LongArray(1)
             cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
             val t = Tensor.wrapDevice(device, p[0], dtype, *shape.toIntArray())
-            CLEANER.register(t, DeviceFree(runtime, dispatcher, deviceIndex, stream, p[0]))
+            outputs += t to p[0]
             return t
         }
 
@@ -722,86 +751,30 @@ public class NcclCommunicator internal constructor(
         if (closed.get()) {
             throw failures.aborted(name, -1, "the communicator was closed; create a new one")
         }
-        val issued = AtomicBoolean(false)
-        val finished = AtomicBoolean(false)
-        val cancelled = AtomicBoolean(false)
-        // A cancellation must abort even while the native thread is blocked in the library (then the
-        // coroutine cannot resume there): this handler runs on the cancelling thread.
-        @OptIn(InternalCoroutinesApi::class)
-        val onCancel = currentCoroutineContext()[Job]?.invokeOnCompletion(onCancelling = true, invokeImmediately = false) { cause ->
-            if (cause is CancellationException && issued.get() && !finished.get() && failedWith() == null) {
-                cancelled.set(true)
-                abort(
-                    failures.aborted(
-                        name, -1,
-                        "a $name call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
-                        cause,
-                    ),
-                )
+        // The deadline runs from the call (docs/gpu.md, "Deadlines"): the watchdog times the operation
+        // while it waits for the native thread too, and releases this caller at the deadline.
+        val o = Op(name, System.nanoTime() + timeoutNanos, producerStream)
+        live.add(o)
+        val native = scope.launch {
+            o.job = coroutineContext[Job]
+            try {
+                @Suppress("UNCHECKED_CAST")
+                o.result.complete(onNative(o, tensor, root, peer, op, dim, onStream, signature, p2p, issue as Op.() -> Any?))
+            } catch (e: Throwable) {
+                o.result.completeExceptionally(e)
+            } finally {
+                live.remove(o)
             }
         }
         try {
-            return withContext(dispatcher) {
-                val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
-                failedWith()?.let { cause ->
-                    val e = abortedError(name, entry.sequence, cause)
-                    entry.fail(e)
-                    throw e
-                }
-                val op = Op(name, entry, System.nanoTime() + timeoutNanos, coroutineContext[Job])
-                issued.set(true)
-                inFlight++
-                live.add(op)
-                try {
-                    if (!p2p) op.closeP2p()
-                    op.orderAfterProducer()
-                    if (signature != null && config.checkConsistency && worldSize > 1) op.checkSignature(signature)
-                    if (p2p) op.openP2p(sending = name == "send")
-                    val result = op.issue()
-                    if (p2p) {
-                        // Calls queued behind this one join the open group. It ends once this thread's queue is
-                        // drained and the group holds both directions (a send and a receive: the exchange that must
-                        // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
-                        var polls = 0
-                        dispatcher.await(NativeRequest {
-                            when {
-                                !p2pOpen -> true
-                                polls++ == 0 -> false
-                                (p2pSends && p2pRecvs) || System.nanoTime() - p2pOpenedAt > P2P_GRACE_NANOS -> { op.closeP2p(); true }
-                                else -> false
-                            }
-                        })
-                    }
-                    if (onStream) {
-                        val event = acquireEvent(op)
-                        op.cuda(runtime.eventRecord(event, stream), "eventRecord")
-                        dispatcher.await(completion(op, event))
-                        events.addLast(event)
-                    }
-                    // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
-                    for (p in op.temps) runtime.freeAsync(p, stream)
-                    finished.set(true)
-                    entry.complete()
-                    result
-                } catch (e: CancellationException) {
-                    throw e
-                } catch (e: CommunicationException) {
-                    entry.fail(e)
-                    throw e
-                } catch (e: Throwable) {
-                    val wrapped = failures.failure(name, entry.sequence, "unexpected failure while issuing: $e", e)
-                    throw fail(op, wrapped)
-                } finally {
-                    inFlight--
-                    live.remove(op)
-                }
-            }
-        } catch (e: CommunicationException) {
-            // The caller was cancelled and this call aborted for it: the caller sees its cancellation.
-            if (cancelled.get()) throw CancellationException("$name was cancelled; the communicator was aborted").apply { initCause(e) }
-            throw e
+            @Suppress("UNCHECKED_CAST")
+            return o.result.await() as T
         } catch (e: CancellationException) {
-            if (issued.get() && failedWith() == null) {
+            // The operation itself may end in a CancellationException (its thread closed): only the caller's own cancellation aborts here.
+            if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
+            native.cancel(e)
+            live.remove(o)
+            if (o.issued && !o.finished && failedWith() == null) {
                 abort(
                     failures.aborted(
                         name, -1,
@@ -811,8 +784,123 @@ public class NcclCommunicator internal constructor(
                 )
             }
             throw e
+        }
+    }
+
+    /** The native thread's part of [run]: flight record, order after the producer, signature, issue, completion, frees. */
+    private suspend fun onNative(
+        o: Op,
+        tensor: Tensor?,
+        root: Int,
+        peer: Int,
+        op: ReduceOp?,
+        dim: Int,
+        onStream: Boolean,
+        signature: LongArray?,
+        p2p: Boolean,
+        issue: Op.() -> Any?,
+    ): Any? {
+        o.timedOut?.let { throw it }
+        val entry = recorder.start(o.name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
+        o.entry = entry
+        failedWith()?.let { cause ->
+            val e = abortedError(o.name, entry.sequence, cause)
+            entry.fail(e)
+            throw e
+        }
+        o.issued = true
+        inFlight++
+        try {
+            // Any point-to-point window open on this device's thread (this communicator's or another's)
+            // ends before anything else is issued: NCCL's group is per thread (docs/nccl-semantics.md N10).
+            val owner = thread.p2pOwner
+            if (owner != null && (!p2p || owner !== this)) owner.endP2pWindow()
+            o.orderAfterProducer()
+            if (signature != null && config.checkConsistency && worldSize > 1) o.checkSignature(signature)
+            if (p2p) o.openP2p(sending = o.name == "send")
+            val result = o.issue()
+            if (p2p) {
+                // Calls queued behind this one join the open group. It ends once this thread's queue is
+                // drained and the group holds both directions (a send and a receive: the exchange that must
+                // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
+                var polls = 0
+                dispatcher.await(NativeRequest {
+                    when {
+                        thread.p2pOwner !== this -> true
+                        polls++ == 0 -> false
+                        (thread.p2pSends && thread.p2pRecvs) || System.nanoTime() - thread.p2pOpenedAt > P2P_GRACE_NANOS -> { endP2pWindow(); true }
+                        else -> false
+                    }
+                })
+            }
+            if (onStream) {
+                val event = acquireEvent(o)
+                o.cuda(runtime.eventRecord(event, stream), "eventRecord")
+                dispatcher.await(completion(o, event))
+                events.addLast(event)
+            }
+            // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
+            for (p in o.temps) runtime.freeAsync(p, stream)
+            for ((t, p) in o.outputs) CLEANER.register(t, DeviceFree(runtime, thread, deviceIndex, stream, p, o.producer))
+            o.finished = true
+            entry.complete()
+            return result
+        } catch (e: CancellationException) {
+            if (failedWith() == null) {
+                abort(
+                    failures.aborted(
+                        o.name, -1,
+                        "a ${o.name} call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
+                        e,
+                    ),
+                )
+            }
+            throw e
+        } catch (e: CommunicationException) {
+            entry.fail(e)
+            throw e
+        } catch (e: Throwable) {
+            val wrapped = failures.failure(o.name, entry.sequence, "unexpected failure while issuing: $e", e)
+            throw fail(o, wrapped)
         } finally {
-            onCancel?.dispose()
+            inFlight--
+        }
+    }
+
+    /**
+     * Ends this communicator's point-to-point window (the open group on the device's thread) and
+     * waits until the library accepted it; a failure aborts this communicator, whose calls in the
+     * window then fail. Called by any communicator of the thread that must issue something else
+     * first (native thread only).
+     */
+    internal fun endP2pWindow() {
+        if (thread.p2pOwner !== this) return
+        thread.p2pOwner = null
+        val end = api.groupEnd()
+        thread.groupDepth--
+        if (failedWith() != null) {
+            if (!commReleased.get()) releaseComm(abort = true)
+            return
+        }
+        var state = end
+        val backoff = Backoff.forLibraryThread()
+        while (state == NcclResult.IN_PROGRESS) {
+            // The calls in the window are timed by the watchdog: a timeout aborts this communicator.
+            if (failedWith() != null) return
+            val code = api.commGetAsyncError(comm, status)
+            state = if (code != NcclResult.SUCCESS) code else status[0]
+            if (state == NcclResult.IN_PROGRESS) backoff.idle()
+        }
+        if (state != NcclResult.SUCCESS) {
+            val text = runCatching { api.getErrorString(state) }.getOrNull()
+            abort(
+                failures.nativeError(
+                    "send/recv", -1,
+                    "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
+                        ". ${NcclResult.hint(state)}. The communicator was aborted.",
+                    state,
+                ),
+            )
         }
     }
 
@@ -866,6 +954,7 @@ public class NcclCommunicator internal constructor(
         while (!request.poll()) {
             // Blocking here keeps the issue order of the communicator's calls; a cancelled caller still gets out.
             if (op.job?.isActive == false) throw CancellationException("${op.name} was cancelled while waiting for the device")
+            op.timedOut?.let { throw it }
             backoff.idle()
         }
         events.addLast(event)
@@ -909,14 +998,25 @@ public class NcclCommunicator internal constructor(
         if (!failures.abort(cause)) return
         recorder.recordAbort(cause)
         if (dispatcher.isNativeThread) {
-            if (groupDepth == 0) releaseComm(abort = true)
+            releaseAfterGroups()
             return
         }
-        dispatcher.dispatch(EmptyCoroutineContext, Runnable { if (groupDepth == 0) releaseComm(abort = true) })
+        thread.runOnThread(Runnable { releaseAfterGroups() })
         Thread.ofPlatform().daemon(true).name("tpcomm-$backendName-abort").start {
             Thread.sleep(ABORT_GRACE_MS)
             if (!commReleased.get() && !dispatcher.isClosed) releaseComm(abort = true)
         }
+    }
+
+    /**
+     * On the native thread: `ncclCommAbort` once no group is open on it. This communicator's own
+     * point-to-point window is ended first (ending it releases the communicator), another's too
+     * (an abort inside it would join that group: docs/nccl-semantics.md N12); inside an [Op.group]
+     * body the abort waits for the group's end, which releases it.
+     */
+    private fun releaseAfterGroups() {
+        thread.p2pOwner?.endP2pWindow()
+        if (thread.groupDepth == 0) releaseComm(abort = true)
     }
 
     private fun releaseComm(abort: Boolean) {
@@ -945,7 +1045,9 @@ public class NcclCommunicator internal constructor(
     private fun nativeClose() {
         val busy = inFlight > 0
         failures.abort(failures.closed())
-        if (p2pOpen && groupDepth > 0) { api.groupEnd(); groupDepth--; p2pOpen = false }
+        // A window open on the device's thread (this communicator's or another's) ends first: a
+        // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
+        thread.p2pOwner?.endP2pWindow()
         val healthy = !busy && failedWith()?.operation == "close"
         releaseComm(abort = !healthy)
         if (scratch != 0L) runtime.freeAsync(scratch, stream)
@@ -960,7 +1062,8 @@ public class NcclCommunicator internal constructor(
         for (e in allEvents) runtime.eventDestroy(e)
         allEvents.clear()
         events.clear()
-        runtime.streamDestroy(stream)
+        // Outputs of this communicator still alive are freed on its stream later: it is destroyed with the device's thread.
+        thread.retireStream(stream)
     }
 
     // ---------------------------------------------------------------- validation and errors
@@ -1032,40 +1135,50 @@ public class NcclCommunicator internal constructor(
 
     private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype)
 
-    private companion object {
+    public companion object {
+        /**
+         * The legacy default stream (`cudaStreamLegacy` used as handle 0, HIP's null stream): the
+         * default [producerStream]. It waits for all earlier work of the device's blocking streams, and
+         * they wait for it (docs/nccl-semantics.md C11).
+         */
+        public const val LEGACY_DEFAULT_STREAM: Long = 0L
+
+        /** [producerStream] value that opts out of ordering with the caller's stream. */
+        public const val NO_PRODUCER_STREAM: Long = -1L
+
         /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
-        const val BYTES = NcclDataType.UINT8
-        val JSON = Json { encodeDefaults = true }
+        private const val BYTES = NcclDataType.UINT8
+        private val JSON = Json { encodeDefaults = true }
 
-        fun longBytes(v: Long): ByteArray = ByteArray(8) { i -> (v ushr (8 * i)).toByte() }
+        private fun longBytes(v: Long): ByteArray = ByteArray(8) { i -> (v ushr (8 * i)).toByte() }
 
-        fun readLong(b: ByteArray, offset: Int): Long {
+        private fun readLong(b: ByteArray, offset: Int): Long {
             var v = 0L
             for (i in 7 downTo 0) v = (v shl 8) or (b[offset + i].toLong() and 0xFF)
             return v
         }
-        val CLEANER: Cleaner = Cleaner.create()
+        private val CLEANER: Cleaner = Cleaner.create()
 
         /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
-        const val ABORT_GRACE_MS = 100L
+        private const val ABORT_GRACE_MS = 100L
 
         /**
          * How long a group of point-to-point calls in one direction stays open for the opposite call
          * (the receive of a ring step issued right after its send) before it is issued alone.
          */
-        const val P2P_GRACE_NANOS = 5_000_000L
+        private const val P2P_GRACE_NANOS = 5_000_000L
 
         /** This call's signature in the core's one encoding ([CollectiveSignature]). */
-        fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
+        private fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
             CollectiveSignature.of(
                 requireNotNull(CollectiveOp.byApiName(operation)) { "no CollectiveOp named $operation" },
                 t, op, root,
                 if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim),
             )
 
-        fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
+        private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
-        fun outerCount(shape: List<Int>, d: Int): Long {
+        private fun outerCount(shape: List<Int>, d: Int): Long {
             var o = 1L
             for (i in 0 until d) o *= shape[i]
             return o
@@ -1073,27 +1186,41 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Frees an output's device memory once its tensor is unreachable: stream-ordered on the native
-     * thread while it runs; after close, from the Cleaner thread with the tensor's device made current
-     * first (a thread with no current device would act on, and open a context on, device 0), on the
-     * legacy default stream, which never blocks.
+     * Frees an output's device memory once its tensor is unreachable, ordered after the work queued
+     * on [consumer] (the producer stream of the call that made it, the stream the caller reads
+     * outputs on) by then: on the device's native thread, an event on [consumer] that [stream] waits
+     * for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends). Without that order
+     * the pool could hand the block to the next allocation while a kernel still reads it (PyTorch's
+     * `recordStream` exists for this; docs/nccl-semantics.md C7). After the thread ended, from the
+     * Cleaner thread with the tensor's device made current, `cudaFreeAsync` on [consumer] itself.
      */
     private class DeviceFree(
         val runtime: DeviceRuntime,
-        val dispatcher: NativeDispatcher,
+        val thread: DeviceThread,
         val device: Int,
         val stream: Long,
         val ptr: Long,
+        val consumer: Long,
     ) : Runnable {
         override fun run() {
-            if (dispatcher.isClosed) {
+            val onThread = thread.runOnThread(Runnable {
+                if (consumer != NO_PRODUCER_STREAM) {
+                    val e = LongArray(1)
+                    if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
+                        runtime.eventRecord(e[0], consumer)
+                        runtime.streamWaitEvent(stream, e[0])
+                        runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
+                    }
+                }
+                runtime.freeAsync(ptr, stream)
+            })
+            if (!onThread) {
                 runtime.setDevice(device)
-                runtime.freeAsync(ptr, 0L)
-            } else {
-                dispatcher.dispatch(EmptyCoroutineContext, Runnable { runtime.freeAsync(ptr, stream) })
+                runtime.freeAsync(ptr, if (consumer == NO_PRODUCER_STREAM) LEGACY_DEFAULT_STREAM else consumer)
             }
         }
     }
+
 }
 
 internal fun deviceIndex(device: Device): Int = when (device) {

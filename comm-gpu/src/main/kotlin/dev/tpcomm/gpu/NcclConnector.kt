@@ -6,8 +6,8 @@ import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
-import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.spi.FailureState
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
@@ -42,6 +42,19 @@ public object NcclConnector {
         backendName: String,
         commConfig: NcclCommConfig = NcclCommConfig(),
         onClose: AutoCloseable? = null,
+    ): NcclCommunicator = connect(api, runtime, device, config, bootstrap, backendName, commConfig, onClose, DeviceThreads.PROCESS)
+
+    /** [connect] with the registry of device threads to use ([DeviceThreads.PROCESS] for every real process). */
+    internal suspend fun connect(
+        api: NcclApi,
+        runtime: DeviceRuntime,
+        device: Device,
+        config: CommConfig,
+        bootstrap: BootstrapChannel,
+        backendName: String,
+        commConfig: NcclCommConfig,
+        onClose: AutoCloseable?,
+        threads: DeviceThreads,
     ): NcclCommunicator {
         require(!commConfig.blocking) {
             "NcclCommConfig(blocking = true) is not supported: a blocking ncclCommInitRankConfig or ncclCommSplit runs on the " +
@@ -49,8 +62,12 @@ public object NcclConnector {
                 "could not be abandoned at the deadline (CommConfig.timeout); leave blocking = false (the default). " +
                 "See docs/gpu.md, 'Blocking or non-blocking communicators'"
         }
+        requireNonBlockingEnvironment(api)
         val index = deviceIndex(device)
-        val dispatcher = NativeDispatcher("tpcomm-$backendName-rank${config.rank}")
+        // One native thread per device in this process (docs/nccl-semantics.md N17): a second world on
+        // the same device shares the first one's thread.
+        val (thread, _) = threads.acquire(runtime, index, backendName)
+        val dispatcher = thread.dispatcher
         var stream = 0L
         try {
             val version = dispatcher.execute {
@@ -74,57 +91,84 @@ public object NcclConnector {
             }
             val id = if (config.worldSize == 1) ownId!! else bootstrap.shareUniqueId(config.rank, ownId)
             require(id.size == UNIQUE_ID_BYTES) { "the bootstrap returned ${id.size} bytes; an ncclUniqueId has $UNIQUE_ID_BYTES" }
-            val comm = dispatcher.execute { initRank(api, config, id, commConfig, backendName) }
+            val comm = initRank(api, dispatcher, config, id, commConfig, backendName)
             return NcclCommunicator(
-                api, runtime, SharedDispatcher(dispatcher), comm, stream, config.rank, config.worldSize, device, backendName,
+                api, runtime, thread, comm, stream, config.rank, config.worldSize, device, backendName,
                 config, version, commConfig, onClose,
             )
         } catch (t: Throwable) {
-            if (stream != 0L && !dispatcher.isClosed) runCatching { dispatcher.execute { runtime.streamDestroy(stream) } }
-            dispatcher.close()
+            if (stream != 0L && !dispatcher.isClosed) runCatching { dispatcher.execute { thread.retireStream(stream) } }
+            thread.release(config.timeout.inWholeNanoseconds)
             throw t
         }
     }
 
-    private fun initRank(api: NcclApi, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, backend: String): Long {
+    /**
+     * NCCL reads `NCCL_COMM_BLOCKING` and lets 0 or 1 override every communicator's `blocking` field,
+     * at init and at split (NVIDIA/nccl `src/init.cc`, `envConfigOverride`, called by
+     * `parseCommConfig` and `copyCommConfig`; docs/nccl-semantics.md N6): with 1 the engine's
+     * non-blocking communicators would silently become blocking, and a rank that never arrives would
+     * hold the native thread past every deadline. Refused before anything is created.
+     */
+    internal fun requireNonBlockingEnvironment(api: NcclApi) {
+        val value = api.getEnv("NCCL_COMM_BLOCKING")?.trim()
+        require(value != "1") {
+            "NCCL_COMM_BLOCKING=1 is set in this process's environment: ${api.libraryName} would then make every communicator " +
+                "blocking (NVIDIA/nccl src/init.cc envConfigOverride), and a rank that never arrives could not be abandoned at the " +
+                "deadline (CommConfig.timeout). Unset NCCL_COMM_BLOCKING (or set it to 0) for tpcomm's GPU backends; " +
+                "see docs/gpu.md, 'Blocking or non-blocking communicators'"
+        }
+    }
+
+    /**
+     * `ncclCommInitRankConfig`, then polls `ncclCommGetAsyncError` from the native thread's progress
+     * loop (other communicators of the device keep issuing meanwhile) until every rank joined, or
+     * [CommConfig.timeout] passed: then `ncclCommAbort` and [CommunicationTimeoutException].
+     */
+    private suspend fun initRank(api: NcclApi, dispatcher: NativeDispatcher, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, backend: String): Long {
         // The ncclComm_t* cell outlives the call: NCCL 2.14-2.17's init job reads and writes it after the
         // call returned. It is freed once the communicator is ready, and left allocated (8 bytes) when
         // init fails or times out, since the job may still write it.
         val cell = Arena.ofShared()
         val out = cell.allocate(ValueLayout.JAVA_LONG)
         out.set(ValueLayout.JAVA_LONG, 0, 0L)
-        val code = api.commInitRankConfig(out, config.worldSize, id, config.rank, commConfig)
-        val comm = out.get(ValueLayout.JAVA_LONG, 0)
+        val (code, comm) = dispatcher.execute {
+            val c = api.commInitRankConfig(out, config.worldSize, id, config.rank, commConfig)
+            c to out.get(ValueLayout.JAVA_LONG, 0)
+        }
         if (code != NcclResult.IN_PROGRESS) {
-            if (code != NcclResult.SUCCESS && comm != 0L) api.commAbort(comm)
-            checkNccl(code, "ncclCommInitRankConfig", api, backend, config)
+            if (code != NcclResult.SUCCESS) {
+                if (comm != 0L) dispatcher.execute { api.commAbort(comm) }
+                checkNccl(code, "ncclCommInitRankConfig", api, backend, config)
+            }
             cell.close()
             return comm
         }
         val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
         val status = IntArray(1)
-        val backoff = Backoff.forLibraryThread()
-        while (true) {
+        dispatcher.await(NativeRequest {
             val c = api.commGetAsyncError(comm, status)
             val state = if (c != NcclResult.SUCCESS) c else status[0]
-            if (state == NcclResult.SUCCESS) {
-                cell.close()
-                return comm
+            when {
+                state == NcclResult.SUCCESS -> true
+                state != NcclResult.IN_PROGRESS -> {
+                    api.commAbort(comm)
+                    checkNccl(state, "ncclCommInitRankConfig", api, backend, config)
+                    true
+                }
+                System.nanoTime() - deadline > 0 -> {
+                    api.commAbort(comm)
+                    throw FailureState(config.rank, backend) { null }.timeout(
+                        "init", 0,
+                        "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
+                            "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
+                    )
+                }
+                else -> false
             }
-            if (state != NcclResult.IN_PROGRESS) {
-                api.commAbort(comm)
-                checkNccl(state, "ncclCommInitRankConfig", api, backend, config)
-            }
-            if (System.nanoTime() - deadline > 0) {
-                api.commAbort(comm)
-                throw FailureState(config.rank, backend) { null }.timeout(
-                    "init", 0,
-                    "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
-                        "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
-                )
-            }
-            backoff.idle()
-        }
+        })
+        cell.close()
+        return comm
     }
 
     internal fun checkNccl(code: Int, call: String, api: NcclApi, backend: String, config: CommConfig) {

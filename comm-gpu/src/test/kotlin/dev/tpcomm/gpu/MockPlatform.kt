@@ -28,6 +28,7 @@ class MockPlatform(val version: Int = 23007) {
         every { api.commGetAsyncError(any(), any()) } answers { secondArg<IntArray>()[0] = 0; 0 }
         every { api.getErrorString(any()) } answers { "error text ${firstArg<Int>()}" }
         every { api.getLastError(any()) } returns null
+        every { api.getEnv(any()) } returns null
         every { api.commAbort(any()) } returns 0
         every { api.commDestroy(any()) } returns 0
         every { api.commCount(any(), any()) } answers { secondArg<IntArray>()[0] = 1; 0 }

@@ -244,7 +244,11 @@ class NcclNativeCallsTest : FunSpec({
         verify(exactly = 1) { p.api.commDestroy(COMM) }
         verify(exactly = 0) { p.api.commAbort(any()) }
         verify(exactly = 1) { p.runtime.streamDestroy(STREAM) }
-        verify(exactly = 1) { p.runtime.eventDestroy(any()) }
+        // The completion event and the producer event: by default every call records an event on the
+        // legacy default stream (handle 0) that the communicator's stream waits for (docs/gpu.md).
+        verify(exactly = 1) { p.runtime.eventRecord(any(), NcclCommunicator.LEGACY_DEFAULT_STREAM) }
+        verify(exactly = 1) { p.runtime.streamWaitEvent(STREAM, any()) }
+        verify(exactly = 2) { p.runtime.eventDestroy(any()) }
         c.isAborted shouldNotBe false
     }
 })

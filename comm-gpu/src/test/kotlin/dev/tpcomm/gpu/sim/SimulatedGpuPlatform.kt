@@ -49,10 +49,19 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     public val detectPeerFailure: Boolean = false,
     /** Bytes a send may leave in the peer's connection buffer without a matching receive progressing (NCCL_BUFFSIZE's default, 4 MiB). */
     public val p2pBufferBytes: Long = 4L shl 20,
+    /**
+     * The process environment the simulated library reads, as NCCL reads `NCCL_*` variables with
+     * `ncclGetEnv` (NVIDIA/nccl `src/misc/param.cc`): `NCCL_COMM_BLOCKING` overrides every
+     * communicator's `blocking` field (`src/init.cc`, `envConfigOverride`), `NCCL_MULTI_RANK_GPU_ENABLE=1`
+     * accepts two ranks of one communicator on one device (`src/init.cc`, `initTransportsRank`).
+     */
+    public val environment: Map<String, String> = emptyMap(),
 ) : AutoCloseable {
     internal val handles = ConcurrentHashMap<Long, Any>()
     private val nextHandle = AtomicLong(0x1000)
-    internal val memory = SimulatedMemory()
+    internal val memory = SimulatedMemory { recordMisuse(it) }
+    /** Handles freed by the library (a destroyed stream or event, an aborted or destroyed communicator), with the call that freed them. */
+    private val freedHandles = ConcurrentHashMap<Long, String>()
     internal val stalled: MutableSet<Int> = ConcurrentHashMap.newKeySet()
     internal val simRuntime = SimulatedRuntime(this)
     private val simNccl = SimulatedNccl(this)
@@ -92,9 +101,40 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
 
     internal fun handle(obj: Any): Long = nextHandle.addAndGet(16).also { handles[it] = obj }
 
-    internal inline fun <reified T> lookup(h: Long): T? = handles[h] as? T
+    /** The object behind handle [h]; a handle the library already freed is recorded as a use after free (a crash or corruption on a real GPU). */
+    internal inline fun <reified T> lookup(h: Long): T? {
+        val o = handles[h]
+        if (o == null) noteFreedHandle(h)
+        return o as? T
+    }
 
-    internal inline fun <reified T> remove(h: Long): T? = (handles[h] as? T)?.also { handles.remove(h) }
+    /** Removes handle [h] (freed by [call]); a later use of it is recorded. */
+    internal inline fun <reified T> remove(h: Long, call: String): T? {
+        val o = handles[h] as? T
+        if (o == null) {
+            noteFreedHandle(h)
+            return null
+        }
+        handles.remove(h)
+        freedHandles[h] = call
+        return o
+    }
+
+    internal fun noteFreedHandle(h: Long) {
+        freedHandles[h]?.let { call ->
+            recordMisuse("handle 0x${h.toString(16)} used after $call freed it (on a real library: a use after free) on thread '${Thread.currentThread().name}'")
+        }
+    }
+
+    /** True when NCCL would accept two ranks of one communicator on one device (`NCCL_MULTI_RANK_GPU_ENABLE=1`, or [rejectSharedDevices] false). */
+    internal val multiRankGpu: Boolean get() = !rejectSharedDevices || environment["NCCL_MULTI_RANK_GPU_ENABLE"] == "1"
+
+    /** `NCCL_COMM_BLOCKING` as NCCL's `envConfigOverride` applies it: 0 or 1 overrides the config, anything else does not. */
+    internal fun blockingOverride(requested: Boolean): Boolean = when (environment["NCCL_COMM_BLOCKING"]?.trim()) {
+        "0" -> false
+        "1" -> true
+        else -> requested
+    }
 
     /** Sets asynchronous error [code] on every live communicator on [device] (as a failed kernel or network would). */
     public fun injectAsyncError(device: Int, code: Int) {
@@ -107,11 +147,13 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     }
 
     /**
-     * Blocks simulated stream [stream] (a runtime stream handle) until the returned handle is
-     * closed, as a long-running kernel would: work queued behind it waits.
+     * Blocks simulated stream [stream] (a runtime stream handle; 0 is [device]'s legacy default
+     * stream) until the returned handle is closed, as a long-running kernel would: work queued behind it waits.
      */
-    public fun holdStream(stream: Long): AutoCloseable {
-        val s = lookup<SimulatedRuntime.SimStream>(stream) ?: throw IllegalArgumentException("no simulated stream $stream")
+    @JvmOverloads
+    public fun holdStream(stream: Long, device: Int = 0): AutoCloseable {
+        val s = (if (stream == 0L) simRuntime.legacyStream(device) else lookup<SimulatedRuntime.SimStream>(stream))
+            ?: throw IllegalArgumentException("no simulated stream $stream on device $device")
         val gate = java.util.concurrent.CountDownLatch(1)
         s.enqueue { gate.await() }
         return AutoCloseable { gate.countDown() }

@@ -10,12 +10,14 @@ import java.util.TreeMap
  * ("pinned") host allocations, which are real host memory the simulated runtime can tell from
  * pageable memory (as CUDA tells `cudaHostAlloc` memory from `malloc` memory). Thread-safe.
  */
-internal class SimulatedMemory {
+internal class SimulatedMemory(private val onMisuse: (String) -> Unit = {}) {
     class Allocation(val base: Long, val bytes: Long, val device: Int, val arena: Arena, val segment: MemorySegment)
 
     private val lock = Any()
     private val device = TreeMap<Long, Allocation>()
     private val pinned = TreeMap<Long, Allocation>()
+    /** Freed device ranges (base to size): the simulated allocator never reuses an address, so any later access is a use after free. */
+    private val freed = TreeMap<Long, Long>()
     private var nextAddress = DEVICE_BASE
 
     val liveDeviceAllocations: Int get() = synchronized(lock) { device.size }
@@ -35,7 +37,7 @@ internal class SimulatedMemory {
     fun allocationAt(address: Long): Allocation? = synchronized(lock) { device[address] }
 
     fun release(address: Long): Boolean {
-        val a = synchronized(lock) { device.remove(address) } ?: return false
+        val a = synchronized(lock) { device.remove(address)?.also { freed[it.base] = it.bytes } } ?: return false
         a.arena.close()
         return true
     }
@@ -72,6 +74,13 @@ internal class SimulatedMemory {
         }
         val a = synchronized(lock) { device.floorEntry(address)?.value }
         if (a == null || address + bytes > a.base + a.bytes) {
+            val f = synchronized(lock) { freed.floorEntry(address) }
+            if (f != null && address < f.key + f.value) {
+                val what = "device memory 0x${address.toString(16)}+$bytes was used after it was freed (cudaFree/cudaFreeAsync): " +
+                    "on a GPU the pool may already have handed the block to another allocation"
+                onMisuse(what)
+                throw SimFault(NCCL_INVALID_ARGUMENT, CUDA_INVALID_VALUE, what)
+            }
             throw SimFault(NCCL_INVALID_ARGUMENT, CUDA_INVALID_VALUE, "device range 0x${address.toString(16)}+$bytes is not allocated")
         }
         return a.segment.asSlice(address - a.base, bytes)

@@ -24,29 +24,34 @@ import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicInteger
 
 /**
- * The NCCL part of the simulated platform ([NcclApi]), modelled on NVIDIA/nccl (master 5067397,
- * the 2.30 line; `src/init.cc`, `src/group.cc`, `docs/userguide/source/usage/` pages):
+ * The NCCL part of the simulated platform ([NcclApi]). Its specification is docs/nccl-semantics.md
+ * (rows N1-N17, NVIDIA/nccl v2.30.7-1, with file and function for each behaviour);
+ * `SimulatedPlatformSpecTest` checks each row. In short:
  *
- * - **Non-blocking communicators** (`blocking = 0`): `ncclCommInitRankConfig` writes the handle at
- *   once (init.cc:2513-2515) and returns `ncclInProgress`; the communicator turns `ncclSuccess` on a
- *   background thread when every rank joined. Collectives and `ncclGroupEnd` return
- *   `ncclInProgress` and are enqueued on the stream by a background thread (group.cc:826-857:
- *   `ncclCommSetAsyncError(comm, ncclInProgress)`, a `std::thread` per group); using the
- *   communicator before it reports success again is `ncclInvalidArgument` (init.cc:422-436,
- *   `ncclCommEnsureReady`).
- * - **`ncclCommSplit`** sets `*newcomm = NULL` (init.cc:3098-3099) and the background job writes the
- *   child into the caller's out-pointer only when the split is complete (init.cc:1959-1961); the
- *   parent is polled with `ncclCommGetAsyncError`. A split while work is in flight on the parent is
- *   recorded as misuse.
- * - **Point-to-point** (usage/p2p.rst:17-24): calls in one group progress together; a send larger
- *   than [SimulatedGpuPlatform.p2pBufferBytes] (the connection buffer, `NCCL_BUFFSIZE`) completes only
- *   when the matching receive is progressing, so ungrouped exchanges of large messages deadlock as
- *   on NCCL; smaller sends complete into the peer's buffer.
- * - **Teardown**: `ncclCommDestroy` without `ncclCommFinalize` first (usage/communicators.rst:
- *   330-350) and `ncclCommAbort` inside an open group (init.cc:3035-3060: the abort joins the
- *   caller's group and is carried out only by its `ncclGroupEnd`) are recorded as misuse.
- * - **One launch order per device** (usage/communicators.rst:302-305): launches for a parent and
- *   its split children on one device from two live host threads are recorded as misuse.
+ * - **Non-blocking communicators** (`blocking = 0`, unless `NCCL_COMM_BLOCKING` overrides it: N6,
+ *   `src/init.cc` `envConfigOverride`): `ncclCommInitRankConfig` writes the handle at once and
+ *   returns `ncclInProgress`; the communicator turns `ncclSuccess` when every rank joined, or fails
+ *   with `ncclInvalidUsage` when two ranks share a device without `NCCL_MULTI_RANK_GPU_ENABLE=1`
+ *   (N3, N5, `initTransportsRank`). Collectives and `ncclGroupEnd` return `ncclInProgress` and are
+ *   launched by a background thread (N7, N10, `src/group.cc` `ncclGroupEndInternal`); a call on a
+ *   communicator that is not ready is `ncclInvalidArgument` (`ncclCommEnsureReady`).
+ * - **`ncclCommSplit`** returns `ncclSuccess` from a non-blocking split while the child is still
+ *   being built (the trailing `NCCLCHECK(ncclGroupEndInternal())` lets `ncclInProgress` pass,
+ *   `src/include/checks.h`); `*newcomm` stays NULL until the job stores the child
+ *   (`ncclCommInitChildComm`, `ncclCommInitRankFunc`), and the parent reports `ncclInProgress` until
+ *   then (N4).
+ * - **A world of one** launches at the call, even inside a group: a copy when out of place, nothing
+ *   in place, and returns `ncclSuccess` (N8, `src/enqueue.cc` `taskAppend`, `ncclLaunchOneRank`).
+ * - **Point-to-point** (N9): the first send or receive between two ranks connects inside the group
+ *   job and waits until the peer posted the other side; once connected, a send up to
+ *   [SimulatedGpuPlatform.p2pBufferBytes] completes into the peer's buffer, a larger one only while
+ *   the matching receive progresses.
+ * - **Teardown** (N11-N13): `ncclCommFinalize` puts the communicator in progress until its work is
+ *   flushed; `ncclCommDestroy` without it, `ncclCommAbort` inside an open group, and any use of a
+ *   handle after `ncclCommAbort`/`ncclCommDestroy` freed it are recorded as misuse.
+ * - **One launch order per device** (N17): launches for two communicators of one device from two
+ *   live host threads are recorded as misuse (with `NCCL_MULTI_RANK_GPU_ENABLE`, where ranks of one
+ *   world share a device, only a communicator and its split relatives).
  *
  * Collectives meet their peers by sequence number and read every input before any output is
  * written; reductions use comm-testkit's [ReferenceReduction], the one reference of the project.
@@ -61,6 +66,10 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     inner class Clique(val size: Int) {
         val members = arrayOfNulls<SimComm>(size)
+        /** Point-to-point connections: `src * size + dst` once both sides were posted (N9). */
+        val connected: MutableSet<Int> = ConcurrentHashMap.newKeySet()
+        /** Sides posted for a connection not established yet: `(src * size + dst) * 2 + (0 send, 1 receive)`. */
+        val connectSides: MutableSet<Int> = ConcurrentHashMap.newKeySet()
         val joined = AtomicInteger()
         val rounds = ConcurrentHashMap<Long, Round>()
         val splits = ConcurrentHashMap<Long, SplitRound>()
@@ -108,7 +117,15 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
      * A kernel: [post] runs first for every kernel of a group (sends offer their data), then the
      * bodies, those that only wait for a peer to take their data ([waitsLast], sends) after the others.
      */
-    class PendingKernel(val comm: SimComm, val stream: SimStream, val post: () -> Unit, val waitsLast: Boolean = false, val body: () -> Unit)
+    class PendingKernel(
+        val comm: SimComm,
+        val stream: SimStream,
+        val post: () -> Unit,
+        val waitsLast: Boolean = false,
+        /** A point-to-point kernel's connection: `(src, dst, side)` with side 0 for the send, 1 for the receive. */
+        val connection: Triple<Int, Int, Int>? = null,
+        val body: () -> Unit,
+    )
 
     private class Abandon : RuntimeException(null, null, false, false)
 
@@ -151,11 +168,15 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     private fun noteLaunch(comm: SimComm) {
         val me = Thread.currentThread()
         comm.launcher = me
-        val other = liveComms.firstOrNull { it !== comm && it.family == comm.family && it.device == comm.device && it.live && it.launcher.let { t -> t != null && t !== me && t.isAlive } }
+        val other = liveComms.firstOrNull {
+            it !== comm && it.device == comm.device && it.live && (it.family == comm.family || !platform.multiRankGpu) &&
+                it.launcher.let { t -> t != null && t !== me && t.isAlive }
+        }
         if (other != null) {
             platform.recordMisuse(
-                "two host threads launch on device ${comm.device} for a communicator and its split relative " +
-                    "('${other.launcher?.name}' and '${me.name}'): NCCL needs one launch order per device (usage/communicators.rst:302-305)",
+                "two host threads launch on device ${comm.device} for two of its communicators " +
+                    "('${other.launcher?.name}' and '${me.name}'): NCCL needs one launch order per device " +
+                    "(docs/userguide/source/usage/communicators.rst, 'Using multiple NCCL communicators concurrently')",
             )
         }
     }
@@ -186,20 +207,65 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         return launchMaybeAsync(listOf(k))
     }
 
-    /** Blocking communicators launch at once; non-blocking ones return ncclInProgress and launch on a background thread (group.cc:826-857). */
+    /**
+     * Blocking communicators connect and launch on the calling thread; non-blocking ones return
+     * ncclInProgress and connect and launch on a background thread (`src/group.cc`
+     * `ncclGroupEndInternal`: `ncclCommSetAsyncError(comm, ncclInProgress)`, a `std::thread` per group).
+     */
     private fun launchMaybeAsync(kernels: List<PendingKernel>): Int {
         val comms = kernels.map { it.comm }.distinct()
         if (comms.all { it.blocking }) {
+            if (!connect(kernels)) return comms.first().state.get().takeIf { it != NcclResult.SUCCESS } ?: NcclResult.REMOTE_ERROR
             launch(kernels)
             return NcclResult.SUCCESS
         }
         comms.forEach { it.state.compareAndSet(NcclResult.SUCCESS, NcclResult.IN_PROGRESS) }
         Thread.ofPlatform().daemon(true).name("sim-nccl-group").start {
             Thread.sleep(0, 200_000)
-            launch(kernels)
-            comms.forEach { it.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS) }
+            if (connect(kernels)) {
+                launch(kernels)
+                comms.forEach { it.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS) }
+            }
         }
         return NcclResult.IN_PROGRESS
+    }
+
+    /**
+     * N9: the group job connects every point-to-point pair it has not connected yet, and each
+     * connection needs the peer to have posted the opposite side (NCCL exchanges the connection
+     * details with the peer inside the job). False when the communicator was aborted or a peer failed meanwhile.
+     */
+    private fun connect(kernels: List<PendingKernel>): Boolean {
+        // Every side first, then the waits (ncclTransportP2pSetup sends its connection details to all
+        // peers of the round before it receives theirs), so a group holding both directions of an
+        // exchange never waits for itself.
+        val pending = ArrayList<Pair<PendingKernel, Int>>()
+        for (k in kernels) {
+            val (src, dst, side) = k.connection ?: continue
+            val clique = k.comm.clique
+            val pair = src * clique.size + dst
+            if (pair in clique.connected) continue
+            clique.connectSides += pair * 2 + side
+            pending += k to (pair * 2 + side)
+        }
+        for ((k, mine) in pending) {
+            val clique = k.comm.clique
+            val pair = mine / 2
+            val other = pair * 2 + (1 - mine % 2)
+            while (pair !in clique.connected) {
+                if (other in clique.connectSides) {
+                    clique.connected += pair
+                    break
+                }
+                try {
+                    checkAlive(k.comm)
+                } catch (_: Abandon) {
+                    return false
+                }
+                Thread.sleep(1)
+            }
+        }
+        return true
     }
 
     private fun collectiveKernel(comm: SimComm, stream: SimStream, c: Contribution): PendingKernel {
@@ -309,25 +375,31 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         if (nranks < 1 || rank !in 0 until nranks || uniqueId.size != NcclConnector.UNIQUE_ID_BYTES) return NcclResult.INVALID_ARGUMENT
         val key = uniqueId.joinToString("") { "%02x".format(it) }
         val clique = cliques.computeIfAbsent(key) { Clique(nranks) }
-        val c = SimComm(runtime.currentDevice("ncclCommInitRankConfig"), config.blocking, familyCounter.incrementAndGet())
+        val blocking = platform.blockingOverride(config.blocking)
+        val c = SimComm(runtime.currentDevice("ncclCommInitRankConfig"), blocking, familyCounter.incrementAndGet())
         synchronized(clique) {
             if (clique.size != nranks) return NcclResult.INVALID_ARGUMENT
             if (clique.members[rank] != null) return NcclResult.INVALID_USAGE
-            if (platform.rejectSharedDevices && clique.members.any { it != null && it.device == c.device }) return NcclResult.INVALID_USAGE // NCCL: duplicate GPU
             c.clique = clique
             c.rank = rank
             clique.members[rank] = c
         }
-        // init.cc:2514-2515: initState = ncclInProgress, *newcomm = comm, before the async job runs.
+        // ncclCommInitRankDev: initState = ncclInProgress, *newcomm = comm, before the async job runs.
         comm.set(ValueLayout.JAVA_LONG, 0, platform.handle(c))
         if (clique.joined.incrementAndGet() == nranks) {
             cliques.remove(key)
-            // The async init job (init.cc:2544, ncclCommInitRankFunc) finishes on its own thread.
+            // The init job (ncclCommInitRankFunc, initTransportsRank) finishes on its own thread; every rank
+            // sees every rank's device there and fails on a shared one without NCCL_MULTI_RANK_GPU_ENABLE=1 (N5).
             Thread.ofPlatform().daemon(true).name("sim-nccl-init").start {
-                clique.members.forEach { it!!.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS) }
+                val devices = clique.members.map { it!!.device }
+                val shared = devices.size != devices.toSet().size && !platform.multiRankGpu
+                clique.members.forEach {
+                    if (shared) it!!.lastError = "Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this configuration."
+                    it!!.state.compareAndSet(NcclResult.IN_PROGRESS, if (shared) NcclResult.INVALID_USAGE else NcclResult.SUCCESS)
+                }
             }
         }
-        if (!config.blocking) return NcclResult.IN_PROGRESS
+        if (!blocking) return NcclResult.IN_PROGRESS
         while (c.state.get() == NcclResult.IN_PROGRESS) Thread.sleep(1)
         return c.state.get()
     }
@@ -342,7 +414,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         newComm.set(ValueLayout.JAVA_LONG, 0, 0L) // init.cc:3098-3099: NULL until the split is complete
         val clique = parent.clique
         val round = clique.splits.computeIfAbsent(parent.splitCount++) { SplitRound(clique.size) }
-        val blocking = config?.blocking ?: parent.blocking
+        // copyCommConfig / parseCommConfig, then envConfigOverride (N6).
+        val blocking = platform.blockingOverride(config?.blocking ?: parent.blocking)
         val child = if (color == NcclVersion.SPLIT_NOCOLOR) null else SimComm(parent.device, blocking, parent.family)
         round.colors[parent.rank] = color
         round.keys[parent.rank] = key
@@ -381,7 +454,10 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
                 }
             }
         }
-        if (!blocking) return NcclResult.IN_PROGRESS
+        // N4: ncclCommSplit returns res, the result of ncclCommInitChildComm only: the trailing
+        // NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass, so a non-blocking split returns
+        // ncclSuccess while the job still runs and *newcomm is still NULL.
+        if (!blocking) return NcclResult.SUCCESS
         while (parent.state.get() == NcclResult.IN_PROGRESS) { if (clique.broken != 0) return clique.broken; Thread.sleep(1) }
         return parent.state.get()
     }
@@ -404,7 +480,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     }
 
     override fun commAbort(comm: Long): Int {
-        val c = platform.remove<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        val c = platform.remove<SimComm>(comm, "ncclCommAbort") ?: return NcclResult.INVALID_ARGUMENT
         if (groupDepth.get() > 0) {
             platform.recordMisuse("ncclCommAbort inside an open group on thread '${Thread.currentThread().name}': the abort joins the group and runs only at its ncclGroupEnd (init.cc:3035-3060)")
         }
@@ -414,7 +490,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     }
 
     override fun commDestroy(comm: Long): Int {
-        val c = platform.remove<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        val c = platform.remove<SimComm>(comm, "ncclCommDestroy") ?: return NcclResult.INVALID_ARGUMENT
         if (!c.finalized) platform.recordMisuse("ncclCommDestroy without ncclCommFinalize on rank ${c.rank} (usage/communicators.rst:330-350)")
         c.aborted = true
         if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
@@ -461,7 +537,25 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             sc.lastError = f.message
             return f.nccl
         }
+        if (sc.clique.size == 1) return oneRank(sc, st, c, sendBytes)
         return issue(collectiveKernel(sc, st, c))
+    }
+
+    /**
+     * N8: a communicator of one rank launches at the call, inside a group or not, and returns
+     * ncclSuccess (`src/enqueue.cc` `taskAppend`: `ncclLaunchOneRank`, then no task is appended):
+     * out of place a copy on the stream (`src/device/onerank.cu`), in place nothing; Avg on floating
+     * point runs a scaling kernel (a PreMulSum by 1/1, which leaves the data as it is).
+     */
+    private fun oneRank(sc: SimComm, st: SimStream, c: Contribution, bytes: Long): Int {
+        noteLaunch(sc)
+        val scales = c.op == NcclRedOp.AVG && NcclDataType.toDType(c.dtype)?.isFloatingPoint == true
+        if (c.send != c.recv) {
+            st.enqueue { MemorySegment.copy(memory.resolve(c.send, bytes), 0, memory.resolve(c.recv, bytes), 0, bytes) }
+        } else if (scales) {
+            st.enqueue { memory.resolve(c.recv, bytes) }
+        }
+        return NcclResult.SUCCESS
     }
 
     private fun size(dt: Int): Long = NcclDataType.toDType(dt)?.byteSize?.toLong() ?: 1L
@@ -500,6 +594,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
                     sc.clique.channel(sc.rank, peer).add(m)
                 },
                 waitsLast = true,
+                connection = Triple(sc.rank, peer, 0),
             ) {
                 // Beyond the connection buffer the sender waits for the receiver to take the data.
                 val m = message ?: return@PendingKernel
@@ -516,7 +611,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         val bytes = count * size(datatype)
         try { memory.checkDeviceBuffer(recvBuf, bytes) } catch (f: SimFault) { sc.lastError = f.message; return f.nccl }
         return issue(
-            PendingKernel(sc, st, post = {}) {
+            PendingKernel(sc, st, post = {}, connection = Triple(peer, sc.rank, 1)) {
                 val box = sc.clique.channel(peer, sc.rank)
                 var msg: Message? = null
                 while (msg == null) {
@@ -551,6 +646,9 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     override fun getErrorString(result: Int): String = "simulated ${NcclResult.name(result)}"
 
     override fun getLastError(comm: Long): String? = platform.lookup<SimComm>(comm)?.lastError
+
+    /** The platform's [SimulatedGpuPlatform.environment] (N6). */
+    override fun getEnv(name: String): String? = platform.environment[name]
 
     private companion object {
         val RANDOM = SecureRandom()

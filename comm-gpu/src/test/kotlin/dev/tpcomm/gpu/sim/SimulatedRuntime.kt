@@ -23,7 +23,13 @@ import java.util.concurrent.atomic.AtomicLong
  *   copy has completed"; ROCm/HIP `include/hip/hip_runtime_api.h`, `hipMemcpyAsync`: pageable
  *   host memory is staged synchronously). Copies with page-locked memory ([hostAlloc]) do not block.
  * - **`free` waits for every stream of its device** (cudaFree and hipFree synchronise the device;
- *   HIP's header says so at `hipFree`); [freeAsync] is stream-ordered and never blocks.
+ *   HIP's header says so at `hipFree`); [freeAsync] is stream-ordered and never blocks; memory used
+ *   after its free (by work of a stream not ordered after it) is recorded (docs/nccl-semantics.md C7).
+ * - **The legacy default stream** (handle 0) is a stream of the calling thread's current device that
+ *   runs its work in order; streams made by [streamCreateNonBlocking] are not ordered with it (C2, C11).
+ * - **Destroyed handles**: a stream or event used after its destroy is recorded (C3).
+ *
+ * docs/nccl-semantics.md is the specification (rows C1-C11); `SimulatedPlatformSpecTest` checks each row.
  */
 internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : DeviceRuntime {
     private val memory get() = platform.memory
@@ -63,6 +69,14 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     class SimEvent { @Volatile var done: CountDownLatch? = null; @Volatile var stream: SimStream? = null }
 
     val streams: MutableSet<SimStream> = ConcurrentHashMap.newKeySet()
+    private val legacy = ConcurrentHashMap<Int, SimStream>()
+
+    /** [device]'s legacy default stream (handle 0), created on first use. */
+    fun legacyStream(device: Int): SimStream = legacy.computeIfAbsent(device) { d -> SimStream(d).also { streams += it } }
+
+    /** The stream behind [handle]: 0 is the calling thread's device's legacy default stream. */
+    private fun stream(handle: Long, call: String): SimStream? =
+        if (handle == 0L) legacyStream(currentDevice(call)) else platform.lookup<SimStream>(handle)
 
     /** The calling thread's device, recording the call when the thread never set one. */
     fun currentDevice(call: String): Int {
@@ -92,18 +106,19 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     }
 
     override fun streamDestroy(stream: Long): Int {
-        val s = platform.remove<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        if (stream == 0L) return CUDA_INVALID_HANDLE
+        val s = platform.remove<SimStream>(stream, "cudaStreamDestroy") ?: return CUDA_INVALID_HANDLE
         s.enqueue { streams -= s; s.stop() }
         return 0
     }
 
     override fun eventCreateDisableTiming(event: LongArray): Int { event[0] = platform.handle(SimEvent()); return 0 }
 
-    override fun eventDestroy(event: Long): Int = if (platform.remove<SimEvent>(event) != null) 0 else CUDA_INVALID_HANDLE
+    override fun eventDestroy(event: Long): Int = if (platform.remove<SimEvent>(event, "cudaEventDestroy") != null) 0 else CUDA_INVALID_HANDLE
 
     override fun eventRecord(event: Long, stream: Long): Int {
         val e = platform.lookup<SimEvent>(event) ?: return CUDA_INVALID_HANDLE
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        val s = stream(stream, "eventRecord") ?: return CUDA_INVALID_HANDLE
         val latch = CountDownLatch(1)
         e.done = latch
         e.stream = s
@@ -126,7 +141,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun streamWaitEvent(stream: Long, event: Long): Int {
         val e = platform.lookup<SimEvent>(event) ?: return CUDA_INVALID_HANDLE
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        val s = stream(stream, "streamWaitEvent") ?: return CUDA_INVALID_HANDLE
         val latch = e.done ?: return 0
         s.enqueue { latch.await() }
         return 0
@@ -153,7 +168,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     }
 
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        val s = stream(stream, "mallocAsync") ?: return CUDA_INVALID_HANDLE
         if (bytes < 0) return CUDA_INVALID_VALUE
         ptr[0] = memory.allocate(bytes, s.device)
         return 0
@@ -161,15 +176,9 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun freeAsync(ptr: Long, stream: Long): Int {
         if (ptr == 0L) return 0
+        val s = stream(stream, "freeAsync") ?: return CUDA_INVALID_HANDLE
         val a = memory.allocationAt(ptr) ?: return CUDA_INVALID_VALUE
-        if (stream == 0L) {
-            // The legacy default stream of the current device: not ordered with non-blocking streams.
-            val device = currentDevice("freeAsync")
-            if (device != a.device) platform.recordMisuse("freeAsync of device ${a.device} memory with device $device current")
-            memory.release(ptr)
-            return 0
-        }
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        if (stream == 0L && s.device != a.device) platform.recordMisuse("freeAsync of device ${a.device} memory on device ${s.device}'s legacy stream")
         s.enqueue { memory.release(ptr) }
         return 0
     }
@@ -182,7 +191,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     override fun freeHost(ptr: Long): Int = if (ptr == 0L || memory.releasePinned(ptr)) 0 else CUDA_INVALID_VALUE
 
     override fun memcpyAsync(dst: Long, src: Long, bytes: Long, kind: Int, stream: Long): Int {
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        val s = stream(stream, "memcpyAsync") ?: return CUDA_INVALID_HANDLE
         try { memory.resolve(dst, bytes); memory.resolve(src, bytes) } catch (f: SimFault) { return f.cuda }
         s.enqueue { MemorySegment.copy(memory.resolve(src, bytes), 0, memory.resolve(dst, bytes), 0, bytes) }
         blockIfPageable(s, dst, bytes)
@@ -200,7 +209,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     }
 
     override fun memcpy2DAsync(dst: Long, dstPitch: Long, src: Long, srcPitch: Long, width: Long, height: Long, kind: Int, stream: Long): Int {
-        val s = platform.lookup<SimStream>(stream) ?: return CUDA_INVALID_HANDLE
+        val s = stream(stream, "memcpy2DAsync") ?: return CUDA_INVALID_HANDLE
         if (width > dstPitch || width > srcPitch) return CUDA_INVALID_VALUE
         if (height == 0L || width == 0L) return 0
         val dstSpan = (height - 1) * dstPitch + width

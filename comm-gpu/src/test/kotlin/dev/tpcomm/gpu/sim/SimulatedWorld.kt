@@ -3,6 +3,8 @@ package dev.tpcomm.gpu.sim
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Device
 import dev.tpcomm.gpu.NcclCommunicator
+import dev.tpcomm.gpu.DeviceThreads
+import dev.tpcomm.gpu.NcclCommConfig
 import dev.tpcomm.gpu.NcclConnector
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
@@ -27,12 +29,18 @@ public class SimulatedWorld @JvmOverloads constructor(
     /** Creates all ranks of a world of `config.worldSize` concurrently and returns them in rank order. */
     public suspend fun connect(config: CommConfig): List<NcclCommunicator> = withContext(Dispatchers.Default) {
         val bootstrap = InMemoryBootstrap()
+        // Each rank stands for a process. With a device per rank, the process-wide registry gives each
+        // device (so each rank) its one native thread, and a second world on the same devices shares
+        // them, as in a real process; ranks that share a device get a registry ("process") each.
+        val devices = (0 until config.worldSize).map { device(it) }
+        val shared = devices.toSet().size != devices.size
         val attempts = (0 until config.worldSize).map { r ->
             async {
                 runCatching {
                     NcclConnector.connect(
                         platform.api, platform.runtime, device(r),
                         config.copy(rank = r, localRank = r), bootstrap, backendName,
+                        NcclCommConfig(), null, if (shared) DeviceThreads() else DeviceThreads.PROCESS,
                     )
                 }
             }

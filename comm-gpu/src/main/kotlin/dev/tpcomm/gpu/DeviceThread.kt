@@ -1,0 +1,136 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.gpu
+
+import dev.tpcomm.coroutines.NativeDispatcher
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
+import kotlin.coroutines.EmptyCoroutineContext
+
+/**
+ * The one native thread of a device: every communicator of this process on that device (a world's
+ * communicator, its split children, and independent worlds) issues its library calls from it, so
+ * that every NCCL launch for the device comes from one host thread in one order (NVIDIA/nccl
+ * `docs/userguide/source/usage/communicators.rst`, "Using multiple NCCL communicators concurrently":
+ * the order of host-side launches must match on every device, "most easily accomplished by using a
+ * deterministic order issued from a single host thread per-device"; docs/nccl-semantics.md N17).
+ *
+ * It also holds what NCCL keeps **per host thread** rather than per communicator: the depth of
+ * `ncclGroupStart` and the point-to-point window that is open on it (NVIDIA/nccl `src/group.cc`:
+ * `thread_local int ncclGroupDepth`; N10). A call of one communicator issued while another's window
+ * is open would otherwise join that group, be reported complete before any kernel ran, and return
+ * wrong data.
+ *
+ * Streams of communicators that closed are destroyed only when the thread ends ([retireStream]),
+ * because memory they allocated is freed on them later ([NcclCommunicator]'s output frees).
+ *
+ * Obtained from [DeviceThreads]; released by each communicator once; the last release ends the
+ * thread. [retain]/[release] are thread-safe; the group fields are touched on the native thread only.
+ */
+internal class DeviceThread(
+    val dispatcher: NativeDispatcher,
+    private val runtime: DeviceRuntime,
+    private val registry: DeviceThreads,
+    val key: DeviceThreads.Key,
+) {
+    /** Communicators using the thread; guarded by the registry's lock. */
+    var refs = 1
+
+    /** Depth of `ncclGroupStart` on this thread (native thread only). */
+    var groupDepth = 0
+
+    /** The communicator whose point-to-point window (an open group) is open on this thread, or null (native thread only). */
+    var p2pOwner: NcclCommunicator? = null
+    var p2pOpenedAt = 0L
+    var p2pSends = false
+    var p2pRecvs = false
+
+    /** Streams of closed communicators, destroyed when the thread ends (native thread only). */
+    private val retired = ArrayList<Long>()
+
+    /** One more communicator uses the thread. */
+    fun retain(): DeviceThread = registry.retain(this)
+
+    /** Keeps [stream] of a closed communicator until the thread ends (native thread only). */
+    fun retireStream(stream: Long) {
+        retired += stream
+    }
+
+    /**
+     * Runs [task] on the native thread when it is still running, and returns true; false when it
+     * ended (the task did not run). Never runs [task] on another thread.
+     */
+    fun runOnThread(task: Runnable): Boolean = registry.ifOpen(this) { dispatcher.dispatch(EmptyCoroutineContext, task) }
+
+    /** A communicator is done with the thread; the last one destroys the retired streams and ends it. */
+    fun release(timeoutNanos: Long) {
+        if (!registry.release(this)) return
+        val done = CountDownLatch(1)
+        val destroy = Runnable {
+            try {
+                for (s in retired) runtime.streamDestroy(s)
+                retired.clear()
+            } finally {
+                done.countDown()
+            }
+        }
+        if (dispatcher.isNativeThread) destroy.run() else dispatcher.dispatch(EmptyCoroutineContext, destroy)
+        done.await(timeoutNanos.coerceAtLeast(1), TimeUnit.NANOSECONDS)
+        dispatcher.close()
+    }
+
+    override fun toString(): String = "DeviceThread(${dispatcher.name})"
+}
+
+/**
+ * The [DeviceThread]s of a process, one per (runtime, device). [PROCESS] is the registry every
+ * communicator uses; a test that simulates several processes in one JVM gives each its own. Thread-safe.
+ */
+internal class DeviceThreads {
+    /** A device of one runtime (compared by identity: two simulated platforms never share a thread). */
+    class Key(val runtime: DeviceRuntime, val device: Int) {
+        override fun equals(other: Any?): Boolean = other is Key && other.runtime === runtime && other.device == device
+        override fun hashCode(): Int = System.identityHashCode(runtime) * 31 + device
+    }
+
+    private val lock = Any()
+    private val threads = HashMap<Key, DeviceThread>()
+
+    /** The running thread of [device], retained, or a new one named after [backendName] and the device. */
+    fun acquire(runtime: DeviceRuntime, device: Int, backendName: String): Pair<DeviceThread, Boolean> = synchronized(lock) {
+        val key = Key(runtime, device)
+        threads[key]?.let { t ->
+            t.refs++
+            return t to false
+        }
+        val t = DeviceThread(NativeDispatcher("tpcomm-$backendName-device$device"), runtime, this, key)
+        threads[key] = t
+        t to true
+    }
+
+    fun retain(t: DeviceThread): DeviceThread = synchronized(lock) {
+        check(t.refs > 0) { "$t already ended" }
+        t.refs++
+        t
+    }
+
+    /** True when this was the last reference (the caller then ends the thread). */
+    fun release(t: DeviceThread): Boolean = synchronized(lock) {
+        if (t.refs <= 0) return false
+        t.refs--
+        if (t.refs > 0) return false
+        threads.remove(t.key, t)
+        true
+    }
+
+    fun ifOpen(t: DeviceThread, action: () -> Unit): Boolean = synchronized(lock) {
+        if (t.refs <= 0 || t.dispatcher.isClosed) return false
+        action()
+        true
+    }
+
+    companion object {
+        /** This process's device threads. */
+        val PROCESS: DeviceThreads = DeviceThreads()
+    }
+}
