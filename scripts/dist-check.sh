@@ -5,10 +5,16 @@
 #      repository): bin/tpcomm-check --backend local (worlds of 1 and 2), bin/tpcomm-bench under
 #      mpirun (2 processes, Open MPI, small sizes, a few iterations), bin/tpcomm-demo --help;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
-#      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, and its jlinked runtime
-#      starts both GpuCheckMains, which report NCCL unavailable (exit 2) rather than crashing
-#      (comm-nccl's JavaCPP one; comm-rccl's java.lang.foreign one, --nvidia, which opens this
-#      machine's libcudart.so.13 and finds no libnccl.so.2), and its sweep report passes its self-test.
+#      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, with no step named and with
+#      every step named (conformance conformance-ffm probe sweep sanitizer), and refuses an unknown
+#      step (exit 2); its jlinked runtime starts both GpuCheckMains, which report NCCL unavailable
+#      (exit 2) rather than crashing (comm-nccl's JavaCPP one; comm-rccl's java.lang.foreign one,
+#      --nvidia, which opens this machine's libcudart.so.13 and finds no libnccl.so.2), also in their
+#      `version` mode, which the bundle reads to choose the world; its sweep report passes its
+#      self-test; and, when nvcc and an nccl.h are here (TPCOMM_NCCL_INCLUDE, or /usr/include,
+#      /usr/local/include, /usr/local/cuda/include), its CUDA programs (nccl_allreduce.cu,
+#      split_probe.cu) compile against it and a stub libnccl.so.2 and say "no GPU found", exit 2
+#      (scripts/gpu/compile-check.sh).
 # Options: --no-build (reuse the built jars).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +72,10 @@ bundle=$(scripts/gpu-bundle.sh "$work/gpu" "${nobuild[@]}" | tail -1)
 size=$(stat -c %s "$bundle"); [ "$size" -lt $((60 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 60 MB"
 mkdir -p "$work/gpunode" && tar -C "$work/gpunode" -xzf "$bundle"
 gpu=$(echo "$work"/gpunode/tpcomm-gpu-bundle-*)
+for f in tpcomm-gpu-check bin/gpu-check bin/gpu-check-ffm gpu/nccl_allreduce.cu gpu/split_probe.cu gpu/uniqueid_file.h \
+    gpu/nonblocking_cost.cc gpu/torch_allreduce.py gpu/sweep_report.py; do
+  [ -e "$gpu/$f" ] || fail "the GPU bundle has no $f"
+done
 cd "$work"
 if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   echo "-- this machine has an NVIDIA device: not checking the no-GPU path"
@@ -73,6 +83,20 @@ else
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" 2>&1); rc=$?; set -e
   echo "$out"
   [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || fail "the bundle's command should say 'no GPU found' and exit 2 (got $rc)"
+  steps=(conformance conformance-ffm probe sweep sanitizer)
+  set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" "${steps[@]}" 2>&1); rc=$?; set -e
+  [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || { echo "$out"; fail "tpcomm-gpu-check ${steps[*]} should say 'no GPU found' and exit 2 (got $rc)"; }
+  echo "-- tpcomm-gpu-check ${steps[*]}: no GPU found, exit 2"
+  set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" bandwidth 2>&1); rc=$?; set -e
+  [ "$rc" = 2 ] && grep -q '^usage:.*steps: conformance conformance-ffm probe sweep sanitizer' <<<"$out" \
+    || { echo "$out"; fail "tpcomm-gpu-check with an unknown step should print its usage and exit 2 (got $rc)"; }
+  # The mode the bundle reads NCCL's version with, on both bindings: unknown here, exit 2.
+  for launcher in "gpu-check version" "gpu-check-ffm version --nvidia"; do
+    # shellcheck disable=SC2086
+    set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu"/bin/$launcher 2>&1); rc=$?; set -e
+    echo "$out" | head -1 | cut -c1-200
+    [ "$rc" = 2 ] && grep -q '^nccl version unknown' <<<"$out" || fail "bin/$launcher should say 'nccl version unknown' and exit 2 here (got $rc)"
+  done
   # The jlinked runtime starts GpuCheckMain from the bundle's jars (no JDK on PATH): NCCL is unavailable here.
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/bin/gpu-check" conformance 2>&1); rc=$?; set -e
   echo "$out" | head -3
@@ -86,5 +110,14 @@ if [ -x /usr/bin/python3 ]; then
   /usr/bin/python3 "$gpu/gpu/sweep_report.py" --self-test || fail "the bundle's sweep report failed its self-test"
 else
   echo "-- no /usr/bin/python3: the bundle's sweep report was not self-tested"
+fi
+nccl_include=""
+for d in ${TPCOMM_NCCL_INCLUDE:-} /usr/include /usr/local/include /usr/local/cuda/include; do
+  [ -f "$d/nccl.h" ] && { nccl_include="$d"; break; }
+done
+if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } && [ -n "$nccl_include" ] && command -v cc >/dev/null 2>&1; then
+  "$repo_root/scripts/gpu/compile-check.sh" "$gpu/gpu" "$nccl_include" || fail "the bundle's CUDA programs failed their compile check"
+else
+  echo "-- the bundle's CUDA programs were not compile-checked: needs nvcc, cc and an nccl.h (none in TPCOMM_NCCL_INCLUDE, /usr/include, /usr/local/include, /usr/local/cuda/include)"
 fi
 echo "dist check passed in $(( $(date +%s) - start )) s (archive $(du -h "$archive" | cut -f1), GPU bundle $((size / 1024 / 1024)) MB)"

@@ -7,15 +7,25 @@
 # (the GpuCheckMains) and test classpaths, the programs of scripts/gpu/ (C calling NCCL, PyTorch, the
 # report), and one command, made with the same mechanism as scripts/dist.sh (scripts/dist-lib.sh):
 #   tar xzf tpcomm-gpu-bundle-*.tar.gz && tpcomm-gpu-bundle-*/tpcomm-gpu-check [STEP...]
-# Steps (default: all, in this order), at world size 1 on GPU 0, logs in ./tpcomm-gpu-results/:
-#   conformance      the comm-testkit cases through comm-nccl's JavaCPP binding
+# Steps (default: all, in this order), on GPU 0, logs in ./tpcomm-gpu-results/:
+#   conformance      the comm-testkit cases (collectives, tag-0 point-to-point ring, split/group,
+#                    failure modes) through comm-nccl's JavaCPP binding
 #   conformance-ffm  the same through comm-rccl's java.lang.foreign binding opened on libnccl.so.2
 #                    and libcudart.so (RCCL exports NCCL's API)
+#   probe            split_probe.cu (built there with nvcc): what a non-blocking ncclCommSplit
+#                    returns, *newcomm and the parent's state right after, when each changes
 #   sweep            the all-reduce sweep 8 B..256 MiB (comm-gpu AllReduceSweep's protocol) of C
-#                    calling NCCL (built there with nvcc, blocking and non-blocking communicators),
+#                    calling NCCL (nccl_allreduce.cu, blocking and non-blocking communicators),
 #                    tpcomm through both bindings and torch.distributed, each twice in opposite
-#                    orders, then report.md: the side-by-side tables (scripts/gpu/sweep_report.py);
-#                    and the host cost of a non-blocking ncclGroupEnd (scripts/gpu/nonblocking_cost.cc)
+#                    orders, then report.md (scripts/gpu/sweep_report.py), titled with what the
+#                    times measure at that world; and the host cost of a non-blocking ncclGroupEnd
+#                    (scripts/gpu/nonblocking_cost.cc)
+#   sanitizer        the conformance at world 1 once under compute-sanitizer --tool memcheck
+#                    (--target-processes all: the JVM), when it is installed; time-limited
+# The world: two processes on GPU 0 with NCCL_MULTI_RANK_GPU_ENABLE=1 and a file rendezvous when the
+# NCCL there is 2.30 or later (it reads the version first; NVIDIA/nccl src/init.cc,
+# initTransportsRank), else one; the command says which and why. Every process runs with
+# NCCL_DEBUG=INFO and its own NCCL_DEBUG_FILE in the results folder.
 # On a machine with no NVIDIA GPU (no /dev/nvidia* device or no libcuda.so.1 driver library) it
 # prints "no GPU found: ..." and exits with status 2, as scripts/gpu-check.sh does, before starting Java.
 # Options after DIR: --no-build (use what is built).
@@ -67,26 +77,41 @@ done
 rm -f "$tree"/lib/mockk*.jar "$tree"/lib/byte-buddy*.jar "$tree"/lib/objenesis*.jar "$tree"/lib/jna*.jar \
   "$tree"/lib/junit-jupiter*.jar "$tree"/lib/kotest-runner-junit*.jar "$tree"/lib/kotlinx-coroutines-debug*.jar
 tpcomm_launcher "$tree/bin/gpu-check" dev.tpcomm.nccl.GpuCheckMainKt \
-  "gpu-check: GpuCheckMain (comm-nccl, JavaCPP binding) with the bundle's runtime; arguments: conformance | bench."
+  "gpu-check: GpuCheckMain (comm-nccl, JavaCPP binding) with the bundle's runtime; arguments: conformance | bench [--max-bytes N] | version."
 tpcomm_launcher "$tree/bin/gpu-check-ffm" dev.tpcomm.rccl.GpuCheckMainKt \
-  "gpu-check-ffm: GpuCheckMain (comm-rccl, java.lang.foreign binding) with the bundle's runtime; arguments: conformance|bench [--nvidia]."
+  "gpu-check-ffm: GpuCheckMain (comm-rccl, java.lang.foreign binding) with the bundle's runtime; arguments: conformance | bench [--max-bytes N] | version, and --nvidia."
 mkdir -p "$tree/gpu"
-cp scripts/gpu/nccl_allreduce.cu scripts/gpu/nonblocking_cost.cc scripts/gpu/torch_allreduce.py scripts/gpu/sweep_report.py "$tree/gpu/"
+cp scripts/gpu/nccl_allreduce.cu scripts/gpu/split_probe.cu scripts/gpu/uniqueid_file.h scripts/gpu/nonblocking_cost.cc \
+  scripts/gpu/torch_allreduce.py scripts/gpu/sweep_report.py "$tree/gpu/"
 tpcomm_jlink "$tree/runtime" "$tree/lib"
 cp LICENSE "$tree/"
 
 cat >"$tree/tpcomm-gpu-check" <<'EOF'
 #!/usr/bin/env bash
-# The bundle's one command (made by scripts/gpu-bundle.sh): the tpcomm GPU check at world size 1
-# on GPU 0. Steps (default all): conformance (JavaCPP binding), conformance-ffm (java.lang.foreign
-# binding on libnccl.so.2), sweep (C/NCCL, tpcomm both bindings, torch.distributed; report.md).
-# Logs go to ./tpcomm-gpu-results/. Exit status: 0 when every step passed, 1 when a case failed or
-# a step crashed, 2 when there is no NVIDIA GPU (no /dev/nvidia* device or no libcuda.so.1).
+# The bundle's one command (made by scripts/gpu-bundle.sh): the tpcomm GPU check on GPU 0.
+#   tpcomm-gpu-check [conformance] [conformance-ffm] [probe] [sweep] [sanitizer]   (default: all, in this order)
+# conformance      the comm-testkit cases through comm-nccl's JavaCPP binding
+# conformance-ffm  the same through comm-rccl's java.lang.foreign binding on libnccl.so.2
+# probe            split_probe.cu: what a non-blocking ncclCommSplit returns and when its child appears
+# sweep            the all-reduce sweep (C/NCCL blocking and non-blocking, tpcomm both bindings,
+#                  torch.distributed; report.md) and the host cost of a non-blocking group
+# sanitizer        the conformance (JavaCPP, world 1) once under compute-sanitizer memcheck, when
+#                  compute-sanitizer is on PATH or in /usr/local/cuda*; skipped otherwise
+# The world: 2 ranks, two processes both on GPU 0 with NCCL_MULTI_RANK_GPU_ENABLE=1, when the NCCL
+# found is 2.30 or later (NVIDIA/nccl src/init.cc, initTransportsRank); 1 otherwise (older NCCL
+# refuses two ranks of one communicator on one GPU). It prints which and why. The probe also runs at 1.
+# Every NCCL process runs with NCCL_DEBUG=INFO (unless set) and its own NCCL_DEBUG_FILE; all logs go
+# to ./tpcomm-gpu-results/. Exit status: 0 when every step passed, 1 when a case failed or a step
+# crashed or timed out, 2 when there is no NVIDIA GPU (no /dev/nvidia* device or no libcuda.so.1).
+# Environment: TPCOMM_GPU_WORLD=N forces the world; TPCOMM_GPU_STEP_TIMEOUT (seconds per process,
+# default 1800); TPCOMM_GPU_SWEEP_MAX_BYTES (default 268435456); TPCOMM_GPU_SANITIZER_TIMEOUT
+# (seconds, default 1800).
 set -uo pipefail
 home="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=(conformance conformance-ffm sweep)
+all=(conformance conformance-ffm probe sweep sanitizer)
+steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=("${all[@]}")
 for s in "${steps[@]}"; do
-  case "$s" in conformance|conformance-ffm|sweep) ;; *) echo "usage: $0 [conformance] [conformance-ffm] [sweep]" >&2; exit 2 ;; esac
+  case " ${all[*]} " in *" $s "*) ;; *) echo "usage: $0 [STEP...]; steps: ${all[*]} (default: all, in this order)" >&2; exit 2 ;; esac
 done
 
 devices=$(ls /dev/nvidia[0-9]* 2>/dev/null | head -1)
@@ -111,78 +136,196 @@ fi
 [ -d /usr/local/cuda/lib64 ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64"
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 [ -n "$nccl_home" ] || for d in /usr /usr/local /usr/local/cuda; do [ -f "$d/include/nccl.h" ] && { nccl_home="$d"; break; }; done
+export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"
+step_timeout="${TPCOMM_GPU_STEP_TIMEOUT:-1800}"
+sanitizer_timeout="${TPCOMM_GPU_SANITIZER_TIMEOUT:-1800}"
+max_bytes="${TPCOMM_GPU_SWEEP_MAX_BYTES:-268435456}"
 
 results="$PWD/tpcomm-gpu-results"; mkdir -p "$results"
 echo "== tpcomm GPU check: $(nvidia-smi -L 2>/dev/null | head -1), driver $driver, $(date -u +%FT%TZ)"
-echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH; NCCL headers: ${nccl_home:-none found}; logs in $results"
-status=0
+echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH; NCCL headers: ${nccl_home:-none found}; NCCL_DEBUG=$NCCL_DEBUG; logs in $results"
+nvidia-smi -q >"$results/nvidia-smi-q.txt" 2>&1
+mps="MPS: unknown (no pgrep)"
+if command -v pgrep >/dev/null 2>&1; then
+  mps="no MPS control daemon running"; pgrep -x nvidia-cuda-mps-control >/dev/null 2>&1 && mps="an MPS control daemon is running"
+fi
+cm=$(grep -m1 -i 'compute mode' "$results/nvidia-smi-q.txt" | sed 's/  */ /g;s/^ //')
+echo "   ${cm:-compute mode unknown (nvidia-smi -q)}; $mps"
 
-jvm() { # $1 = log name, then the launcher and its arguments: a world of one with a fresh file rendezvous
-  local log="$1" rdv rc; shift
+# The NCCL version decides the world: two ranks of one communicator on one GPU are refused before 2.30
+# ("Duplicate GPU detected", NVIDIA/nccl src/init.cc initTransportsRank up to v2.29.7) and accepted
+# from 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (the "Multiple Ranks are using the same GPU/Partition"
+# check there; the parameter is in v2.30.3-1, the first 2.30 tag). The version is ncclGetVersion of
+# the libnccl.so.2 the checks load (comm-rccl's binding opens it by name, as the loader finds it).
+version_line=$("$home/bin/gpu-check-ffm" version --nvidia 2>>"$results/version.log") \
+  || version_line=$("$home/bin/gpu-check" version 2>>"$results/version.log") || true
+echo "$version_line" >>"$results/version.log"
+code=$(sed -n 's/^nccl version \([0-9][0-9]*\) .*/\1/p' <<<"$version_line" | head -1)
+if [ -n "${TPCOMM_GPU_WORLD:-}" ]; then
+  [[ "$TPCOMM_GPU_WORLD" =~ ^[1-9][0-9]*$ ]] || { echo "TPCOMM_GPU_WORLD must be a positive number, not '$TPCOMM_GPU_WORLD'" >&2; exit 2; }
+  world=$TPCOMM_GPU_WORLD; why="set by TPCOMM_GPU_WORLD (${version_line:-NCCL version unknown})"
+elif [ -z "$code" ]; then
+  world=1; why="NCCL's version could not be read (${version_line:-no answer}; see version.log), so no two ranks on one GPU"
+elif [ "$code" -ge 23000 ]; then
+  world=2; why="NCCL ${version_line#nccl version }: 2.30 or later accepts two ranks of one communicator on one GPU with NCCL_MULTI_RANK_GPU_ENABLE=1"
+else
+  world=1; why="NCCL ${version_line#nccl version }: before 2.30 NCCL refuses two ranks of one communicator on one GPU"
+fi
+if [ "$world" -gt 1 ]; then
+  export NCCL_MULTI_RANK_GPU_ENABLE=1
+  where="world of $world: $world processes on GPU 0, NCCL_MULTI_RANK_GPU_ENABLE=1, file rendezvous"
+else
+  where="world of 1 on GPU 0"
+fi
+echo "== $where. Why: $why"
+status=0
+summary=()
+port=29517
+
+# ranks NAME N COMMAND...: N processes of COMMAND, ranks 0..N-1, every one on GPU 0 (LOCAL_RANK=0),
+# with a fresh file rendezvous (TPCOMM_RENDEZVOUS for the JVMs; @ID@ in COMMAND's arguments becomes
+# an id file for the C programs, @RANK@ and @WORLD@ the rank and the world), MASTER_PORT for torch,
+# NCCL_DEBUG_FILE per process, each under `timeout`. Rank 0's output goes to NAME.log (and the
+# terminal unless QUIET=1), rank r's to NAME.rank<r>.log. Returns the first non-zero status; then
+# $ranks_why says how each failed rank ended (printed unless QUIET=1).
+ranks() {
+  local name="$1" n="$2" rdv r rc=0 rc0 a args pids=(); shift 2
+  ranks_why=""
   rdv=$(mktemp -d /tmp/tpcomm-gpu-rdv.XXXXXX)
-  RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 TPCOMM_RENDEZVOUS="file://$rdv/rendezvous" TPCOMM_TIMEOUT_SECONDS=120 \
-    "$@" 2>&1 | tee "$results/$log.log"
-  rc=${PIPESTATUS[0]}
+  port=$((port + 1))
+  rm -f "$results/$name".rank*.log "$results/nccl-$name".rank*.log
+  for ((r = n - 1; r >= 0; r--)); do
+    args=()
+    for a in "$@"; do a=${a//@RANK@/$r}; a=${a//@WORLD@/$n}; a=${a//@ID@/$rdv/uniqueid}; args+=("$a"); done
+    local envs=(RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 TPCOMM_RENDEZVOUS="file://$rdv/rendezvous" TPCOMM_TIMEOUT_SECONDS=120
+      MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_DEBUG_FILE="$results/nccl-$name.rank$r.%p.log")
+    if [ "$r" -gt 0 ]; then
+      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" >"$results/$name.rank$r.log" 2>&1 &
+      pids+=($!)
+    elif [ "${QUIET:-0}" = 1 ]; then
+      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" >"$results/$name.log" 2>&1
+      rc0=$?
+    else
+      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" 2>&1 | tee "$results/$name.log"
+      rc0=${PIPESTATUS[0]}
+    fi
+  done
+  [ "$rc0" = 0 ] || { rc=$rc0; explain "$name" 0 "$rc0"; }
+  for r in "${!pids[@]}"; do
+    wait "${pids[$r]}"; local rr=$?
+    [ "$rr" = 0 ] || { [ "$rc" != 0 ] || rc=$rr; explain "$name" $((r + 1)) "$rr"; }
+  done
   rm -rf "$rdv"
+  [ "$rc" = 0 ] || [ "${QUIET:-0}" = 1 ] || echo "   $name:$ranks_why (logs $name.log, $name.rank<r>.log, nccl-$name.rank<r>.<pid>.log)"
   return "$rc"
 }
-
-step() { # $1 = name, then the command: runs it, records a failure
-  local name="$1"; shift
-  echo "== $name"
-  "$@"; local rc=$?
-  [ "$rc" = 0 ] || { echo "== $name exited with $rc"; status=1; }
+explain() { # NAME RANK STATUS: appends how that rank ended to $ranks_why
+  case "$3" in
+    124|137) ranks_why+=" rank $2 stopped at the time limit ($step_timeout s);" ;;
+    *) ranks_why+=" rank $2 exit $3;" ;;
+  esac
 }
 
-sweep_pass() { # $@ = implementations in the order to run them; appends to the sweep logs
-  local impl
+step() { # $1 = name, then the command: runs it, records the result (a command may set skipped=WHY)
+  local name="$1"; shift
+  echo "== $name"
+  local start=$SECONDS
+  skipped=""
+  "$@"; local rc=$?
+  if [ "$rc" = 0 ] && [ -n "$skipped" ]; then summary+=("skipped $name: $skipped")
+  elif [ "$rc" = 0 ]; then summary+=("passed  $name ($((SECONDS - start)) s)")
+  else echo "== $name exited with $rc"; status=1; summary+=("FAILED  $name ($((SECONDS - start)) s, exit $rc)"); fi
+}
+
+build_c() { # $1 = program name: builds $home/gpu/$1.cu into $results/$1 with nvcc against the NCCL headers found
+  local nvcc
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if [ -z "$nccl_home" ] || [ ! -x "$nvcc" ]; then echo "no nvcc or no nccl.h: $1 not built"; return 1; fi
+  [ -x "$results/$1" ] && [ "$results/$1" -nt "$home/gpu/$1.cu" ] && return 0
+  "$nvcc" -O2 -o "$results/$1" "$home/gpu/$1.cu" -I"$nccl_home/include" -L"$nccl_home/lib" \
+    -Xlinker -rpath -Xlinker "$nccl_home/lib" -l:libnccl.so.2 >"$results/nvcc-$1.log" 2>&1 \
+    || { echo "nvcc could not build $1.cu (see nvcc-$1.log)"; return 1; }
+}
+
+probe() {
+  build_c split_probe || return 1
+  local rc=0
+  ranks probe-world1 1 "$results/split_probe" || rc=1
+  if [ "$world" -gt 1 ]; then
+    echo "-- the same at a world of $world (every rank on GPU 0)"
+    ranks "probe-world$world" "$world" "$results/split_probe" --world @WORLD@ --rank @RANK@ --id-file @ID@ || rc=1
+  fi
+  return $rc
+}
+
+sweep_pass() { # $1 = pass number, then the implementations in the order to run them
+  local pass="$1" impl c; shift
   for impl in "$@"; do
-    echo "-- sweep: $impl"
+    echo "-- sweep pass $pass: $impl"
     case "$impl" in
-      c-nccl) "$results/nccl_allreduce" >>"$results/sweep-c.log" 2>&1 || { echo "c-nccl failed"; status=1; } ;;
-      c-nccl-nonblocking) "$results/nccl_allreduce" --nonblocking >>"$results/sweep-c-nonblocking.log" 2>&1 || { echo "c-nccl-nonblocking failed"; status=1; } ;;
-      tpcomm-javacpp) jvm run-javacpp "$home/bin/gpu-check" bench >/dev/null; rc=$?; cat "$results/run-javacpp.log" >>"$results/sweep-javacpp.log"; [ "$rc" = 0 ] || { echo "tpcomm-javacpp failed ($rc)"; status=1; } ;;
-      tpcomm-ffm) jvm run-ffm "$home/bin/gpu-check-ffm" bench --nvidia >/dev/null; rc=$?; cat "$results/run-ffm.log" >>"$results/sweep-ffm.log"; [ "$rc" = 0 ] || { echo "tpcomm-ffm failed ($rc)"; status=1; } ;;
-      torch) python3 "$home/gpu/torch_allreduce.py" >>"$results/sweep-torch.log" 2>&1 || { echo "torch failed (see sweep-torch.log)"; status=1; } ;;
+      c-nccl) c=("$results/nccl_allreduce" --max-bytes "$max_bytes" --world @WORLD@ --rank @RANK@ --id-file @ID@) ;;
+      c-nccl-nonblocking) c=("$results/nccl_allreduce" --nonblocking --max-bytes "$max_bytes" --world @WORLD@ --rank @RANK@ --id-file @ID@) ;;
+      tpcomm-javacpp) c=("$home/bin/gpu-check" bench --max-bytes "$max_bytes") ;;
+      tpcomm-ffm) c=("$home/bin/gpu-check-ffm" bench --nvidia --max-bytes "$max_bytes") ;;
+      torch) c=(python3 "$home/gpu/torch_allreduce.py" --max-bytes "$max_bytes") ;;
     esac
+    QUIET=1 ranks "sweep-$impl.$pass" "$world" "${c[@]}" || { echo "   $impl failed:$ranks_why see sweep-$impl.$pass.log"; status=1; }
   done
 }
 
 sweep() {
-  rm -f "$results"/sweep-*.log
+  rm -f "$results"/sweep-*.log "$results"/nccl-sweep-*.log
   local impls=(tpcomm-javacpp tpcomm-ffm torch)
-  if [ -n "$nccl_home" ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
-    local nvcc; nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-    if "$nvcc" -O2 -o "$results/nccl_allreduce" "$home/gpu/nccl_allreduce.cu" -I"$nccl_home/include" \
-        -L"$nccl_home/lib" -Xlinker -rpath -Xlinker "$nccl_home/lib" -l:libnccl.so.2 >"$results/nvcc.log" 2>&1; then
-      impls=(c-nccl c-nccl-nonblocking "${impls[@]}")
-    else
-      echo "nvcc could not build the C program (see nvcc.log): no C reference"; status=1
-    fi
-  else
-    echo "no nvcc or no nccl.h: no C reference"; status=1
-  fi
+  if build_c nccl_allreduce; then impls=(c-nccl c-nccl-nonblocking "${impls[@]}"); else echo "no C reference"; status=1; fi
   # The host cost of a non-blocking group (a std::thread per ncclGroupEnd with two or more ranks),
-  # which a world of one cannot show: measured on this host's CPUs (docs/gpu.md).
+  # measured on this host's CPUs without NCCL (docs/gpu.md).
   if command -v g++ >/dev/null 2>&1 && g++ -O2 -pthread -o "$results/nonblocking_cost" "$home/gpu/nonblocking_cost.cc" 2>"$results/g++.log"; then
     "$results/nonblocking_cost" | tee "$results/nonblocking-cost.log"
   else
     echo "no g++: the non-blocking group cost was not measured"
   fi
-  sweep_pass "${impls[@]}"
-  local reversed=(); for ((i = ${#impls[@]} - 1; i >= 0; i--)); do reversed+=("${impls[$i]}"); done
-  sweep_pass "${reversed[@]}"
-  grep -h '^#' "$results"/sweep-*.log | sort -u
-  python3 "$home/gpu/sweep_report.py" "$results"/sweep-*.log | tee "$results/report.md"
+  sweep_pass 1 "${impls[@]}"
+  local reversed=() i; for ((i = ${#impls[@]} - 1; i >= 0; i--)); do reversed+=("${impls[$i]}"); done
+  sweep_pass 2 "${reversed[@]}"
+  local logs=(); for f in "$results"/sweep-*.log; do [[ "$f" == *.rank[0-9]*.log ]] || logs+=("$f"); done
+  python3 "$home/gpu/sweep_report.py" --world "$world" --gpus 1 "${logs[@]}" | tee "$results/report.md"
+}
+
+sanitizer() {
+  local cs="" c
+  for c in "$(command -v compute-sanitizer 2>/dev/null)" /usr/local/cuda/bin/compute-sanitizer \
+      /usr/local/cuda/compute-sanitizer/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    [ -n "$c" ] && [ -x "$c" ] && { cs="$c"; break; }
+  done
+  if [ -z "$cs" ]; then
+    echo "no compute-sanitizer on PATH or in /usr/local/cuda*: skipped (install the CUDA toolkit's compute-sanitizer to run it)"
+    skipped="no compute-sanitizer"
+    return 0
+  fi
+  rm -f "$results"/sanitizer-memcheck.*.log
+  echo "$cs --tool memcheck --target-processes all, at most $sanitizer_timeout s; report in sanitizer-memcheck.<pid>.log"
+  local rc
+  step_timeout="$sanitizer_timeout" ranks sanitizer 1 "$cs" --tool memcheck --target-processes all --launch-timeout 300 \
+    --log-file "$results/sanitizer-memcheck.%p.log" "$home/bin/gpu-check" conformance
+  rc=$?
+  local errors
+  errors=$(cat "$results"/sanitizer-memcheck.*.log "$results/sanitizer.log" 2>/dev/null | grep -h 'ERROR SUMMARY' | sort | uniq -c | sed 's/^ *//;s/  */ /g')
+  echo "   memcheck (count, line): ${errors:-no ERROR SUMMARY line (see the logs)}"
+  if grep -q 'ERROR SUMMARY: [1-9]' <<<"$errors"; then return 1; fi
+  return "$rc"
 }
 
 for s in "${steps[@]}"; do
   case "$s" in
-    conformance) step "conformance, JavaCPP binding (world of 1, GPU 0)" jvm conformance "$home/bin/gpu-check" conformance ;;
-    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 (world of 1, GPU 0)" jvm conformance-ffm "$home/bin/gpu-check-ffm" conformance --nvidia ;;
-    sweep) step "all-reduce sweep: C/NCCL, tpcomm (both bindings), torch.distributed" sweep ;;
+    conformance) step "conformance, JavaCPP binding ($where)" ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
+    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
+    probe) step "split probe: a non-blocking ncclCommSplit, seen from the caller (world of 1$([ "$world" -gt 1 ] && echo ", then $world"))" probe ;;
+    sweep) step "all-reduce sweep: C/NCCL, tpcomm (both bindings), torch.distributed ($where)" sweep ;;
+    sanitizer) step "compute-sanitizer memcheck: conformance, JavaCPP binding, world of 1" sanitizer ;;
   esac
 done
+echo "== summary ($where; logs in $results)"
+printf '   %s\n' "${summary[@]}"
 exit $status
 EOF
 chmod +x "$tree/tpcomm-gpu-check"

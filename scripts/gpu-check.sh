@@ -12,13 +12,19 @@
 #   2. conformance, world of 1 on GPU 0: every comm-testkit case (collectives on device tensors,
 #      argument refusals, failure modes on fresh communicators) on the real library;
 #   3. conformance, one process per GPU when there are several (RANK/WORLD_SIZE/LOCAL_RANK set
-#      here, the unique id shared through a file rendezvous in a fresh temp directory);
+#      here, the unique id shared through a file rendezvous in a fresh temp directory); on a machine
+#      with one NVIDIA GPU, two processes on GPU 0 instead when its NCCL is 2.30 or later (read first
+#      with GpuCheckMain's `version`): NCCL accepts two ranks of one communicator on one GPU from
+#      2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (NVIDIA/nccl src/init.cc, initTransportsRank; earlier
+#      releases stop with "Duplicate GPU detected"). It says which it ran and why;
 #   4. the all-reduce sweep (8 B .. 256 MiB, float32, sum) through tpcomm on all GPUs (comm-gpu's
 #      AllReduceSweep: lines "sweep <impl> each|pipelined <bytes> <us per call, 5 rounds>"), and the
 #      same sizes with raw NCCL/RCCL through nccl-tests / rccl-tests `all_reduce_perf` when it is on
 #      PATH or in $NCCL_TESTS_DIR/build (its own table; its time column is the pipelined mode's).
 #      On a one-GPU NVIDIA machine without Maven, scripts/gpu-bundle.sh's bundle does more (C and
-#      PyTorch references, the java.lang.foreign binding; docs/gpu.md).
+#      PyTorch references, the java.lang.foreign binding, the split probe, compute-sanitizer; docs/gpu.md).
+# Every process runs with NCCL_DEBUG=INFO (unless set) and NCCL_DEBUG_FILE per rank; the logs stay in
+# ${TPCOMM_GPU_RESULTS:-./tpcomm-gpu-results}.
 # Exit status: non-zero when a conformance case failed or a process crashed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,19 +61,24 @@ module="comm-$backend"
 cp="$module/target/test-classes:$module/target/classes:$(cat "$module/target/gpu-check.classpath")"
 jvm=(java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -cp "$cp")
 
+results="${TPCOMM_GPU_RESULTS:-$PWD/tpcomm-gpu-results}"; mkdir -p "$results"
+export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"
 status=0
-run_world() { # $1 = world size, $2 = mode
-  local n=$1 mode=$2 dir pids=() r
+run_world() { # $1 = world size, $2 = mode, $3 = "shared" to put every rank on GPU 0 (LOCAL_RANK=0)
+  local n=$1 mode=$2 shared=${3:-} dir pids=() r name
   dir=$(mktemp -d /tmp/tpcomm-gpu-check.XXXXXX)
+  name="$mode-world$n${shared:+-gpu0}"
   for ((r = 0; r < n; r++)); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r TPCOMM_RENDEZVOUS="file://$dir/rendezvous" TPCOMM_TIMEOUT_SECONDS=120 \
-      "${jvm[@]}" "$main" "$mode" > "$dir/rank$r.log" 2>&1 &
+    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$([ -n "$shared" ] && echo 0 || echo $r) TPCOMM_RENDEZVOUS="file://$dir/rendezvous" \
+      TPCOMM_TIMEOUT_SECONDS=120 NCCL_DEBUG_FILE="$results/nccl-$name.rank$r.%p.log" \
+      "${jvm[@]}" "$main" "$mode" > "$results/$name.rank$r.log" 2>&1 &
     pids+=($!)
   done
   for r in "${!pids[@]}"; do
-    if ! wait "${pids[$r]}"; then echo "rank $r of $n ($mode) failed, log: $dir/rank$r.log"; status=1; fi
+    if ! wait "${pids[$r]}"; then echo "rank $r of $n ($mode) failed, log: $results/$name.rank$r.log"; status=1; fi
   done
-  cat "$dir/rank0.log"
+  rm -rf "$dir"
+  cat "$results/$name.rank0.log"
 }
 
 echo "== conformance, world of 1"
@@ -75,6 +86,16 @@ run_world 1 conformance
 if [ "$gpus" -gt 1 ]; then
   echo "== conformance, world of $gpus (one process per GPU)"
   run_world "$gpus" conformance
+elif [ "$backend" = nccl ]; then
+  # One GPU: two ranks of one communicator on it, where NCCL allows it (2.30+).
+  version_line=$("${jvm[@]}" "$main" version 2>&1 | grep '^nccl version' || true)
+  code=$(sed -n 's/^nccl version \([0-9][0-9]*\) .*/\1/p' <<<"$version_line")
+  if [ -n "$code" ] && [ "$code" -ge 23000 ]; then
+    echo "== conformance, world of 2 on GPU 0 (${version_line#nccl version }: 2.30 or later accepts two ranks on one GPU with NCCL_MULTI_RANK_GPU_ENABLE=1)"
+    NCCL_MULTI_RANK_GPU_ENABLE=1 run_world 2 conformance shared
+  else
+    echo "== no world of 2 on one GPU: ${version_line:-the NCCL version could not be read} (two ranks of one communicator on one GPU need NCCL 2.30+)"
+  fi
 fi
 
 echo "== all-reduce sweep through tpcomm ($gpus GPU(s))"

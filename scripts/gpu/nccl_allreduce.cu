@@ -3,10 +3,17 @@
 // Same protocol as AllReduceSweep: float32 sum, in place, 8 B .. 256 MiB doubling; per size and mode
 // 20 warm-up calls, then 5 rounds of 100 calls (20 from 1 MiB), each round printed as microseconds
 // per call on the host clock; "each" waits for every call (cudaStreamSynchronize), "pipelined"
-// issues the round's calls and waits once. World size 1 on GPU 0 (NCCL refuses two ranks on one GPU).
+// issues the round's calls and waits once. A world of 1 on GPU 0 by default; a world of N with one
+// process per rank started with --world N --rank R --id-file PATH (uniqueid_file.h), all on GPU 0
+// unless --device: two ranks of one communicator on one GPU need NCCL 2.30+ and
+// NCCL_MULTI_RANK_GPU_ENABLE=1 (NVIDIA/nccl src/init.cc, initTransportsRank). Rank 0 prints.
 //
 //   nvcc -O2 -o nccl_allreduce nccl_allreduce.cu -I$NCCL/include -L$NCCL/lib -lnccl
-//   ./nccl_allreduce [--nonblocking] [--max-bytes N]
+//   ./nccl_allreduce [--nonblocking] [--max-bytes N] [--world N --rank R --id-file PATH] [--device D]
+//
+// At a world of 1 an in-place sum launches nothing (src/enqueue.cc taskAppend -> ncclLaunchOneRank,
+// src/device/onerank.cu): the times are the host path of a call. At 2 ranks on one GPU both ranks'
+// kernels run on the same device: NCCL's two-rank path, not the bandwidth between two GPUs.
 //
 // --nonblocking initialises the communicator with ncclConfig_t.blocking = 0 (what tpcomm uses) and
 // polls ncclCommGetAsyncError after every call until it leaves ncclInProgress (NVIDIA/nccl
@@ -18,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "uniqueid_file.h"
 
 #define CUDA(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
   fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -50,30 +59,37 @@ static void calls(ncclComm_t comm, cudaStream_t s, float* buf, size_t count, int
 
 int main(int argc, char** argv) {
   size_t maxBytes = (size_t)256 << 20;
+  struct world_args w = {1, 0, 0, NULL};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--nonblocking")) nonblocking = 1;
     else if (!strcmp(argv[i], "--max-bytes") && i + 1 < argc) maxBytes = strtoull(argv[++i], NULL, 10);
-    else { fprintf(stderr, "usage: %s [--nonblocking] [--max-bytes N]\n", argv[0]); return 2; }
+    else if (world_arg(&w, argc, argv, &i)) continue;
+    else { fprintf(stderr, "usage: %s [--nonblocking] [--max-bytes N] [--world N --rank R --id-file PATH] [--device D]\n", argv[0]); return 2; }
   }
+  if (world_check(&w)) return 2;
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0) {
     printf("no GPU found: cudaGetDeviceCount: %s, %d device(s)\n", cudaGetErrorString(e), devices);
     return 2;
   }
-  CUDA(cudaSetDevice(0));
+  CUDA(cudaSetDevice(w.device));
   int version = 0;
   NCCL(ncclGetVersion(&version));
   cudaDeviceProp prop;
-  CUDA(cudaGetDeviceProperties(&prop, 0));
-  printf("# c-nccl: NCCL version code %d, %s, %s communicator\n", version, prop.name, nonblocking ? "non-blocking" : "blocking");
+  CUDA(cudaGetDeviceProperties(&prop, w.device));
+  if (w.rank == 0)
+    printf("# %s: NCCL version code %d, %s, %s communicator, world %d, every rank on device %d\n",
+           nonblocking ? "c-nccl-nonblocking" : "c-nccl", version, prop.name, nonblocking ? "non-blocking" : "blocking",
+           w.world, w.device);
 
   ncclUniqueId id;
-  NCCL(ncclGetUniqueId(&id));
+  if (w.rank == 0) NCCL(ncclGetUniqueId(&id));
+  if (share_unique_id(&w, &id, 120)) return 1;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = nonblocking ? 0 : 1;
   ncclComm_t comm;
-  NCCL(ncclCommInitRankConfig(&comm, 1, id, 0, &config));
+  NCCL(ncclCommInitRankConfig(&comm, w.world, id, w.rank, &config));
   ready(comm);
   cudaStream_t s;
   CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -87,14 +103,18 @@ int main(int argc, char** argv) {
     int iters = bytes < ((size_t)1 << 20) ? 100 : 20;
     for (int each = 1; each >= 0; each--) {
       calls(comm, s, buf, count, 20, each);
-      printf("sweep %s %s %zu", impl, each ? "each" : "pipelined", bytes);
+      double us[5];
       for (int r = 0; r < 5; r++) {
         double start = now_us();
         calls(comm, s, buf, count, iters, each);
-        printf(" %.3f", (now_us() - start) / iters);
+        us[r] = (now_us() - start) / iters;
       }
-      printf("\n");
-      fflush(stdout);
+      if (w.rank == 0) {
+        printf("sweep %s %s %zu", impl, each ? "each" : "pipelined", bytes);
+        for (int r = 0; r < 5; r++) printf(" %.3f", us[r]);
+        printf("\n");
+        fflush(stdout);
+      }
     }
   }
   CUDA(cudaFree(buf));

@@ -22,6 +22,13 @@ import kotlinx.coroutines.coroutineScope
  *   `allReduce`s in flight; nccl-tests' way).
  *
  * Output, rank 0 only, one line per size and mode: `sweep <impl> <mode> <bytes> <us round 1> ... <us round N>`.
+ *
+ * What the times are depends on the world (the bundle's report says it in its title): at world 1 an
+ * in-place float32 sum launches nothing in NCCL (`taskAppend` hands a single-rank collective to
+ * `ncclLaunchOneRank`, NVIDIA/nccl `src/enqueue.cc` and `src/device/onerank.cu`, which returns
+ * before any CUDA call when the buffers are the same and the op is not a pre-multiplied sum), so
+ * they are each implementation's host overhead per call; at world 2 on one GPU two processes' NCCL
+ * kernels exchange through the same device, which is NCCL's two-rank path, not two GPUs' bandwidth.
  */
 public object AllReduceSweep {
     public const val MIN_BYTES: Long = 8

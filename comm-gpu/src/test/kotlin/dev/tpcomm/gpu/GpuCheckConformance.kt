@@ -12,24 +12,34 @@ import dev.tpcomm.testkit.TensorPlacement
 /**
  * The conformance step of the GPU checks (comm-nccl's and comm-rccl's GpuCheckMain): the
  * comm-testkit cases on a real library, device tensors through [DeviceCopies], every operation NCCL
- * has, point-to-point as the tag-0 ring (the tag, ANY_SOURCE and probe cases are skipped), one line
- * per case and a summary line printed.
+ * has, point-to-point as the tag-0 ring (the tag, ANY_SOURCE and probe cases are skipped), split and
+ * group (`ncclCommSplit`), one line per case and a summary line printed.
+ *
+ * The world is the process's (`RANK`/`WORLD_SIZE`): the GPU bundle runs it at world 2 on one GPU
+ * where NCCL allows two ranks of a communicator on one device (2.30 and later with
+ * `NCCL_MULTI_RANK_GPU_ENABLE=1`), which is where the ring, split into two sub-communicators and
+ * every collective's multi-rank path run; at world 1 the ring is skipped (it needs two ranks) and
+ * NCCL's collectives take its single-rank path (`ncclLaunchOneRank`: a copy, a kernel for a
+ * floating-point Avg, or nothing; docs/gpu.md).
  */
 public object GpuCheckConformance {
+    /** The options of [run]: what NCCL does, device placement through [copies]. */
+    public fun options(copies: DeviceCopies): ConformanceOptions = ConformanceOptions(
+        ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
+        pointToPoint = true,
+        taggedPointToPoint = false,
+        groups = true,
+        checksConsistency = false,
+        placement = object : TensorPlacement {
+            override fun toBackend(host: Tensor): Tensor = copies.upload(host)
+            override fun toHost(tensor: Tensor): Tensor = copies.download(tensor)
+        },
+    )
+
     /** Runs the cases on [comm], with fresh communicators from [scratch]; returns the exit status (0: none failed). */
     public suspend fun run(comm: Communicator, copies: DeviceCopies, scratch: ScratchCommunicatorFactory): Int {
-        val options = ConformanceOptions(
-            ops = setOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg),
-            pointToPoint = true,
-            taggedPointToPoint = false,
-            groups = false,
-            checksConsistency = false,
-            placement = object : TensorPlacement {
-                override fun toBackend(host: Tensor): Tensor = copies.upload(host)
-                override fun toHost(tensor: Tensor): Tensor = copies.download(tensor)
-            },
-        )
-        val results = SpmdConformanceRunner.run(comm, options = options, scratch = scratch, report = { r ->
+        println("rank ${comm.rank}: conformance at world ${comm.worldSize} on ${comm.device} (${comm.backendName})")
+        val results = SpmdConformanceRunner.run(comm, options = options(copies), scratch = scratch, report = { r ->
             println("rank ${r.rank}: ${r.status} ${r.case}" + (r.message?.let { " — $it" } ?: ""))
         })
         val failed = results.count { it.status == CaseResult.Status.Failed }

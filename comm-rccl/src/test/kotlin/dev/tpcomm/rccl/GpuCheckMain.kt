@@ -12,6 +12,7 @@ import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.gpu.DeviceRuntime
 import dev.tpcomm.gpu.GpuCheckConformance
 import dev.tpcomm.gpu.NcclConnector
+import dev.tpcomm.gpu.NcclVersion
 import kotlin.system.exitProcess
 import kotlinx.coroutines.runBlocking
 
@@ -25,10 +26,32 @@ import kotlinx.coroutines.runBlocking
  *   ([RcclLibrary]) opened on NVIDIA's `libnccl.so.2` ([RcclLibrary.nvidia]) with the CUDA runtime
  *   through the same downcall code ([FfmDeviceRuntime.cuda]), on `Device.Cuda`: comm-rccl's binding
  *   checked on an NVIDIA GPU, beside comm-nccl's JavaCPP one.
+ * - `bench ... --max-bytes N`: the sweep up to N bytes (default [AllReduceSweep.MAX_BYTES]).
+ * - `version [--nvidia]`: prints `nccl version <code> (<x.y.z>) via ffm from <library>` (`ncclGetVersion`
+ *   of the library this binding opens; RCCL reports the NCCL version it tracks) and exits 0, or
+ *   `nccl version unknown: <why>` and exits 2. The GPU bundle reads it to choose the world (two ranks
+ *   on one GPU need NCCL 2.30+).
  */
 fun main(args: Array<String>) {
     val mode = args.firstOrNull() ?: "conformance"
     val nvidia = "--nvidia" in args
+    if (mode == "version") {
+        val api = try {
+            if (nvidia) RcclLibrary.nvidia() else RcclLibrary()
+        } catch (e: UnsatisfiedLinkError) {
+            println("nccl version unknown: ${if (nvidia) "libnccl.so.2" else "librccl.so"} did not open: ${e.message}")
+            exitProcess(2)
+        }
+        val v = IntArray(1)
+        val rc = api.getVersion(v)
+        if (rc != 0 || v[0] == 0) {
+            println("nccl version unknown: ncclGetVersion returned $rc from ${api.loadedFrom}")
+            exitProcess(2)
+        }
+        println("nccl version ${v[0]} (${NcclVersion.format(v[0])}) via ffm from ${api.loadedFrom}")
+        exitProcess(0)
+    }
+    val maxBytes = args.indexOf("--max-bytes").takeIf { it >= 0 }?.let { args.getOrNull(it + 1)?.toLongOrNull() } ?: AllReduceSweep.MAX_BYTES
     val config = CommConfig.fromEnvironment()
     val open: suspend (CommConfig) -> Communicator
     val runtime: DeviceRuntime
@@ -60,7 +83,9 @@ fun main(args: Array<String>) {
         val copies = DeviceCopies(runtime, comm.device)
         try {
             if (mode == "bench") {
-                AllReduceSweep.run(comm, copies, impl = if (nvidia) "tpcomm-ffm" else "tpcomm-rccl")
+                val impl = if (nvidia) "tpcomm-ffm" else "tpcomm-rccl"
+                if (comm.rank == 0) println("# $impl: world ${comm.worldSize}, rank 0 on ${comm.device}")
+                AllReduceSweep.run(comm, copies, impl = impl, maxBytes = maxBytes)
                 0
             } else {
                 GpuCheckConformance.run(comm, copies) { _, timeout -> open(config.copy(timeout = timeout)) }
