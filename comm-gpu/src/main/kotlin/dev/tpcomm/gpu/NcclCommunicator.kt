@@ -571,7 +571,7 @@ public class NcclCommunicator internal constructor(
     private inner class Op(val name: String, val deadline: Long, val producer: Long) {
         /** Completed by the native thread, or exceptionally by the watchdog at the deadline (first wins). */
         val result = CompletableDeferred<Any?>()
-        lateinit var entry: FlightRecorder.Entry
+        @Volatile lateinit var entry: FlightRecorder.Entry
         val started: Boolean get() = ::entry.isInitialized
         var job: Job? = null
         @Volatile var issued = false
@@ -1124,6 +1124,12 @@ public class NcclCommunicator internal constructor(
     }
 
     private fun timeoutError(op: Op): CommunicationTimeoutException {
+        if (!op.started) {
+            // Queued behind a native thread blocked in a library call: the deadline still runs from the call.
+            val message = "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
+                "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
+            return failures.timeout(op.name, -1, message)
+        }
         val message = "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
             "the communicator was aborted with ncclCommAbort"
         op.entry.fail(RuntimeException(message))

@@ -86,11 +86,34 @@ public class NcclBackendFactory : CommBackendFactory {
             val causes = generateSequence(e) { it.cause }.joinToString(" <- ") { "${it.javaClass.simpleName}: ${it.message}" }
             return GpuProbe(
                 false,
-                "NCCL or the CUDA runtime could not be loaded ($causes). Install the NVIDIA driver, and NCCL 2.18+ and the CUDA " +
+                "NCCL or the CUDA runtime could not be loaded ($causes). " + (cuda13Advice(causes, null) ?: "") +
+                    "Install the NVIDIA driver, and NCCL 2.18+ and the CUDA " +
                     "runtime from your distribution or NVIDIA's repository (libnccl2, cuda-cudart), or add the JavaCPP artifact " +
                     "org.bytedeco:cuda-redist (see docs/gpu.md)",
                 0, 0,
             )
         }
+
+        /**
+         * What to do when the CUDA 13 runtime the preset links cannot serve this machine: the preset's
+         * `libjnicudart.so` is linked against `libcudart.so.13`, which needs a driver of the R580 branch
+         * or later. Two symptoms: the library is missing ([causes] names `libcudart.so.13`), or it loads and
+         * `cudaGetDeviceCount` returns `cudaErrorInsufficientDriver` (35, CUDA `driver_types.h`) under an
+         * older driver. Null for anything else. docs/gpu.md, "Supported drivers, runtimes and NCCL".
+         */
+        fun cuda13Advice(causes: String?, cudaError: Int?): String? {
+            val missing = causes != null && "libcudart.so.13" in causes
+            val oldDriver = cudaError == CUDA_ERROR_INSUFFICIENT_DRIVER
+            if (!missing && !oldDriver) return null
+            val what = if (missing) "the CUDA 13 runtime (libcudart.so.13) is not on the loader path" else "the NVIDIA driver is older than the CUDA 13 runtime"
+            return "comm-nccl's JavaCPP preset (org.bytedeco:cuda 13.3-9.25-1.5.14) needs the CUDA 13 runtime and an R580 or later driver " +
+                "(nvidia-smi shows 'CUDA Version: 13.0' or higher), and $what. Either install an R580+ driver and the CUDA 13 runtime " +
+                "(cuda-cudart-13-x, or the nvidia-cuda-runtime-cu13 wheel's lib directory on LD_LIBRARY_PATH), or, on a CUDA 12 driver, " +
+                "override org.bytedeco:cuda and org.bytedeco:javacpp with a CUDA 12 preset (docs/gpu.md, 'Supported drivers, runtimes and NCCL'), " +
+                "or use the rccl backend's java.lang.foreign binding on libnccl.so.2 (RcclLibrary.nvidia()). "
+        }
+
+        /** `cudaErrorInsufficientDriver` (CUDA `driver_types.h`). */
+        const val CUDA_ERROR_INSUFFICIENT_DRIVER: Int = 35
     }
 }

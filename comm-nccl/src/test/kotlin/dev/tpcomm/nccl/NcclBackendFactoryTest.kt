@@ -28,6 +28,20 @@ class NcclBackendFactoryTest : FunSpec({
         reason shouldContain "cuda-redist"
     }
 
+    test("a CUDA 12 driver (cudaErrorInsufficientDriver) or a missing libcudart.so.13 says what to install or override") {
+        // The preset's libjnicudart.so links libcudart.so.13: under an R570 driver it loads and cudaGetDeviceCount returns 35.
+        val old = NcclBackendFactory.cuda13Advice(null, 35)!!
+        old shouldContain "R580"
+        old shouldContain "CUDA 12 preset"
+        old shouldContain "driver is older"
+        val missing = NcclBackendFactory.unavailable(
+            UnsatisfiedLinkError("/root/.javacpp/cache/libjnicudart.so: libcudart.so.13: cannot open shared object file: No such file or directory"),
+        ).reason!!
+        missing shouldContain "libcudart.so.13) is not on the loader path"
+        missing shouldContain "nvidia-cuda-runtime-cu13"
+        NcclBackendFactory.cuda13Advice("libnccl.so.2: cannot open shared object file", 100) shouldBe null
+    }
+
     test("create throws BackendUnavailableException with that reason") {
         val f = NcclBackendFactory()
         val e = shouldThrow<BackendUnavailableException> { f.create(CommConfig()) }

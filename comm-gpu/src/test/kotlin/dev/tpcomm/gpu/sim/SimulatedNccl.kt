@@ -465,6 +465,12 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     override fun commFinalize(comm: Long): Int {
         val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
         if (c.finalized) return NcclResult.INVALID_USAGE
+        if (groupDepth.get() > 0) {
+            platform.recordMisuse(
+                "ncclCommFinalize inside an open group on thread '${Thread.currentThread().name}': it joins the group (an async job) " +
+                    "and runs only at its ncclGroupEnd (docs/nccl-semantics.md N10, N11)",
+            )
+        }
         c.finalized = true
         // ncclCommFinalize (init.cc:2783) flushes the communicator's outstanding work asynchronously.
         if (c.blocking) {
@@ -505,12 +511,14 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     override fun commCount(comm: Long, count: IntArray): Int {
         val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        ready(c).let { if (it != NcclResult.SUCCESS) return it } // N15: needs a ready communicator
         count[0] = c.clique.size
         return NcclResult.SUCCESS
     }
 
     override fun commUserRank(comm: Long, rank: IntArray): Int {
         val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        ready(c).let { if (it != NcclResult.SUCCESS) return it }
         rank[0] = c.rank
         return NcclResult.SUCCESS
     }

@@ -34,6 +34,7 @@ public object JavaCppPlatform {
         if (rc != cudart.cudaSuccess) {
             val text = cudart.cudaGetErrorString(rc)?.string
             return GpuProbe(false, "the CUDA runtime loaded but found no usable GPU: cudaGetDeviceCount returned $rc ($text); " +
+                (dev.tpcomm.nccl.NcclBackendFactory.cuda13Advice(null, rc) ?: "") +
                 "check the NVIDIA driver (nvidia-smi) and CUDA_VISIBLE_DEVICES", 0, 0)
         }
         val v = IntArray(1)
