@@ -285,6 +285,22 @@ class SimulatedPlatformSpecTest : FunSpec({
         }
     }
 
+    test("N11 finalize is in progress until the work is flushed and a second finalize is ncclInvalidArgument") {
+        SimulatedGpuPlatform().use { p ->
+            val comms = world(p, 2)
+            val streams = (0 until 2).map { r -> stream(p, r) }
+            val bufs = (0 until 2).map { r -> deviceBuffer(p, r, 4) }
+            // A finalize while the communicator is still in progress (an all-reduce being launched): refused, and the state is that error.
+            on(p, 0) { p.api.allReduce(bufs[0], bufs[0], 1, NcclDataType.INT32, NcclRedOp.SUM, comms[0], streams[0]) }.get() shouldBe NcclResult.IN_PROGRESS
+            on(p, 0) { p.api.commFinalize(comms[0]) }.get() shouldBe NcclResult.INVALID_ARGUMENT
+            state(p.api, comms[0]) shouldBe NcclResult.INVALID_ARGUMENT
+            on(p, 1) { p.api.commFinalize(comms[1]) }.get() shouldBe NcclResult.IN_PROGRESS
+            settle(p.api, comms[1]) shouldBe NcclResult.SUCCESS
+            on(p, 1) { p.api.commFinalize(comms[1]) }.get() shouldBe NcclResult.INVALID_ARGUMENT
+            state(p.api, comms[1]) shouldBe NcclResult.INVALID_ARGUMENT
+        }
+    }
+
     test("N12 ncclCommAbort frees the communicator: a later call with its handle is a use after free, recorded as misuse") {
         SimulatedGpuPlatform().use { p ->
             val comm = world(p, 1).single()

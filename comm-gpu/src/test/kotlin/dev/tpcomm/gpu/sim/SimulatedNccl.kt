@@ -464,7 +464,17 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     override fun commFinalize(comm: Long): Int {
         val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
-        if (c.finalized) return NcclResult.INVALID_USAGE
+        // N11: ncclCommEnsureReady first (a busy communicator: ncclInvalidArgument, and the state becomes
+        // that error), then a second finalize is ncclInvalidArgument and leaves the state so.
+        val s = c.state.get()
+        if (s == NcclResult.IN_PROGRESS || c.finalized) {
+            platform.recordMisuse(
+                if (c.finalized) "ncclCommFinalize called twice on rank ${c.rank}" else "ncclCommFinalize on rank ${c.rank} while a call is still in progress",
+            )
+            c.state.set(NcclResult.INVALID_ARGUMENT)
+            return NcclResult.INVALID_ARGUMENT
+        }
+        if (s != NcclResult.SUCCESS) return s
         if (groupDepth.get() > 0) {
             platform.recordMisuse(
                 "ncclCommFinalize inside an open group on thread '${Thread.currentThread().name}': it joins the group (an async job) " +
