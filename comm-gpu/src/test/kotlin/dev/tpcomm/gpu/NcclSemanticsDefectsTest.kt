@@ -124,6 +124,7 @@ class NcclSemanticsDefectsTest : FunSpec({
             val input = platform.upload(ints(c.rank, c.rank), c.device)
             var out: Tensor? = c.allGather(input)
             val dropped = java.lang.ref.WeakReference(out)
+            rt.setDevice(c.rank) shouldBe 0 // the current device is per thread, and the coroutine may have resumed on another one
             val gate = platform.holdStream(0L, device = c.rank)
             // A kernel that reads the output, queued behind the slow one; then the tensor is dropped.
             rt.memcpyAsync(host, out!!.address, out.byteSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, 0L) shouldBe 0
@@ -133,6 +134,7 @@ class NcclSemanticsDefectsTest : FunSpec({
             dropped.get() shouldBe null
             delay(200) // the Cleaner runs and the free is issued
             gate.close()
+            rt.setDevice(c.rank) shouldBe 0
             val e = LongArray(1).also { rt.eventCreateDisableTiming(it) }[0]
             rt.eventRecord(e, 0L)
             rt.eventSynchronize(e)

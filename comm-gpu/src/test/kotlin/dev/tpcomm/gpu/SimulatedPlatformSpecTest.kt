@@ -290,8 +290,9 @@ class SimulatedPlatformSpecTest : FunSpec({
             val comms = world(p, 2)
             val streams = (0 until 2).map { r -> stream(p, r) }
             val bufs = (0 until 2).map { r -> deviceBuffer(p, r, 4) }
-            // A finalize while the communicator is still in progress (an all-reduce being launched): refused, and the state is that error.
-            on(p, 0) { p.api.allReduce(bufs[0], bufs[0], 1, NcclDataType.INT32, NcclRedOp.SUM, comms[0], streams[0]) }.get() shouldBe NcclResult.IN_PROGRESS
+            // A finalize while the communicator is still in progress (a send connecting to a peer that has
+            // not posted its side: N9): refused, and the state is that error.
+            on(p, 0) { p.api.groupStart(); p.api.send(bufs[0], 4, NcclDataType.UINT8, 1, comms[0], streams[0]); p.api.groupEnd() }.get() shouldBe NcclResult.IN_PROGRESS
             on(p, 0) { p.api.commFinalize(comms[0]) }.get() shouldBe NcclResult.INVALID_ARGUMENT
             state(p.api, comms[0]) shouldBe NcclResult.INVALID_ARGUMENT
             on(p, 1) { p.api.commFinalize(comms[1]) }.get() shouldBe NcclResult.IN_PROGRESS
