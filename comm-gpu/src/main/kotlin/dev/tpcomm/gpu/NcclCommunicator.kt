@@ -47,17 +47,21 @@ import kotlinx.serialization.json.Json
  * A [Communicator] over NCCL's API ([NcclApi]) and a GPU runtime ([DeviceRuntime]): the
  * stream-ordered engine shared by the `nccl` and `rccl` backends.
  *
- * **Execution.** Each communicator owns one [NativeDispatcher] thread (which has this
- * communicator's device current) and one non-blocking stream. A call validates its arguments on the
- * caller's thread, is queued on the native thread in call order, enqueues the library call(s) on the
- * stream, records an event after them and suspends until the event completes; the dispatcher's
- * progress loop polls the event and `ncclCommGetAsyncError`. Several calls may be in flight at once
+ * **Execution.** Every communicator of the process on a device issues its library calls from that
+ * device's one native thread ([DeviceThread], a [NativeDispatcher] with the device current), so all
+ * launches for the device come in one order (docs/nccl-semantics.md N17); each communicator has its
+ * own non-blocking stream. A call validates its arguments on the caller's thread, starts its
+ * deadline, is queued on the native thread in call order, makes the stream wait for the work queued
+ * on [producerStream] (by default the legacy default stream), enqueues the library call(s), records
+ * an event after them and suspends until the event completes; the dispatcher's progress loop polls
+ * the event and `ncclCommGetAsyncError`. Several calls may be in flight at once
  * (`async(start = UNDISPATCHED)`); they complete in stream order.
  *
  * **Tensors.** Only device tensors on [device] are accepted; a host tensor fails with
  * [IllegalArgumentException] and is never copied behind the caller's back. Outputs this class
  * allocates ([allGather], [reduceScatter], [gather], [allToAll]) are device memory freed when the
- * returned tensor becomes unreachable; the `*Into` variants allocate nothing. Collectives along a
+ * returned tensor becomes unreachable, ordered after the work queued on [producerStream] by then;
+ * the `*Into` variants allocate nothing. Collectives along a
  * dimension other than 0 (with a non-trivial outer size) rearrange data on the device with 2-D
  * async copies through a temporary device buffer.
  *
@@ -66,7 +70,8 @@ import kotlinx.serialization.json.Json
  * point-to-point tags other than 0 (NCCL matches messages by order only), [Communicator.ANY_SOURCE],
  * and sends to oneself. [probe] is not available (UnsupportedOperationException).
  *
- * **Failure.** Past [CommConfig.timeout], on an asynchronous error, on a failed library call, or
+ * **Failure.** Past [CommConfig.timeout] (counted from the call, also while the call waits for the
+ * native thread), on an asynchronous error, on a failed library call, or
  * when a call in flight is cancelled, the communicator calls `ncclCommAbort`; that call and every
  * pending and later call fail with a [CommunicationException] carrying the flight recorder's dump.
  * Peers learn of it through NCCL (`ncclRemoteError`) or their own deadline. Temporary device

@@ -22,14 +22,17 @@ public object NcclConnector {
     public const val UNIQUE_ID_BYTES: Int = 128
 
     /**
-     * Creates this rank's communicator: on a new native thread, makes [device] current, creates a
+     * Creates this rank's communicator: on [device]'s native thread (shared by every communicator of
+     * the process on that device, created with the first), makes [device] current, creates a
      * stream, has rank 0 generate the unique id (`ncclGetUniqueId`), shares it through [bootstrap],
      * and initialises a non-blocking communicator with `ncclCommInitRankConfig`, polling
      * `ncclCommGetAsyncError` until every rank has joined or [CommConfig.timeout] passes (then
      * `ncclCommAbort` and [CommunicationTimeoutException]).
      *
      * @param onClose closed after the communicator (e.g. a bootstrap communicator it owns).
-     * @throws IllegalArgumentException when [commConfig] asks for a blocking communicator (see [NcclCommConfig.blocking]).
+     * @throws IllegalArgumentException when [commConfig] asks for a blocking communicator (see
+     * [NcclCommConfig.blocking]), or `NCCL_COMM_BLOCKING=1` is set in the environment the library reads
+     * ([NcclApi.getEnv]), which would make it blocking anyway (NVIDIA/nccl `src/init.cc` `envConfigOverride`).
      * @throws BackendUnavailableException when the library is older than [NcclVersion.MINIMUM] (NCCL 2.18, ROCm 6.0's RCCL).
      * @throws NcclException when a library or runtime call fails.
      */
