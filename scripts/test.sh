@@ -21,6 +21,10 @@ fi
 echo "JDK: $JAVA_HOME"
 ./mvnw -B -ntp verify "$@"
 
+# The public API of every published module against its checked-in dump (<module>/api/<module>.api).
+echo "== public API"
+scripts/api-check.sh
+
 # Release artifacts (sources, Dokka javadoc, BOM, POM metadata) built into a private repository,
 # and a consumer project with the README's Maven lines; then the binary distribution and the GPU
 # bundle, unpacked and run from a temporary folder (they reuse that build).

@@ -1,0 +1,209 @@
+// Prints the public API of a compiled module: every class, constructor, method and field that code
+// outside the module can use, as the JVM sees it, minus what Kotlin hides (internal and private
+// declarations, read from each class's @kotlin.Metadata with kotlin-metadata-jvm) and synthetic
+// members. One line per declaration, sorted, so that a change to the public surface is a diff.
+// Usage: java -cp <asm.jar>:<kotlin-metadata-jvm.jar>:<kotlin-stdlib.jar> ApiDump.java <classes dir>
+// (run by scripts/api-check.sh; the same idea as kotlinx.coroutines' .api files).
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.TreeSet;
+import java.util.stream.Stream;
+import kotlin.metadata.KmClass;
+import kotlin.metadata.KmConstructor;
+import kotlin.metadata.KmDeclarationContainer;
+import kotlin.metadata.KmFunction;
+import kotlin.metadata.KmProperty;
+import kotlin.metadata.Attributes;
+import kotlin.metadata.Visibility;
+import kotlin.metadata.jvm.JvmExtensionsKt;
+import kotlin.metadata.jvm.JvmMemberSignature;
+import kotlin.metadata.jvm.JvmMetadataUtil;
+import kotlin.metadata.jvm.KotlinClassMetadata;
+import org.objectweb.asm.AnnotationVisitor;
+import org.objectweb.asm.ClassReader;
+import org.objectweb.asm.ClassVisitor;
+import org.objectweb.asm.FieldVisitor;
+import org.objectweb.asm.MethodVisitor;
+import org.objectweb.asm.Opcodes;
+
+public class ApiDump {
+    /** What one class file says: its access, name, supertypes, members and @kotlin.Metadata. */
+    static final class Scanned extends ClassVisitor {
+        int access;
+        String name, superName, outer;
+        String[] interfaces;
+        boolean innerNonPublic;
+        final List<String[]> methods = new ArrayList<>(); // access, name, descriptor
+        final List<String[]> fields = new ArrayList<>();
+        Integer k, xi;
+        int[] mv;
+        String[] d1, d2;
+        String xs, pn;
+
+        Scanned() { super(Opcodes.ASM9); }
+
+        @Override public void visit(int version, int access, String name, String signature, String superName, String[] interfaces) {
+            this.access = access; this.name = name; this.superName = superName; this.interfaces = interfaces;
+        }
+
+        @Override public void visitInnerClass(String name, String outer, String inner, int access) {
+            // A nested class's effective access is in its InnerClasses entry (private/protected nested classes are public in the class file's own flags).
+            if (name.equals(this.name) && (access & (Opcodes.ACC_PUBLIC | Opcodes.ACC_PROTECTED)) == 0) innerNonPublic = true;
+            if (name.equals(this.name)) this.outer = outer;
+            if (name.equals(this.name) && outer == null && inner == null) innerNonPublic = true; // local or anonymous
+        }
+
+        @Override public AnnotationVisitor visitAnnotation(String desc, boolean visible) {
+            if (!desc.equals("Lkotlin/Metadata;")) return null;
+            return new AnnotationVisitor(Opcodes.ASM9) {
+                @Override public void visit(String n, Object v) {
+                    switch (n) {
+                        case "k" -> k = (Integer) v;
+                        case "xi" -> xi = (Integer) v;
+                        case "xs" -> xs = (String) v;
+                        case "pn" -> pn = (String) v;
+                        case "mv" -> mv = (int[]) v;
+                        default -> { }
+                    }
+                }
+                @Override public AnnotationVisitor visitArray(String n) {
+                    List<String> values = new ArrayList<>();
+                    return new AnnotationVisitor(Opcodes.ASM9) {
+                        @Override public void visit(String ignored, Object v) { values.add((String) v); }
+                        @Override public void visitEnd() {
+                            if (n.equals("d1")) d1 = values.toArray(new String[0]);
+                            if (n.equals("d2")) d2 = values.toArray(new String[0]);
+                        }
+                    };
+                }
+            };
+        }
+
+        @Override public FieldVisitor visitField(int access, String name, String desc, String signature, Object value) {
+            fields.add(new String[] {Integer.toString(access), name, desc});
+            return null;
+        }
+
+        @Override public MethodVisitor visitMethod(int access, String name, String desc, String signature, String[] exceptions) {
+            methods.add(new String[] {Integer.toString(access), name, desc});
+            return null;
+        }
+    }
+
+    static boolean visible(int access) { return (access & (Opcodes.ACC_PUBLIC | Opcodes.ACC_PROTECTED)) != 0 && (access & Opcodes.ACC_SYNTHETIC) == 0; }
+
+    static boolean exposed(Visibility v) { return v == Visibility.PUBLIC || v == Visibility.PROTECTED; }
+
+    static String flags(int access) {
+        StringBuilder b = new StringBuilder((access & Opcodes.ACC_PUBLIC) != 0 ? "public" : "protected");
+        if ((access & Opcodes.ACC_STATIC) != 0) b.append(" static");
+        if ((access & Opcodes.ACC_FINAL) != 0) b.append(" final");
+        if ((access & Opcodes.ACC_ABSTRACT) != 0) b.append(" abstract");
+        return b.toString();
+    }
+
+    /** JVM signatures (name + descriptor) of the Kotlin declarations of [container] that are not public API. */
+    static void hidden(KmDeclarationContainer container, Set<String> hidden) {
+        for (KmFunction f : container.getFunctions()) {
+            JvmMemberSignature s = JvmExtensionsKt.getSignature(f);
+            if (s != null && !exposed(Attributes.getVisibility(f))) hidden.add(s.toString());
+        }
+        for (KmProperty p : container.getProperties()) {
+            boolean show = exposed(Attributes.getVisibility(p));
+            JvmMemberSignature g = JvmExtensionsKt.getGetterSignature(p);
+            JvmMemberSignature st = JvmExtensionsKt.getSetterSignature(p);
+            JvmMemberSignature fl = JvmExtensionsKt.getFieldSignature(p);
+            if (!show) {
+                if (g != null) hidden.add(g.toString());
+                if (st != null) hidden.add(st.toString());
+                if (fl != null) hidden.add(fl.getName() + ":" + fl.getDescriptor());
+            } else if (p.getSetter() != null && !exposed(Attributes.getVisibility(p.getSetter())) && st != null) {
+                hidden.add(st.toString()); // a public property with a private or internal setter
+            }
+        }
+    }
+
+    public static void main(String[] args) throws IOException {
+        Path root = Path.of(args[0]);
+        List<Path> files;
+        try (Stream<Path> s = Files.walk(root)) {
+            files = s.filter(p -> p.toString().endsWith(".class") && !p.getFileName().toString().equals("module-info.class")).sorted().toList();
+        }
+        TreeMap<String, TreeSet<String>> out = new TreeMap<>();
+        java.util.Map<String, String> heads = new java.util.HashMap<>(); // class name -> its head line, for exposed classes
+        java.util.Map<String, String> outers = new java.util.HashMap<>(); // nested class -> enclosing class
+        for (Path file : files) {
+            Scanned c = new Scanned();
+            new ClassReader(Files.readAllBytes(file)).accept(c, ClassReader.SKIP_CODE | ClassReader.SKIP_DEBUG | ClassReader.SKIP_FRAMES);
+            if (c.outer != null) outers.put(c.name, c.outer);
+            if (!visible(c.access) || c.innerNonPublic) continue;
+            Set<String> hidden = new HashSet<>();
+            boolean kotlinFacade = false;
+            if (c.k != null) {
+                KotlinClassMetadata md = KotlinClassMetadata.readLenient(JvmMetadataUtil.Metadata(c.k, c.mv, c.d1, c.d2, c.xs, c.pn, c.xi));
+                if (md instanceof KotlinClassMetadata.Class cls) {
+                    KmClass km = cls.getKmClass();
+                    if (!exposed(Attributes.getVisibility(km))) continue;
+                    hidden(km, hidden);
+                    for (KmConstructor ctor : km.getConstructors()) {
+                        JvmMemberSignature s = JvmExtensionsKt.getSignature(ctor);
+                        if (s != null && !exposed(Attributes.getVisibility(ctor))) hidden.add(s.toString());
+                    }
+                } else if (md instanceof KotlinClassMetadata.FileFacade ff) {
+                    hidden(ff.getKmPackage(), hidden);
+                    kotlinFacade = true;
+                } else if (md instanceof KotlinClassMetadata.MultiFileClassPart part) {
+                    hidden(part.getKmPackage(), hidden);
+                    kotlinFacade = true;
+                } else if (md instanceof KotlinClassMetadata.SyntheticClass) {
+                    continue; // lambdas, WhenMappings, DefaultImpls of internal things
+                }
+            }
+            TreeSet<String> members = new TreeSet<>();
+            for (String[] f : c.fields) {
+                int a = Integer.parseInt(f[0]);
+                if (!visible(a) || hidden.contains(f[1] + ":" + f[2])) continue;
+                members.add("  " + flags(a) + " field " + f[1] + " " + f[2]);
+            }
+            for (String[] m : c.methods) {
+                int a = Integer.parseInt(m[0]);
+                if (!visible(a) || (a & Opcodes.ACC_BRIDGE) != 0 || hidden.contains(m[1] + m[2])) continue;
+                if (m[1].contains("$") && !m[1].startsWith("access$")) continue; // internal members are mangled (name$module)
+                if (m[1].startsWith("access$")) continue;
+                members.add("  " + flags(a) + " " + m[1] + " " + m[2]);
+            }
+            if (kotlinFacade && members.isEmpty()) continue;
+            StringBuilder head = new StringBuilder(flags(c.access & ~Opcodes.ACC_SYNCHRONIZED));
+            head.append((c.access & Opcodes.ACC_INTERFACE) != 0 ? " interface " : " class ").append(c.name);
+            List<String> supers = new ArrayList<>();
+            if (c.superName != null && !c.superName.equals("java/lang/Object")) supers.add(c.superName);
+            if (c.interfaces != null) for (String i : c.interfaces) supers.add(i);
+            if (!supers.isEmpty()) head.append(" : ").append(String.join(", ", supers));
+            out.put(head.toString(), members);
+            heads.put(c.name, head.toString());
+        }
+        // A nested class is API only when every enclosing class is (a public class nested in an internal one is not).
+        for (String name : new ArrayList<>(heads.keySet())) {
+            for (String o = outers.get(name); o != null; o = outers.get(o)) {
+                if (!heads.containsKey(o)) {
+                    out.remove(heads.get(name));
+                    break;
+                }
+            }
+        }
+        StringBuilder b = new StringBuilder();
+        for (var e : out.entrySet()) {
+            b.append(e.getKey()).append(" {\n");
+            for (String m : e.getValue()) b.append(m).append('\n');
+            b.append("}\n\n");
+        }
+        System.out.print(b);
+    }
+}
