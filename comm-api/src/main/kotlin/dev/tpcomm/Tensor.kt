@@ -50,13 +50,6 @@ public class Tensor private constructor(
     /** Number of dimensions (0 for a scalar). */
     public val ndim: Int get() = dims.size
 
-    /**
-     * Number of dimensions. Renamed to [ndim] so that it is not confused with a process rank
-     * ([Communicator.rank]).
-     */
-    @Deprecated("the number of dimensions is ndim; rank is the process rank", ReplaceWith("ndim"))
-    public val rank: Int get() = dims.size
-
     /** Number of elements (1 for a scalar). */
     public val numel: Long = dims.fold(1L) { acc, d -> acc * d } // exact: every shape passed elementCount first
 
