@@ -377,7 +377,7 @@ public class Tensor private constructor(
                     Math.multiplyExact(nonZero, d.toLong())
                 } catch (_: ArithmeticException) {
                     throw IllegalArgumentException(
-                        "$operation: shape ${shape.toList()} has more elements than a Long counts (${Long.MAX_VALUE}); " +
+                        "$operation: shape ${shape.toList()} has more than ${Long.MAX_VALUE} elements (more than a Long counts); " +
                             "pass sizes whose product is at most that (no memory holds such a tensor: split it into smaller ones)",
                     )
                 }
