@@ -12,11 +12,19 @@ import java.nio.file.Path
  * package with comm-mpi).
  */
 class BenchPackagesTest : FunSpec({
-    test("comm-bench's main classes all live under dev.tpcomm.bench") {
-        val root = Path.of(BenchResult::class.java.protectionDomain.codeSource.location.toURI())
-        val classes = Files.walk(root).use { s -> s.filter { it.toString().endsWith(".class") }.map { root.relativize(it).toString().replace('\\', '/') }.toList() }
-        (classes.size > 10) shouldBe true
-        classes.filterNot { it.startsWith("dev/tpcomm/bench/") || it.startsWith("META-INF/") }.shouldBeEmpty()
+    test("comm-bench's main sources all declare a package under dev.tpcomm.bench, in the matching folder") {
+        // Sources, not target/classes: an incremental build leaves a moved class's old files behind.
+        val roots = listOf(Path.of("src/main/kotlin"), Path.of("src/main/java")).filter { Files.isDirectory(it) }
+        val sources = roots.flatMap { root ->
+            Files.walk(root).use { s -> s.filter { it.toString().endsWith(".kt") || it.toString().endsWith(".java") }.toList() }.map { root to it }
+        }
+        (sources.size > 10) shouldBe true
+        val misplaced = sources.mapNotNull { (root, file) ->
+            val folder = root.relativize(file).parent.toString().replace('\\', '/')
+            val pkg = Files.readAllLines(file).firstOrNull { it.startsWith("package ") }?.removePrefix("package ")?.trim()?.removeSuffix(";")
+            if (folder.startsWith("dev/tpcomm/bench") && pkg != null && pkg.replace('.', '/') == folder) null else "$file (package $pkg)"
+        }
+        misplaced.shouldBeEmpty()
     }
 
     test("the MPI all-reduce benchmark is dev.tpcomm.bench.mpi.MpiAllReduceBench") {

@@ -67,7 +67,8 @@ class LocalHeapMemorySpec : FunSpec({
     }
 
     test("the option local.allowHeapMemory=true lets an in-process-only program reduce heap tensors") {
-        val config = CommConfig(options = mapOf("local.allowHeapMemory" to "true"))
+        LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION shouldBe "local.allowHeapMemory"
+        val config = CommConfig(options = mapOf(LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION to "true"))
         val out = runLocalWorld(2, config) { comm ->
             val t = heapTensor(comm.rank)
             comm.allReduce(t)
