@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mpi-vs-c.sh -- the MPI backend's float32 all-reduce against ../shared/bench/peers/c_mpi.c (Open MPI),
 # in alternating runs: C, C calling MPI_Allreduce in place (as tpcomm's allReduce does), then tpcomm
-# (dev.tpcomm.mpi.MpiAllReduceBench) at each thread level, REPS times over. This VM moves between a fast and a slow state for minutes at a time (2x apart at every
+# (dev.tpcomm.bench.mpi.MpiAllReduceBench) at each thread level, REPS times over. This VM moves between a fast and a slow state for minutes at a time (2x apart at every
 # size, C and JVM alike), so single runs of each program cannot be compared; alternating runs see
 # the same states, and the table gives each program's minimum and median over its runs and the
 # ratios of both.
@@ -38,7 +38,7 @@ grep -q 'MPI_IN_PLACE, rbuf' "$OUT/c_mpi_inplace.c" && grep -q 'if (coll == ALLR
 mpicc.openmpi -O2 -o "$OUT/c_mpi_inplace" "$OUT/c_mpi_inplace.c"
 # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
 MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL)
-JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.mpi.MpiAllReduceBench)
+JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench)
 
 : > "$OUT/runs.csv"
 for r in $(seq "$REPS"); do

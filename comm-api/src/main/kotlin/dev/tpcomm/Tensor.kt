@@ -50,15 +50,8 @@ public class Tensor private constructor(
     /** Number of dimensions (0 for a scalar). */
     public val ndim: Int get() = dims.size
 
-    /**
-     * Number of dimensions. Renamed to [ndim] so that it is not confused with a process rank
-     * ([Communicator.rank]).
-     */
-    @Deprecated("the number of dimensions is ndim; rank is the process rank", ReplaceWith("ndim"))
-    public val rank: Int get() = dims.size
-
     /** Number of elements (1 for a scalar). */
-    public val numel: Long = dims.fold(1L) { acc, d -> acc * d }
+    public val numel: Long = dims.fold(1L) { acc, d -> acc * d } // exact: every shape passed elementCount first
 
     /** Size of the elements in bytes. */
     public val byteSize: Long = numel * dtype.byteSize
@@ -131,11 +124,16 @@ public class Tensor private constructor(
         }
     }
 
-    /** A view of the same memory with another shape holding the same number of elements. */
+    /**
+     * A view of the same memory with another shape holding the same number of elements.
+     *
+     * @throws IllegalArgumentException when [newShape] has a negative size, more elements than a
+     * `Long` counts, or another number of elements than this tensor.
+     */
     public fun view(vararg newShape: Int): Tensor {
-        val n = newShape.fold(1L) { acc, v -> acc * v }
-        require(newShape.all { it >= 0 } && n == numel) {
-            "view: shape ${newShape.toList()} holds $n elements but the tensor has $numel (shape $shape)"
+        val n = elementCount(newShape, dtype, "view")
+        require(n == numel) {
+            "view: shape ${newShape.toList()} holds $n elements but the tensor has $numel (shape $shape); pass a shape whose sizes multiply to $numel"
         }
         return viewAt(0, newShape)
     }
@@ -322,7 +320,7 @@ public class Tensor private constructor(
     }
 
     private fun viewAt(byteOffset: Long, newShape: IntArray): Tensor {
-        val n = newShape.fold(1L) { acc, v -> acc * v }
+        val n = elementCount(newShape, dtype, "view")
         val root = parent ?: this
         return if (hostSegment != null) {
             Tensor(dtype, newShape, device, segment.asSlice(byteOffset, n * dtype.byteSize), 0L, null, root)
@@ -359,26 +357,43 @@ public class Tensor private constructor(
         private val I32 = ValueLayout.JAVA_INT_UNALIGNED
         private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
 
-        private fun checkShape(shape: IntArray, dtype: DType? = null) {
-            require(shape.all { it >= 0 }) { "shape ${shape.toList()} has a negative dimension; every size must be >= 0" }
-            var n = 1L
+        /**
+         * The number of elements of [shape], computed exactly (the one place Tensor multiplies sizes):
+         * refuses a negative size, a shape whose sizes multiply to more than a `Long` counts (checked
+         * over the non-zero sizes, so an empty shape with huge other sizes, whose strides would
+         * overflow, is refused too), and, given [dtype], one whose byte size does not fit a `Long`.
+         * [operation] starts the message.
+         */
+        private fun elementCount(shape: IntArray, dtype: DType?, operation: String): Long {
+            var nonZero = 1L
+            var empty = false
             for (d in shape) {
-                val high = Math.multiplyHigh(n, d.toLong())
-                n *= d
-                require(high == 0L && n >= 0) {
-                    "shape ${shape.toList()} has more than ${Long.MAX_VALUE} elements; no memory holds it"
+                require(d >= 0) { "$operation: shape ${shape.toList()} has a negative dimension; every size must be >= 0" }
+                if (d == 0) {
+                    empty = true
+                    continue
+                }
+                nonZero = try {
+                    Math.multiplyExact(nonZero, d.toLong())
+                } catch (_: ArithmeticException) {
+                    throw IllegalArgumentException(
+                        "$operation: shape ${shape.toList()} has more than ${Long.MAX_VALUE} elements (more than a Long counts); " +
+                            "pass sizes whose product is at most that (no memory holds such a tensor: split it into smaller ones)",
+                    )
                 }
             }
             if (dtype != null) {
-                require(n <= Long.MAX_VALUE / dtype.byteSize) {
-                    "shape ${shape.toList()} of $dtype needs more than ${Long.MAX_VALUE} bytes; no memory holds it"
+                val fits = Math.multiplyHigh(nonZero, dtype.byteSize.toLong()) == 0L && nonZero * dtype.byteSize >= 0
+                require(fits) {
+                    "$operation: shape ${shape.toList()} of $dtype needs more bytes than a Long counts (${Long.MAX_VALUE}); " +
+                        "split it into smaller tensors"
                 }
             }
+            return if (empty) 0L else nonZero
         }
 
         private fun allocate(dtype: DType, shape: IntArray, arena: Arena?): Tensor {
-            checkShape(shape, dtype)
-            val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
+            val bytes = elementCount(shape, dtype, "zeros") * dtype.byteSize
             return if (arena != null) {
                 Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
             } else {
@@ -402,9 +417,8 @@ public class Tensor private constructor(
 
         private fun resolveShape(count: Int, shape: IntArray): IntArray {
             if (shape.isEmpty()) return intArrayOf(count)
-            checkShape(shape)
-            val n = shape.fold(1L) { acc, d -> acc * d }
-            require(n == count.toLong()) { "shape ${shape.toList()} holds $n elements but $count values were given" }
+            val n = elementCount(shape, null, "of")
+            require(n == count.toLong()) { "of: shape ${shape.toList()} holds $n elements but $count values were given; pass a shape whose sizes multiply to $count" }
             return shape
         }
 
@@ -449,8 +463,7 @@ public class Tensor private constructor(
          */
         @JvmStatic
         public fun wrap(segment: MemorySegment, dtype: DType, vararg shape: Int): Tensor {
-            checkShape(shape, dtype)
-            val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
+            val bytes = elementCount(shape, dtype, "wrap") * dtype.byteSize
             require(segment.byteSize() == bytes) {
                 "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
             }
@@ -462,7 +475,7 @@ public class Tensor private constructor(
         public fun wrapDevice(device: Device, address: Long, dtype: DType, vararg shape: Int): Tensor {
             require(device.isGpu) { "wrapDevice needs a GPU device (Device.Cuda or Device.Rocm); for host memory use wrap" }
             require(address != 0L) { "wrapDevice: device address is null" }
-            checkShape(shape, dtype)
+            elementCount(shape, dtype, "wrapDevice")
             return Tensor(dtype, shape, device, null, address, null, null)
         }
 
@@ -522,7 +535,13 @@ public class Tensor private constructor(
                 require(t.dims.size == first.dims.size && t.dims.indices.all { it == d || t.dims[it] == first.dims[it] }) {
                     "concat along dim $d: tensor $i has shape ${t.shape}, tensor 0 has ${first.shape}; every size but dim $d must match"
                 }
-                total += t.dims[d]
+                total = try {
+                    Math.addExact(total, t.dims[d])
+                } catch (_: ArithmeticException) {
+                    throw IllegalArgumentException(
+                        "concat: the joined tensors' dimension $d would hold more than ${Int.MAX_VALUE} elements (a size is an Int); join fewer tensors or split them",
+                    )
+                }
             }
             return total
         }

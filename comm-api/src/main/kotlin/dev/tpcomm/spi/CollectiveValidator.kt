@@ -29,7 +29,12 @@ public class CollectiveValidator(
     public val worldSize: Int,
     /** The device whose tensors the communicator moves. */
     public val device: Device,
-    /** True when host tensors' addresses are handed to native code (MPI, staging). */
+    /**
+     * True when host tensors must be addressable by native code: MPI and staging hand their
+     * addresses to native libraries, and the in-process backend sets it too by default so that it
+     * refuses what they refuse (its option `local.allowHeapMemory=true` clears it). One message for
+     * every backend that sets it.
+     */
     public val nativeMemory: Boolean,
     /** The largest tag the library accepts (`Int.MAX_VALUE` when unlimited). */
     public val maxTag: Int = Int.MAX_VALUE,

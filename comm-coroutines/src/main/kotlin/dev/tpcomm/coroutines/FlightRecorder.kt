@@ -303,24 +303,6 @@ public class FlightRecorder(
         return e
     }
 
-    /**
-     * The former free-text form: [peers] and [detail] such as `root=2`, `dst=1`, `tag=7`,
-     * `op=Sum dim=0` are parsed into the typed fields (unknown words are dropped).
-     */
-    @Deprecated("pass the typed fields: start(operation, dtype, shape, bytes, root = .., peer = .., tag = .., reduceOp = .., dim = ..)")
-    public fun start(operation: String, dtype: String?, shape: List<Int>?, bytes: Long, peers: String?, detail: String?): Entry {
-        val words = "${peers.orEmpty()} ${detail.orEmpty()}".split(' ', ',').mapNotNull {
-            val i = it.indexOf('=')
-            if (i <= 0) null else it.substring(0, i).trim() to it.substring(i + 1).trim()
-        }.toMap()
-        fun int(vararg keys: String) = keys.firstNotNullOfOrNull { words[it]?.toIntOrNull() } ?: NONE
-        return start(
-            operation, dtype?.let { d -> DType.entries.firstOrNull { it.name == d } }, shape, bytes,
-            root = int("root"), peer = int("dst", "src", "peer"), tag = int("tag"),
-            reduceOp = words["op"]?.let { o -> ReduceOp.entries.firstOrNull { it.name == o } }, dim = int("dim"),
-        )
-    }
-
     /** The sequence number the next [start] will assign. */
     public val nextSequenceNumber: Long get() = sequences.get()
 

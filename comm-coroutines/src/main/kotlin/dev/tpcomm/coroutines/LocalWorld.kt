@@ -43,6 +43,14 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  *
  * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
  *
+ * Memory: the world refuses what every backend refuses, so a test that passes here does not fail
+ * under `mpirun` or on a GPU. A host tensor over a Java heap array (`MemorySegment.ofArray`, a heap
+ * `ByteBuffer` such as a copy of `NDArray.toByteBuffer()`) fails before any data moves with the
+ * `IllegalArgumentException` MPI gives, word for word; so do closed and (where written) read-only
+ * tensors. A program that only ever runs in-process may accept heap tensors with the option
+ * `local.allowHeapMemory=true` in [CommConfig.options]
+ * ([dev.tpcomm.coroutines.local.LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]).
+ *
  * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
  * copies run in parallel pieces on the calling thread together with `min(8, availableProcessors) - 1` helper
  * threads (`tpcomm-local-kernel-N`, daemon; they spin up to 200 µs between kernels so back-to-back
@@ -52,6 +60,9 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  *
  * [config]'s `worldSize` and `rank` are ignored ([worldSize] is used); its timeout,
  * flight-recorder size and options apply. [close] closes every rank's communicator.
+ *
+ * @throws IllegalArgumentException from the constructor when [worldSize] < 1 or the option
+ * `local.allowHeapMemory` is neither `true` nor `false`.
  */
 public class LocalWorld(
     /** Number of ranks (>= 1). */

@@ -103,18 +103,6 @@ class FlightRecorderObservabilityTest : FunSpec({
         rec.close()
     }
 
-    test("the deprecated free-text start maps root, peer, tag, op and dim onto the typed fields") {
-        val rec = FlightRecorder(4)
-        @Suppress("DEPRECATION")
-        rec.start("reduce", "Float32", listOf(4), 16, "root=2", "op=Sum dim=0")
-        @Suppress("DEPRECATION")
-        rec.start("send", "Int32", listOf(1), 4, "dst=3", "tag=9")
-        val (r, s) = rec.snapshot()
-        r.root shouldBe 2; r.reduceOp shouldBe "Sum"; r.dim shouldBe 0; r.dtype shouldBe "Float32"
-        s.peer shouldBe 3; s.tag shouldBe 9; s.collectiveSequence.shouldBeNull()
-        rec.close()
-    }
-
     test("on a timeout every rank writes <dir>/<communicator>-rank<R>.json: the waiting ranks show the timeout, the late rank what it did last") {
         val dir = tmp()
         val errors = world(3, CommConfig(timeout = 300.milliseconds, flightRecorderDir = dir.toString())) { c ->

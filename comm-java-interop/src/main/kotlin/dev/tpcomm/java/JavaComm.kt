@@ -65,13 +65,15 @@ public object JavaComm {
 
     /**
      * [create] without blocking: the future resolves to the communicator once every rank has joined,
-     * or completes exceptionally with the [BackendUnavailableException] or other failure itself.
+     * or completes exceptionally with the [BackendUnavailableException] or other failure itself. Never
+     * throws at call time: a null [backend] or [config] completes the future with [IllegalArgumentException].
      */
     @JvmStatic
     @JvmOverloads
     @OptIn(DelicateCoroutinesApi::class)
-    public fun createAsync(backend: String = "auto", config: CommConfig = CommConfig.fromEnvironment()): CompletableFuture<JavaCommunicator> =
+    public fun createAsync(backend: String? = "auto", config: CommConfig? = CommConfig.fromEnvironment()): CompletableFuture<JavaCommunicator> =
         GlobalScope.async(Dispatchers.Default, start = CoroutineStart.UNDISPATCHED) {
-            JavaCommunicator(Comm.create(backend, config))
+            val name = required(backend, "JavaComm.createAsync", "backend", "a backend name (\"auto\", \"local\", \"mpi\", ...)")
+            JavaCommunicator(Comm.create(name, required(config, "JavaComm.createAsync", "config", "a CommConfig (CommConfig.fromEnvironment())")))
         }.asCompletableFuture()
 }

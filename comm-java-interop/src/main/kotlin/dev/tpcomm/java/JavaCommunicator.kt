@@ -31,13 +31,15 @@ import kotlinx.serialization.KSerializer
  * issue collectives in the same order. The operation then proceeds while the caller does other work
  * (compute/communication overlap); the future completes on a tpcomm worker thread.
  *
- * **Failure.** Futures never throw at call time. Bad arguments complete the future exceptionally
+ * **Failure.** Futures never throw at call time. Bad arguments, a null reference from Java
+ * included (`"allReduce: tensor is null; pass a tensor"`), complete the future exceptionally
  * with [IllegalArgumentException] (buffers unchanged, communicator still usable); a failed, timed-out
  * or mismatched collective completes it exceptionally with the [CommunicationException] subclass
  * itself ([dev.tpcomm.CommunicationTimeoutException], [dev.tpcomm.CollectiveMismatchException],
  * [CommunicatorAbortedException]). `future.get()` wraps it in `ExecutionException` and
  * `future.join()` in `CompletionException`, as the JDK does; the blocking methods throw it
- * unwrapped.
+ * unwrapped. Reference parameters are declared nullable for that reason only: Java can pass null,
+ * and null is refused like any other bad argument, never with a `NullPointerException`.
  *
  * **Cancellation.** Cancelling a future (`cancel`, `orTimeout`, `completeExceptionally`) cancels its
  * operation. A collective cannot finish without all its ranks, so cancelling one in flight aborts
@@ -78,58 +80,58 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     /** Reduces [tensor] across ranks with [op], in place; the future resolves to [tensor]. See [Communicator.allReduce]. */
     @JvmOverloads
-    public fun allReduce(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): CompletableFuture<Tensor> = issue { comm.allReduce(tensor, op) }
+    public fun allReduce(tensor: Tensor?, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<Tensor> = issue { comm.allReduce(t(tensor, "allReduce"), op(op, "allReduce")) }
 
     /** Copies [root]'s [tensor] into every rank's [tensor]; resolves to [tensor]. See [Communicator.broadcast]. */
-    public fun broadcast(tensor: Tensor, root: Int): CompletableFuture<Tensor> = issue { comm.broadcast(tensor, root) }
+    public fun broadcast(tensor: Tensor?, root: Int): CompletableFuture<Tensor> = issue { comm.broadcast(t(tensor, "broadcast"), root) }
 
     /** Reduces [tensor] with [op] into [root]'s [tensor]; resolves to [tensor]. See [Communicator.reduce]. */
     @JvmOverloads
-    public fun reduce(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): CompletableFuture<Tensor> =
-        issue { comm.reduce(tensor, root, op) }
+    public fun reduce(tensor: Tensor?, root: Int, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<Tensor> =
+        issue { comm.reduce(t(tensor, "reduce"), root, op(op, "reduce")) }
 
     /** Every rank's [input] concatenated in rank order along [dim], as a new tensor. See [Communicator.allGather]. */
     @JvmOverloads
-    public fun allGather(input: Tensor, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allGather(input, dim) }
+    public fun allGather(input: Tensor?, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allGather(t(input, "allGather", "input"), dim) }
 
     /** [allGather] into the caller's [output]; resolves to [output]. See [Communicator.allGatherInto]. */
     @JvmOverloads
-    public fun allGatherInto(output: Tensor, input: Tensor, dim: Int = 0): CompletableFuture<Tensor> =
-        issue { comm.allGatherInto(output, input, dim) }
+    public fun allGatherInto(output: Tensor?, input: Tensor?, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.allGatherInto(t(output, "allGatherInto", "output"), t(input, "allGatherInto", "input"), dim) }
 
     /** This rank's chunk (along [dim]) of [input] reduced across ranks with [op]. See [Communicator.reduceScatter]. */
     @JvmOverloads
-    public fun reduceScatter(input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
-        issue { comm.reduceScatter(input, op, dim) }
+    public fun reduceScatter(input: Tensor?, op: ReduceOp? = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.reduceScatter(t(input, "reduceScatter", "input"), op(op, "reduceScatter"), dim) }
 
     /** [reduceScatter] into the caller's [output]; resolves to [output]. See [Communicator.reduceScatterInto]. */
     @JvmOverloads
-    public fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
-        issue { comm.reduceScatterInto(output, input, op, dim) }
+    public fun reduceScatterInto(output: Tensor?, input: Tensor?, op: ReduceOp? = ReduceOp.Sum, dim: Int = 0): CompletableFuture<Tensor> =
+        issue { comm.reduceScatterInto(t(output, "reduceScatterInto", "output"), t(input, "reduceScatterInto", "input"), op(op, "reduceScatterInto"), dim) }
 
     /** On [root], every rank's [input] concatenated along [dim]; on other ranks the future resolves to null. See [Communicator.gather]. */
     @JvmOverloads
-    public fun gather(input: Tensor, root: Int, dim: Int = 0): CompletableFuture<Tensor?> = issue { comm.gather(input, root, dim) }
+    public fun gather(input: Tensor?, root: Int, dim: Int = 0): CompletableFuture<Tensor?> = issue { comm.gather(t(input, "gather", "input"), root, dim) }
 
     /** Writes chunk `rank` of [root]'s [input] (null on other ranks) into [output]; resolves to null. See [Communicator.scatter]. */
     @JvmOverloads
-    public fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): CompletableFuture<Void?> =
-        issue { comm.scatter(output, input, root, dim); null }
+    public fun scatter(output: Tensor?, input: Tensor?, root: Int, dim: Int = 0): CompletableFuture<Void?> =
+        issue { comm.scatter(t(output, "scatter", "output"), input, root, dim); null }
 
     /** Exchanges the chunks of [input] along [dim] between all ranks; resolves to a new tensor. See [Communicator.allToAll]. */
     @JvmOverloads
-    public fun allToAll(input: Tensor, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allToAll(input, dim) }
+    public fun allToAll(input: Tensor?, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allToAll(t(input, "allToAll", "input"), dim) }
 
     /** Resolves (to null) once every rank has entered the barrier. */
     public fun barrier(): CompletableFuture<Void?> = issue { comm.barrier(); null }
 
     /** Sends [tensor] to [dst] with [tag]; resolves (to null) once [tensor] may be reused. See [Communicator.send]. */
     @JvmOverloads
-    public fun send(tensor: Tensor, dst: Int, tag: Int = 0): CompletableFuture<Void?> = issue { comm.send(tensor, dst, tag); null }
+    public fun send(tensor: Tensor?, dst: Int, tag: Int = 0): CompletableFuture<Void?> = issue { comm.send(t(tensor, "send"), dst, tag); null }
 
     /** Receives into [tensor] from [src] (or [Communicator.ANY_SOURCE]) with [tag] (or [Communicator.ANY_TAG]). See [Communicator.recv]. */
     @JvmOverloads
-    public fun recv(tensor: Tensor, src: Int, tag: Int = 0): CompletableFuture<MessageInfo> = issue { comm.recv(tensor, src, tag) }
+    public fun recv(tensor: Tensor?, src: Int, tag: Int = 0): CompletableFuture<MessageInfo> = issue { comm.recv(t(tensor, "recv"), src, tag) }
 
     /** Waits for a matching message without receiving it and says its source, tag and size. See [Communicator.probe]. */
     @JvmOverloads
@@ -145,14 +147,14 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         issue { comm.split(color, key)?.let(::JavaCommunicator) }
 
     /** Collective: the sub-communicator of [ranks] (in that order), or null on non-members. See [Communicator.group]. */
-    public fun group(ranks: List<Int>): CompletableFuture<JavaCommunicator?> = issue { comm.group(ranks)?.let(::JavaCommunicator) }
+    public fun group(ranks: List<Int>?): CompletableFuture<JavaCommunicator?> = issue { comm.group(ranksOf(ranks))?.let(::JavaCommunicator) }
 
     /**
      * Collective: every rank's [value], in rank order, encoded with [serializer] (kotlinx-serialization;
      * from Kotlin code). Java code passes a `Class` or an [ObjectCodec] instead: see the overloads.
      */
-    public fun <T> allGatherObject(value: T, serializer: KSerializer<T>): CompletableFuture<List<T>> =
-        issue { comm.allGatherObject(value, serializer) }
+    public fun <T> allGatherObject(value: T, serializer: KSerializer<T>?): CompletableFuture<List<T>> =
+        issue { comm.allGatherObject(value, serializer(serializer, "allGatherObject")) }
 
     /**
      * Collective: every rank's [value], in rank order, for a class kotlinx.serialization knows
@@ -169,8 +171,8 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      * collective completes and the communicator stays usable); a [CommunicationException] when the
      * collective itself fails.
      */
-    public fun <T> allGatherObject(value: T, type: Class<T>): CompletableFuture<List<T>> =
-        issue { ObjectExchange.allGather(comm, value, SerializerCodec.forClass(type)) }
+    public fun <T> allGatherObject(value: T, type: Class<T>?): CompletableFuture<List<T>> =
+        issue { ObjectExchange.allGather(comm, value, codecOf(type, "allGatherObject")) }
 
     /**
      * Collective: every rank's [value], in rank order, encoded and decoded with your [codec]: any
@@ -185,15 +187,15 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      * message, with no rank left waiting; the communicator stays usable. A failure of the collective
      * itself completes it with a [CommunicationException].
      */
-    public fun <T> allGatherObject(value: T, codec: ObjectCodec<T>): CompletableFuture<List<T>> =
-        issue { ObjectExchange.allGather(comm, value, codec) }
+    public fun <T> allGatherObject(value: T, codec: ObjectCodec<T>?): CompletableFuture<List<T>> =
+        issue { ObjectExchange.allGather(comm, value, codec(codec, "allGatherObject")) }
 
     /**
      * Collective: [root]'s [value] on every rank, encoded with [serializer] (kotlinx-serialization;
      * from Kotlin code); other ranks may pass null. Java code passes a `Class` or an [ObjectCodec] instead.
      */
-    public fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): CompletableFuture<T> =
-        issue { comm.broadcastObject(value, root, serializer) }
+    public fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>?): CompletableFuture<T> =
+        issue { comm.broadcastObject(value, root, serializer(serializer, "broadcastObject")) }
 
     /**
      * Collective: [root]'s [value] on every rank (other ranks pass null), for a class
@@ -201,8 +203,8 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      * copy. Failures as for [allGatherObject] with a `Class`; a null value on the root completes
      * every rank's future with [IllegalArgumentException], and so does a [root] outside `0 until worldSize`.
      */
-    public fun <T> broadcastObject(value: T?, root: Int, type: Class<T>): CompletableFuture<T> =
-        issue { ObjectExchange.broadcast(comm, value, root, SerializerCodec.forClass(type)) }
+    public fun <T> broadcastObject(value: T?, root: Int, type: Class<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.broadcast(comm, value, root, codecOf(type, "broadcastObject")) }
 
     /**
      * Collective: [root]'s [value] on every rank (other ranks pass null), encoded and decoded with
@@ -210,8 +212,8 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      * encode, or the codec cannot decode, every rank's future completes with [ObjectCodecException];
      * a null value on the root completes every rank's future with [IllegalArgumentException].
      */
-    public fun <T> broadcastObject(value: T?, root: Int, codec: ObjectCodec<T>): CompletableFuture<T> =
-        issue { ObjectExchange.broadcast(comm, value, root, codec) }
+    public fun <T> broadcastObject(value: T?, root: Int, codec: ObjectCodec<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.broadcast(comm, value, root, codec(codec, "broadcastObject")) }
 
     /**
      * All-reduces many tensors with few collectives (tensor fusion): grouped by dtype, packed into
@@ -220,72 +222,73 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      */
     @JvmOverloads
     public fun allReduceCoalesced(
-        tensors: List<Tensor>,
-        op: ReduceOp = ReduceOp.Sum,
+        tensors: List<Tensor>?,
+        op: ReduceOp? = ReduceOp.Sum,
         thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
-    ): CompletableFuture<List<Tensor>> = issue { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+    ): CompletableFuture<List<Tensor>> = issue { comm.allReduceCoalesced(tensorsOf(tensors, "allReduceCoalesced"), op(op, "allReduceCoalesced"), thresholdBytes) }
 
     /**
      * Collective: lays the ranks out as a mesh of [shape] with dimension [names] and builds one
      * communicator per dimension (one `split` per dimension). Every rank must call it with the same
      * arguments. Bad arguments complete the future with [IllegalArgumentException]. See [JavaDeviceMesh].
      */
-    public fun deviceMesh(shape: List<Int>, names: List<String>): CompletableFuture<JavaDeviceMesh> =
-        issue { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+    public fun deviceMesh(shape: List<Int>?, names: List<String>?): CompletableFuture<JavaDeviceMesh> =
+        issue { mesh(shape, names, "deviceMesh") }
 
     // ---- blocking twins ------------------------------------------------------------------------
 
     /** [allReduce], waiting; throws the [CommunicationException] or [IllegalArgumentException] itself. */
     @JvmOverloads
-    public fun allReduceBlocking(tensor: Tensor, op: ReduceOp = ReduceOp.Sum): Tensor = block("allReduce") { comm.allReduce(tensor, op) }
+    public fun allReduceBlocking(tensor: Tensor?, op: ReduceOp? = ReduceOp.Sum): Tensor = block("allReduce") { comm.allReduce(t(tensor, "allReduce"), op(op, "allReduce")) }
 
     /** [broadcast], waiting. */
-    public fun broadcastBlocking(tensor: Tensor, root: Int): Tensor = block("broadcast") { comm.broadcast(tensor, root) }
+    public fun broadcastBlocking(tensor: Tensor?, root: Int): Tensor = block("broadcast") { comm.broadcast(t(tensor, "broadcast"), root) }
 
     /** [reduce], waiting. */
     @JvmOverloads
-    public fun reduceBlocking(tensor: Tensor, root: Int, op: ReduceOp = ReduceOp.Sum): Tensor = block("reduce") { comm.reduce(tensor, root, op) }
+    public fun reduceBlocking(tensor: Tensor?, root: Int, op: ReduceOp? = ReduceOp.Sum): Tensor = block("reduce") { comm.reduce(t(tensor, "reduce"), root, op(op, "reduce")) }
 
     /** [allGather], waiting. */
     @JvmOverloads
-    public fun allGatherBlocking(input: Tensor, dim: Int = 0): Tensor = block("allGather") { comm.allGather(input, dim) }
+    public fun allGatherBlocking(input: Tensor?, dim: Int = 0): Tensor = block("allGather") { comm.allGather(t(input, "allGather", "input"), dim) }
 
     /** [allGatherInto], waiting. */
     @JvmOverloads
-    public fun allGatherIntoBlocking(output: Tensor, input: Tensor, dim: Int = 0): Tensor = block("allGatherInto") { comm.allGatherInto(output, input, dim) }
+    public fun allGatherIntoBlocking(output: Tensor?, input: Tensor?, dim: Int = 0): Tensor =
+        block("allGatherInto") { comm.allGatherInto(t(output, "allGatherInto", "output"), t(input, "allGatherInto", "input"), dim) }
 
     /** [reduceScatter], waiting. */
     @JvmOverloads
-    public fun reduceScatterBlocking(input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
-        block("reduceScatter") { comm.reduceScatter(input, op, dim) }
+    public fun reduceScatterBlocking(input: Tensor?, op: ReduceOp? = ReduceOp.Sum, dim: Int = 0): Tensor =
+        block("reduceScatter") { comm.reduceScatter(t(input, "reduceScatter", "input"), op(op, "reduceScatter"), dim) }
 
     /** [reduceScatterInto], waiting. */
     @JvmOverloads
-    public fun reduceScatterIntoBlocking(output: Tensor, input: Tensor, op: ReduceOp = ReduceOp.Sum, dim: Int = 0): Tensor =
-        block("reduceScatterInto") { comm.reduceScatterInto(output, input, op, dim) }
+    public fun reduceScatterIntoBlocking(output: Tensor?, input: Tensor?, op: ReduceOp? = ReduceOp.Sum, dim: Int = 0): Tensor =
+        block("reduceScatterInto") { comm.reduceScatterInto(t(output, "reduceScatterInto", "output"), t(input, "reduceScatterInto", "input"), op(op, "reduceScatterInto"), dim) }
 
     /** [gather], waiting; null on ranks other than [root]. */
     @JvmOverloads
-    public fun gatherBlocking(input: Tensor, root: Int, dim: Int = 0): Tensor? = block("gather") { comm.gather(input, root, dim) }
+    public fun gatherBlocking(input: Tensor?, root: Int, dim: Int = 0): Tensor? = block("gather") { comm.gather(t(input, "gather", "input"), root, dim) }
 
     /** [scatter], waiting. */
     @JvmOverloads
-    public fun scatterBlocking(output: Tensor, input: Tensor?, root: Int, dim: Int = 0): Unit = block("scatter") { comm.scatter(output, input, root, dim) }
+    public fun scatterBlocking(output: Tensor?, input: Tensor?, root: Int, dim: Int = 0): Unit = block("scatter") { comm.scatter(t(output, "scatter", "output"), input, root, dim) }
 
     /** [allToAll], waiting. */
     @JvmOverloads
-    public fun allToAllBlocking(input: Tensor, dim: Int = 0): Tensor = block("allToAll") { comm.allToAll(input, dim) }
+    public fun allToAllBlocking(input: Tensor?, dim: Int = 0): Tensor = block("allToAll") { comm.allToAll(t(input, "allToAll", "input"), dim) }
 
     /** [barrier], waiting. */
     public fun barrierBlocking(): Unit = block("barrier") { comm.barrier() }
 
     /** [send], waiting. */
     @JvmOverloads
-    public fun sendBlocking(tensor: Tensor, dst: Int, tag: Int = 0): Unit = block("send") { comm.send(tensor, dst, tag) }
+    public fun sendBlocking(tensor: Tensor?, dst: Int, tag: Int = 0): Unit = block("send") { comm.send(t(tensor, "send"), dst, tag) }
 
     /** [recv], waiting. */
     @JvmOverloads
-    public fun recvBlocking(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo = block("recv") { comm.recv(tensor, src, tag) }
+    public fun recvBlocking(tensor: Tensor?, src: Int, tag: Int = 0): MessageInfo = block("recv") { comm.recv(t(tensor, "recv"), src, tag) }
 
     /** [probe], waiting. */
     @JvmOverloads
@@ -296,42 +299,43 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     public fun splitBlocking(color: Int?, key: Int = rank): JavaCommunicator? = block("split") { comm.split(color, key)?.let(::JavaCommunicator) }
 
     /** [group], waiting; null on non-members. */
-    public fun groupBlocking(ranks: List<Int>): JavaCommunicator? = block("group") { comm.group(ranks)?.let(::JavaCommunicator) }
+    public fun groupBlocking(ranks: List<Int>?): JavaCommunicator? = block("group") { comm.group(ranksOf(ranks))?.let(::JavaCommunicator) }
 
     /** [allGatherObject] with a [KSerializer], waiting. */
-    public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>): List<T> = block("allGatherObject") { comm.allGatherObject(value, serializer) }
+    public fun <T> allGatherObjectBlocking(value: T, serializer: KSerializer<T>?): List<T> =
+        block("allGatherObject") { comm.allGatherObject(value, serializer(serializer, "allGatherObject")) }
 
     /** [allGatherObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
-    public fun <T> allGatherObjectBlocking(value: T, type: Class<T>): List<T> =
-        block("allGatherObject") { ObjectExchange.allGather(comm, value, SerializerCodec.forClass(type)) }
+    public fun <T> allGatherObjectBlocking(value: T, type: Class<T>?): List<T> =
+        block("allGatherObject") { ObjectExchange.allGather(comm, value, codecOf(type, "allGatherObject")) }
 
     /** [allGatherObject] with an [ObjectCodec], waiting; throws [ObjectCodecException] or the [CommunicationException] itself. */
-    public fun <T> allGatherObjectBlocking(value: T, codec: ObjectCodec<T>): List<T> =
-        block("allGatherObject") { ObjectExchange.allGather(comm, value, codec) }
+    public fun <T> allGatherObjectBlocking(value: T, codec: ObjectCodec<T>?): List<T> =
+        block("allGatherObject") { ObjectExchange.allGather(comm, value, codec(codec, "allGatherObject")) }
 
     /** [broadcastObject] with a [KSerializer], waiting. */
-    public fun <T> broadcastObjectBlocking(value: T?, root: Int, serializer: KSerializer<T>): T =
-        block("broadcastObject") { comm.broadcastObject(value, root, serializer) }
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, serializer: KSerializer<T>?): T =
+        block("broadcastObject") { comm.broadcastObject(value, root, serializer(serializer, "broadcastObject")) }
 
     /** [broadcastObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
-    public fun <T> broadcastObjectBlocking(value: T?, root: Int, type: Class<T>): T =
-        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, SerializerCodec.forClass(type)) }
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, type: Class<T>?): T =
+        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, codecOf(type, "broadcastObject")) }
 
     /** [broadcastObject] with an [ObjectCodec], waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
-    public fun <T> broadcastObjectBlocking(value: T?, root: Int, codec: ObjectCodec<T>): T =
-        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, codec) }
+    public fun <T> broadcastObjectBlocking(value: T?, root: Int, codec: ObjectCodec<T>?): T =
+        block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, codec(codec, "broadcastObject")) }
 
     /** [allReduceCoalesced], waiting. */
     @JvmOverloads
     public fun allReduceCoalescedBlocking(
-        tensors: List<Tensor>,
-        op: ReduceOp = ReduceOp.Sum,
+        tensors: List<Tensor>?,
+        op: ReduceOp? = ReduceOp.Sum,
         thresholdBytes: Long = DEFAULT_FUSION_THRESHOLD_BYTES,
-    ): List<Tensor> = block("allReduceCoalesced") { comm.allReduceCoalesced(tensors, op, thresholdBytes) }
+    ): List<Tensor> = block("allReduceCoalesced") { comm.allReduceCoalesced(tensorsOf(tensors, "allReduceCoalesced"), op(op, "allReduceCoalesced"), thresholdBytes) }
 
     /** [deviceMesh], waiting. */
-    public fun deviceMeshBlocking(shape: List<Int>, names: List<String>): JavaDeviceMesh =
-        block("deviceMesh") { JavaDeviceMesh(DeviceMesh(comm, shape, names)) }
+    public fun deviceMeshBlocking(shape: List<Int>?, names: List<String>?): JavaDeviceMesh =
+        block("deviceMesh") { mesh(shape, names, "deviceMesh") }
 
     /** Closes the underlying communicator; operations still pending fail with a [CommunicationException]. Idempotent. */
     override fun close() {
@@ -341,6 +345,29 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     override fun toString(): String = "JavaCommunicator($backendName rank $rank of $worldSize)"
 
     // ---- machinery -----------------------------------------------------------------------------
+
+    private fun t(tensor: Tensor?, operation: String, parameter: String = "tensor"): Tensor = required(tensor, operation, parameter, "a tensor")
+
+    private fun op(op: ReduceOp?, operation: String): ReduceOp = required(op, operation, "op", "a ReduceOp (ReduceOp.Sum, ...)")
+
+    private fun ranksOf(ranks: List<Int>?): List<Int> = required(ranks, "group", "ranks", "the list of member ranks")
+
+    private fun tensorsOf(tensors: List<Tensor>?, operation: String): List<Tensor> =
+        required(tensors, operation, "tensors", "a list of tensors (it may be empty)").onEachIndexed { i, x ->
+            @Suppress("SENSELESS_COMPARISON")
+            require((x as Tensor?) != null) { "$operation: tensors[$i] is null; pass a list of tensors without nulls" }
+        }
+
+    private fun <T> serializer(serializer: KSerializer<T>?, operation: String): KSerializer<T> =
+        required(serializer, operation, "serializer", "a KSerializer (or use the Class or ObjectCodec overload)")
+
+    private fun <T> codec(codec: ObjectCodec<T>?, operation: String): ObjectCodec<T> = required(codec, operation, "codec", "an ObjectCodec")
+
+    private fun <T> codecOf(type: Class<T>?, operation: String): ObjectCodec<T> =
+        SerializerCodec.forClass(required(type, operation, "type", "the value's Class (or use the ObjectCodec overload)"))
+
+    private suspend fun mesh(shape: List<Int>?, names: List<String>?, operation: String): JavaDeviceMesh =
+        JavaDeviceMesh(DeviceMesh(comm, required(shape, operation, "shape", "the mesh's sizes"), required(names, operation, "names", "the dimensions' names")))
 
     /** Starts [operation] undispatched: it is issued in the calling thread before this returns. */
     private fun <T> issue(operation: suspend () -> T): CompletableFuture<T> =

@@ -219,10 +219,6 @@ public class MpiCommunicator internal constructor(
      */
     public val isAborted: Boolean get() = failure.isAborted
 
-    /** The former name of [isAborted]. */
-    @Deprecated("named isAborted on every backend", ReplaceWith("isAborted"))
-    public val isBroken: Boolean get() = isAborted
-
     // ------------------------------------------------------------------ collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {

@@ -1,5 +1,3 @@
-@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
-
 package dev.tpcomm.rccl
 
 import dev.tpcomm.BackendUnavailableException

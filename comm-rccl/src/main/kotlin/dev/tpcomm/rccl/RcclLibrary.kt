@@ -1,7 +1,6 @@
-@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
-
 package dev.tpcomm.rccl
 
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.gpu.NcclApi
 import dev.tpcomm.gpu.NcclCommConfig
 import dev.tpcomm.gpu.NcclConnector
@@ -27,7 +26,12 @@ import java.lang.invoke.MethodHandle
  *
  * The same binding opens NVIDIA's `libnccl.so.2` ([nvidia]), whose C API RCCL copies: the GPU check
  * runs the engine over it and the CUDA runtime ([FfmDeviceRuntime.cuda]) on NVIDIA machines.
+ *
+ * A raw native seam: its methods call the library directly (`ncclCommAbort`, `ncclGroupStart`, frees
+ * of device memory) outside the engine's ordering, so it needs the [InternalTpcommApi] opt-in. Users
+ * get it through `Comm.create("rccl")`, never by constructing it.
  */
+@InternalTpcommApi
 public class RcclLibrary internal constructor(private val lib: NativeLibrary, private val name: String = "RCCL") : NcclApi {
     /** Opens RCCL from the usual places (see the class KDoc). */
     public constructor() : this(NativeLibrary("RCCL (librccl.so)", NativeLibrary.candidates("TPCOMM_RCCL_LIBRARY", "librccl.so", "librccl.so.1")))

@@ -16,6 +16,9 @@ import dev.tpcomm.coroutines.LocalWorld
  * with its config (timeout, flight recorder size); once every rank has joined, the name is free
  * again for a new world. Joining with another world size, or a rank that already joined, throws
  * [IllegalArgumentException]. `create` does not wait for the other ranks: the first collective does.
+ *
+ * Like every backend it refuses host tensors over Java heap arrays; the option
+ * [ALLOW_HEAP_MEMORY_OPTION] (`local.allowHeapMemory=true`) accepts them for in-process-only programs.
  */
 public class LocalBackendFactory : CommBackendFactory {
     override val name: String get() = "local"
@@ -28,6 +31,30 @@ public class LocalBackendFactory : CommBackendFactory {
     public companion object {
         /** The option naming the world that callers of `Comm.create("local", ...)` join. */
         public const val WORLD_OPTION: String = "local.world"
+
+        /**
+         * The option `local.allowHeapMemory` (`"true"` or `"false"`, default false). By default the
+         * in-process backend refuses what every backend refuses, so a program tested on it does not
+         * fail later under `mpirun` or on a GPU: a host tensor over a Java heap array
+         * (`Tensor.wrap(MemorySegment.ofArray(...))`, or of a heap `ByteBuffer` such as a copy of
+         * `NDArray.toByteBuffer()`) fails before any data moves with the [IllegalArgumentException]
+         * MPI gives, word for word. With `"true"` the in-process backend, and only it, reduces and
+         * copies such tensors (the JVM moves the data, so it can): for programs that only ever run
+         * in-process. Applies to every communicator of the world, those split from it included.
+         * Any other value makes [LocalWorld]'s constructor and `Comm.create("local", ...)` throw
+         * [IllegalArgumentException].
+         */
+        public const val ALLOW_HEAP_MEMORY_OPTION: String = "local.allowHeapMemory"
+
+        /** [ALLOW_HEAP_MEMORY_OPTION] of [config]; refuses a value other than true or false. */
+        internal fun allowHeapMemory(config: CommConfig): Boolean {
+            val value = config.options[ALLOW_HEAP_MEMORY_OPTION] ?: return false
+            return when (value.trim().lowercase()) {
+                "true" -> true
+                "false" -> false
+                else -> throw IllegalArgumentException("option $ALLOW_HEAP_MEMORY_OPTION=\"$value\" is not a boolean; use true or false")
+            }
+        }
     }
 }
 

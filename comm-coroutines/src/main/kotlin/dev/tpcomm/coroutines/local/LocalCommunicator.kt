@@ -37,8 +37,12 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     override val backendName: String get() = BACKEND
     override val device: Device get() = Device.Host
 
-    /** The core's argument checks; the JVM moves the data, so heap-backed tensors are fine here. */
-    private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = false)
+    /**
+     * The core's argument checks, the same as MPI's: heap-backed tensors are refused (with MPI's
+     * message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
+     * passes on the native backends.
+     */
+    private val validator = CollectiveValidator(group.size, Device.Host, nativeMemory = !world.allowHeapMemory)
 
     override val flightRecorder: FlightRecorder get() = recorder
     val recorder = FlightRecorder(world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size, communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = world.config.flightRecorderDir)

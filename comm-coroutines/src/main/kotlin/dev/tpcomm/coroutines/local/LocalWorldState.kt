@@ -16,6 +16,9 @@ import java.util.concurrent.atomic.AtomicBoolean
 internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
     val failures = FailureState(-1, LocalCommunicator.BACKEND) { null }
+
+    /** [LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]: read (and refused when malformed) once, at creation. */
+    val allowHeapMemory: Boolean = LocalBackendFactory.allowHeapMemory(config)
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */

@@ -59,7 +59,7 @@ object LocalBench {
             val rec = dev.tpcomm.coroutines.FlightRecorder(256, 0, "local")
             repeat(5) {
                 val s = System.nanoTime()
-                repeat(1_000_000) { rec.start("allReduce", "Float32", null, 8, null, "Sum").complete() }
+                repeat(1_000_000) { rec.start("allReduce", DType.Float32, null, 8, reduceOp = dev.tpcomm.ReduceOp.Sum).complete() }
                 println("recorder start+complete: ${(System.nanoTime() - s) / 1_000_000.0} ns")
             }
             return@runBlocking

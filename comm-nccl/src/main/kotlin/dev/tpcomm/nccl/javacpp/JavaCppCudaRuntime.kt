@@ -1,5 +1,6 @@
 package dev.tpcomm.nccl.javacpp
 
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.gpu.DeviceRuntime
 import org.bytedeco.cuda.cudart.CUevent_st
 import org.bytedeco.cuda.cudart.CUstream_st
@@ -10,7 +11,12 @@ import org.bytedeco.javacpp.Pointer
  * [DeviceRuntime] over the CUDA runtime through the JavaCPP presets (`org.bytedeco.cuda.global.cudart`,
  * CUDA 13.3 headers). The first use loads `libcudart` and the driver (`UnsatisfiedLinkError`
  * without an NVIDIA driver). Stateless; the current device is per thread, as in CUDA.
+ *
+ * A raw native seam: its methods call the library directly (`ncclCommAbort`, `ncclGroupStart`, frees
+ * of device memory) outside the engine's ordering, so it needs the [InternalTpcommApi] opt-in. Users
+ * get it through `Comm.create("nccl")`, never by constructing it.
  */
+@InternalTpcommApi
 public class JavaCppCudaRuntime : DeviceRuntime {
     override val platformName: String get() = "CUDA"
 

@@ -1,5 +1,6 @@
 package dev.tpcomm.nccl.javacpp
 
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.gpu.NcclApi
 import dev.tpcomm.gpu.NcclCommConfig
 import dev.tpcomm.gpu.NcclConnector
@@ -19,7 +20,12 @@ import java.lang.foreign.MemorySegment
  * preset 13.3-9.25-1.5.14, built against NCCL 2.30.7). Every method is one JNI call into
  * `libnccl.so`; the first use loads the library (and throws `UnsatisfiedLinkError` when it or the
  * NVIDIA driver is missing). Stateless and thread-safe as NCCL is.
+ *
+ * A raw native seam: its methods call the library directly (`ncclCommAbort`, `ncclGroupStart`, frees
+ * of device memory) outside the engine's ordering, so it needs the [InternalTpcommApi] opt-in. Users
+ * get it through `Comm.create("nccl")`, never by constructing it.
  */
+@InternalTpcommApi
 public class JavaCppNcclApi : NcclApi {
     override val libraryName: String get() = "NCCL"
 

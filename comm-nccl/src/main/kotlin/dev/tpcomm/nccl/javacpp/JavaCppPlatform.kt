@@ -1,7 +1,6 @@
-@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
-
 package dev.tpcomm.nccl.javacpp
 
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.gpu.DeviceRuntime
 import dev.tpcomm.gpu.GpuProbe
 import dev.tpcomm.gpu.NcclApi
@@ -13,7 +12,9 @@ import org.bytedeco.cuda.global.nccl
  * Entry point of the JavaCPP bindings for the factory. Its signatures use only tpcomm types, so a
  * caller outside this package never links against JavaCPP classes until it calls in (and then gets
  * `NoClassDefFoundError` when the presets are not on the classpath, which the factory catches).
+ * Internal ([InternalTpcommApi]): it hands out the raw seams [JavaCppNcclApi] and [JavaCppCudaRuntime].
  */
+@InternalTpcommApi
 public object JavaCppPlatform {
     /** The NCCL API over JavaCPP. */
     @JvmStatic

@@ -1,9 +1,11 @@
-package dev.tpcomm.mpi
+package dev.tpcomm.bench.mpi
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.mpi.MpiBackendFactory
+import dev.tpcomm.mpi.MpiCommunicator
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 import java.lang.foreign.ValueLayout
@@ -15,7 +17,7 @@ import kotlin.system.exitProcess
  * until the max over ranks reaches 30 ms, then K for 0.25 s), then 3 repeats of barrier + K
  * iterations, the per-rank mean, the max over ranks, and the median of the 3.
  *
- * Run: `mpirun -np N java --enable-native-access=ALL-UNNAMED -cp <classpath> dev.tpcomm.mpi.MpiAllReduceBench`.
+ * Run: `mpirun -np N java --enable-native-access=ALL-UNNAMED -cp <classpath> dev.tpcomm.bench.mpi.MpiAllReduceBench`.
  * Prints (rank 0) `impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps` with impl
  * `tpcomm_mpi_<implementation>`, and `#rep,...` lines with the three repeats. The loop runs on the
  * communicator's thread (`withContext(comm.nativeDispatcher)`), as hot loops should, after a JIT
