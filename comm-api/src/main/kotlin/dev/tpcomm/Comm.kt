@@ -1,6 +1,6 @@
 package dev.tpcomm
 
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import java.util.ServiceLoader
 
 /** Entry point: creates communicators from the backends on the classpath. */
@@ -32,7 +32,7 @@ public object Comm {
         val all = backends()
         if (backend.equals("auto", ignoreCase = true)) {
             val chosen = all.firstOrNull { it.isAvailable() }
-                ?: throw FailureState.unavailable(
+                ?: throw CommunicationErrors.unavailable(
                     "auto",
                     "no backend is available; tried: " + all.joinToString { "${it.name} (${it.unavailableReason() ?: "unavailable"})" } +
                         ". Add comm-coroutines to the classpath for the in-process backend.",
@@ -40,7 +40,7 @@ public object Comm {
             return chosen.create(config)
         }
         val factory = all.firstOrNull { it.name.equals(backend, ignoreCase = true) }
-            ?: throw FailureState.unavailable(backend, missingBackendMessage(backend, all))
+            ?: throw CommunicationErrors.unavailable(backend, missingBackendMessage(backend, all))
         return factory.create(config)
     }
 

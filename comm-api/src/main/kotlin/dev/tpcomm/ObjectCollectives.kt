@@ -1,5 +1,6 @@
 package dev.tpcomm
 
+import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import kotlinx.serialization.KSerializer
 import kotlinx.serialization.SerializationException
@@ -38,7 +39,7 @@ internal object ObjectCollectives {
     }
 
     /** The builder of this rank's exceptions (no flight recorder at this layer: the dump is null). */
-    private fun failures(comm: Communicator) = FailureState(comm.rank, comm.backendName) { null }
+    private fun errors(comm: Communicator) = CommunicationErrors(comm.rank, comm.backendName)
 
     /**
      * The length a rank announces when its own serializer failed: it still takes part in the
@@ -51,9 +52,9 @@ internal object ObjectCollectives {
     private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
         if (length in 0..MAX_LENGTH) return
         if (length == ENCODING_FAILED) {
-            throw failures(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
+            throw errors(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
         }
-        throw failures(comm).failure(
+        throw errors(comm).failure(
             operation, -1,
             "$who announced a value of $length bytes, which is not in 0..$MAX_LENGTH; " +
                 "every rank must call $operation at this position of its program (a peer called another collective, or runs another version)",
@@ -63,14 +64,14 @@ internal object ObjectCollectives {
     private fun <T> decode(comm: Communicator, operation: String, who: String, bytes: ByteArray, serializer: KSerializer<T>): T = try {
         json.decodeFromString(serializer, bytes.decodeToString())
     } catch (e: SerializationException) {
-        throw failures(comm).failure(
+        throw errors(comm).failure(
             operation, -1,
             "the ${bytes.size} bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}; " +
                 "every rank must pass a value of the same type to $operation",
             e,
         )
     } catch (e: IllegalArgumentException) {
-        throw failures(comm).failure(
+        throw errors(comm).failure(
             operation, -1,
             "the ${bytes.size} bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}",
             e,

@@ -12,11 +12,12 @@ import kotlin.concurrent.thread
 
 class FailureStateSpec : FunSpec({
     test("the first cause wins, listeners run once, and later calls carry the cause and the dump") {
-        val s = FailureState(2, "mpi") { "{\"records\":[]}" }
+        val errors = CommunicationErrors(2, "mpi") { "{\"records\":[]}" }
+        val s = FailureState(errors)
         val ran = AtomicInteger()
         s.onAbort { ran.incrementAndGet() }
-        val first = s.timeout("allReduce", 5, "rank 1 did not arrive within 5s")
-        val second = s.failure("barrier", 6, "other")
+        val first = errors.timeout("allReduce", 5, "rank 1 did not arrive within 5s")
+        val second = errors.failure("barrier", 6, "other")
         s.abort(first) shouldBe true
         s.abort(second) shouldBe false
         s.cause shouldBeSameInstanceAs first
@@ -32,7 +33,7 @@ class FailureStateSpec : FunSpec({
 
     test("a listener added after the abort runs at once; racing aborts record exactly one cause") {
         repeat(200) {
-            val s = FailureState(0, "local") { null }
+            val s = FailureState(CommunicationErrors(0, "local"))
             val calls = AtomicInteger()
             val go = CountDownLatch(1)
             val threads = (0 until 4).map { i -> thread { go.await(); s.abort(RuntimeException("t$i")) } }
@@ -44,13 +45,21 @@ class FailureStateSpec : FunSpec({
     }
 
     test("a dump that throws does not hide the failure") {
-        val s = FailureState(0, "nccl") { error("recorder broken") }
-        s.failure("send", 1, "x").flightRecorderDump!!.contains("recorder broken") shouldBe true
+        val errors = CommunicationErrors(0, "nccl") { error("recorder broken") }
+        errors.failure("send", 1, "x").flightRecorderDump!!.contains("recorder broken") shouldBe true
+    }
+
+    test("building an exception changes no state; one convention for lifecycle steps") {
+        val s = FailureState(CommunicationErrors(0, "nccl"))
+        val e = s.errors.timeout(CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "init did not complete")
+        s.isAborted shouldBe false
+        e.operation shouldBe "create"
+        e.sequenceNumber shouldBe -1L
     }
 
     test("closed() makes later calls say the communicator was closed") {
-        val s = FailureState(1, "local") { null }
-        s.abort(s.closed())
+        val s = FailureState(CommunicationErrors(1, "local"))
+        s.abort(s.errors.closed())
         shouldThrow<CommunicatorAbortedException> { s.ensureUsable("allReduce", 3) }.reason shouldBe
             "the communicator was closed; create a new one"
     }

@@ -4,7 +4,7 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import kotlinx.coroutines.Deferred
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.withContext
@@ -92,4 +92,4 @@ private suspend fun List<Deferred<*>>.cancelAndJoinAll() {
 private fun List<Int>.summary(): String = if (size <= 16) joinToString() else take(16).joinToString() + ", ..."
 
 private fun timeoutException(operation: String, message: String, comm: Communicator?): CommunicationTimeoutException =
-    FailureState(comm?.rank ?: -1, comm?.backendName ?: "unknown") { null }.timeout(operation, -1, message)
+    CommunicationErrors(comm?.rank ?: -1, comm?.backendName ?: "unknown").timeout(operation, -1, message)

@@ -110,7 +110,7 @@ public class LocalWorld(
      * throw [CommunicatorAbortedException]. Idempotent.
      */
     override fun close() {
-        state.close(state.failures.aborted("close", -1, "the local world was closed"))
+        state.close(state.errors.aborted("close", -1, "the local world was closed"))
     }
 
     override fun toString(): String = "LocalWorld(worldSize=$worldSize)"

@@ -20,6 +20,7 @@ import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.DeadlineWatchdog
+import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
@@ -97,8 +98,9 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     private val validator = CollectiveValidator(worldSize, device, nativeMemory = false)
     private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
-    /** The core's failure state: first cause wins; the only builder of this communicator's exceptions. */
-    private val failures = FailureState(rank, backendName) { recorder.dumpJson() }
+    /** The only builder of this communicator's exceptions, and its failure state (first cause wins). */
+    private val errors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
+    private val failures = FailureState(errors)
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
@@ -718,7 +720,7 @@ public class NcclCommunicator internal constructor(
             val all = LongArray(sig.size * worldSize) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, i.toLong()) }
             val mismatch = CollectiveSignature.compare(all, worldSize, entry.sequence, "a $backendName communicator of $worldSize ranks") ?: return
             entry.fail(RuntimeException(mismatch.message))
-            throw fail(this, failures.mismatch(name, entry.sequence, mismatch))
+            throw fail(this, errors.mismatch(name, entry.sequence, mismatch))
         }
 
         fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
@@ -752,7 +754,7 @@ public class NcclCommunicator internal constructor(
         issue: Op.() -> T,
     ): T {
         if (closed.get()) {
-            throw failures.aborted(name, -1, "the communicator was closed; create a new one")
+            throw errors.aborted(name, -1, "the communicator was closed; create a new one")
         }
         // The deadline runs from the call (docs/gpu.md, "Deadlines"): the watchdog times the operation
         // while it waits for the native thread too, and releases this caller at the deadline.
@@ -779,7 +781,7 @@ public class NcclCommunicator internal constructor(
             live.remove(o)
             if (o.issued && !o.finished && failedWith() == null) {
                 abort(
-                    failures.aborted(
+                    errors.aborted(
                         name, -1,
                         "a $name call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
                         e,
@@ -851,7 +853,7 @@ public class NcclCommunicator internal constructor(
         } catch (e: CancellationException) {
             if (failedWith() == null) {
                 abort(
-                    failures.aborted(
+                    errors.aborted(
                         o.name, -1,
                         "a ${o.name} call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
                         e,
@@ -863,7 +865,7 @@ public class NcclCommunicator internal constructor(
             entry.fail(e)
             throw e
         } catch (e: Throwable) {
-            val wrapped = failures.failure(o.name, entry.sequence, "unexpected failure while issuing: $e", e)
+            val wrapped = errors.failure(o.name, entry.sequence, "unexpected failure while issuing: $e", e)
             throw fail(o, wrapped)
         } finally {
             inFlight--
@@ -897,7 +899,7 @@ public class NcclCommunicator internal constructor(
         if (state != NcclResult.SUCCESS) {
             val text = runCatching { api.getErrorString(state) }.getOrNull()
             abort(
-                failures.nativeError(
+                errors.nativeError(
                     "send/recv", -1,
                     "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
                         ". ${NcclResult.hint(state)}. The communicator was aborted.",
@@ -1047,7 +1049,7 @@ public class NcclCommunicator internal constructor(
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failures.abort(failures.closed())
+        failures.abort(errors.closed())
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
@@ -1116,14 +1118,14 @@ public class NcclCommunicator internal constructor(
         val message = "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + (last?.let { " — $it" } ?: "") +
             ". ${NcclResult.hint(code)}. The communicator was aborted."
         op.entry.fail(RuntimeException(message))
-        return failures.nativeError(op.name, op.entry.sequence, message, code)
+        return errors.nativeError(op.name, op.entry.sequence, message, code)
     }
 
     private fun runtimeError(code: Int, call: String, op: Op): NcclException {
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
         val message = "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
         op.entry.fail(RuntimeException(message))
-        return failures.nativeError(op.name, op.entry.sequence, message, code, isRuntimeError = true)
+        return errors.nativeError(op.name, op.entry.sequence, message, code, isRuntimeError = true)
     }
 
     private fun timeoutError(op: Op): CommunicationTimeoutException {
@@ -1131,16 +1133,16 @@ public class NcclCommunicator internal constructor(
             // Queued behind a native thread blocked in a library call: the deadline still runs from the call.
             val message = "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
                 "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
-            return failures.timeout(op.name, -1, message)
+            return errors.timeout(op.name, -1, message)
         }
         val message = "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
             "the communicator was aborted with ncclCommAbort"
         op.entry.fail(RuntimeException(message))
-        return failures.timeout(op.name, op.entry.sequence, message)
+        return errors.timeout(op.name, op.entry.sequence, message)
     }
 
     private fun abortedError(operation: String, sequence: Long, cause: CommunicationException): CommunicatorAbortedException =
-        failures.aborted(operation, sequence, failures.abortedMessage(cause), cause)
+        errors.aborted(operation, sequence, errors.abortedMessage(cause), cause)
 
     private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype)
 

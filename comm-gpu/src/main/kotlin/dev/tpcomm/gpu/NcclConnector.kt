@@ -6,7 +6,7 @@ import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 
@@ -159,8 +159,8 @@ public object NcclConnector {
                 }
                 System.nanoTime() - deadline > 0 -> {
                     api.commAbort(comm)
-                    throw FailureState(config.rank, backend) { null }.timeout(
-                        "init", 0,
+                    throw CommunicationErrors(config.rank, backend).timeout(
+                        CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
                         "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
                             "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
                     )
@@ -175,16 +175,16 @@ public object NcclConnector {
     internal fun checkNccl(code: Int, call: String, api: NcclApi, backend: String, config: CommConfig) {
         if (code == NcclResult.SUCCESS) return
         val text = runCatching { api.getErrorString(code) }.getOrNull()
-        throw FailureState(config.rank, backend) { null }.nativeError(
-            "init", 0, "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.", code,
+        throw CommunicationErrors(config.rank, backend).nativeError(
+            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.", code,
         )
     }
 
     private fun check(code: Int, call: String, runtime: DeviceRuntime, backend: String, config: CommConfig) {
         if (code == DeviceRuntime.SUCCESS) return
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        throw FailureState(config.rank, backend) { null }.nativeError(
-            "init", 0, "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""), code, isRuntimeError = true,
+        throw CommunicationErrors(config.rank, backend).nativeError(
+            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""), code, isRuntimeError = true,
         )
     }
 

@@ -27,7 +27,7 @@ public object NcclVersion {
     @JvmStatic
     public fun requireSupported(libraryName: String, code: Int, backend: String) {
         if (code >= MINIMUM) return
-        throw dev.tpcomm.spi.FailureState.unavailable(
+        throw dev.tpcomm.spi.CommunicationErrors.unavailable(
             backend,
             "$libraryName ${format(code)} is too old: tpcomm needs NCCL 2.18 or later (ROCm 6.0 or later for RCCL), " +
                 "for ncclCommSplit and a non-blocking init that does not read the caller's out-pointer later; upgrade the library",

@@ -10,7 +10,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
 import dev.tpcomm.coroutines.DeviceMesh
 import dev.tpcomm.coroutines.allReduceCoalesced
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineName
 import kotlinx.coroutines.CoroutineScope
@@ -379,7 +379,7 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
             return runBlocking { operation() }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
-            throw FailureState(comm.rank, comm.backendName) { null }.aborted(
+            throw CommunicationErrors(comm.rank, comm.backendName).aborted(
                 name, -1, "the thread was interrupted while waiting; the operation was cancelled, which aborts the communicator", e,
             )
         }

@@ -5,7 +5,7 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withTimeoutOrNull
@@ -78,8 +78,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
         if (comm != null) return comm
         started.cancel() // a communicator made after the deadline is not handed to anyone
         val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
-        val e = FailureState(rank, "mpi") { null }.timeout(
-            "create", -1,
+        val e = CommunicationErrors(rank, "mpi").timeout(
+            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
             "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
                 "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
                 if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else "",

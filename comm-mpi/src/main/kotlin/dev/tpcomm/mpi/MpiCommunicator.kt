@@ -16,6 +16,7 @@ import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
@@ -139,8 +140,9 @@ public class MpiCommunicator internal constructor(
      */
     private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong())
 
-    /** The communicator's failure state (first cause wins) and the one builder of its exceptions. */
-    private val failure = FailureState(rank, "mpi") { recorder.dumpJson() }
+    /** The one builder of this communicator's exceptions, and its failure state (first cause wins). */
+    private val errors = CommunicationErrors(rank, "mpi") { recorder.dumpJson() }
+    private val failure = FailureState(errors)
 
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
 
@@ -566,7 +568,7 @@ public class MpiCommunicator internal constructor(
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
         val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
-            throw failure.failure(
+            throw errors.failure(
                 name, entry.sequence,
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
                     "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
@@ -878,12 +880,12 @@ public class MpiCommunicator internal constructor(
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
-        throw failure.aborted(operation, entry.sequence, "aborted while this call was in flight: ${failure.abortedMessage(cause)}", cause)
+        throw errors.aborted(operation, entry.sequence, "aborted while this call was in flight: ${errors.abortedMessage(cause)}", cause)
     }
 
     private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
         val m = signatures.compare(entry.sequence) ?: return
-        val e = failure.mismatch(operation, entry.sequence, m)
+        val e = errors.mismatch(operation, entry.sequence, m)
         markBroken(e)
         throw e
     }
@@ -896,7 +898,7 @@ public class MpiCommunicator internal constructor(
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
     internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
         if (rc == 0) return
-        val e = failure.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
+        val e = errors.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
         markBroken(e)
         throw e
     }
@@ -906,7 +908,7 @@ public class MpiCommunicator internal constructor(
      * the communicator is broken first (this rank cannot join the operation its peers are in).
      */
     internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
-        val e = failure.failure(operation, -1, message, cause)
+        val e = errors.failure(operation, -1, message, cause)
         if (breaks) markBroken(e)
         return e
     }
@@ -919,7 +921,7 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw failure.aborted(operation, sequence, "the communicator is closed; create a new one")
+        if (closed.get()) throw errors.aborted(operation, sequence, "the communicator is closed; create a new one")
         failure.ensureUsable(operation, sequence)
     }
 
@@ -932,7 +934,7 @@ public class MpiCommunicator internal constructor(
         try {
             return block()
         } catch (e: NativeDispatcherClosedException) {
-            val x = failure.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
+            val x = errors.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
             failed(entry, x)
             throw x
         } catch (e: TimeoutCancellationException) {
@@ -941,7 +943,7 @@ public class MpiCommunicator internal constructor(
             // without this one); a blocking MPI call still in progress stays under the watchdog,
             // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
             failed(entry, e)
-            val x = failure.timeout(
+            val x = errors.timeout(
                 entry.operationName(), entry.sequence,
                 "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
             )
@@ -959,7 +961,7 @@ public class MpiCommunicator internal constructor(
         entry.fail(e)
         if (e is CancellationException && !failure.isAborted) {
             markBroken(
-                failure.aborted(
+                errors.aborted(
                     entry.operationName(), entry.sequence,
                     "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
                 ),
@@ -983,14 +985,14 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = failure.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
+        val e = errors.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
         markBroken(e, notifyPeers = false)
         throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
     internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
-        val e = failure.timeout(
+        val e = errors.timeout(
             operation, sequence,
             "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",

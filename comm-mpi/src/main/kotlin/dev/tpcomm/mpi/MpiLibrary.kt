@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.BackendUnavailableException
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 import java.lang.foreign.Arena
 import java.lang.foreign.FunctionDescriptor
 import java.lang.foreign.Linker
@@ -88,7 +88,7 @@ internal class MpiLibrary(
                 }
                 return MpiLibrary(path, h, version, implementation)
             }
-            throw FailureState.unavailable(
+            throw CommunicationErrors.unavailable(
                 "mpi",
                 "no MPI library could be opened; tried ${failures.joinToString("; ")}. $INSTALL_HINT",
             )

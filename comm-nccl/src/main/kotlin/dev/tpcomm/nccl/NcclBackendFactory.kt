@@ -9,7 +9,7 @@ import dev.tpcomm.gpu.BootstrapChannel
 import dev.tpcomm.gpu.GpuProbe
 import dev.tpcomm.gpu.NcclConnector
 import dev.tpcomm.nccl.javacpp.JavaCppPlatform
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 
 /**
  * The `nccl` backend (priority 100): NVIDIA NCCL and the CUDA runtime through the JavaCPP presets,
@@ -42,7 +42,7 @@ public class NcclBackendFactory : CommBackendFactory {
         val nccl = NcclEnvironment.fromOptions(config.options)
         nccl.apply()
         val p = probe
-        if (!p.available) throw FailureState.unavailable(name, p.reason ?: "unavailable")
+        if (!p.available) throw CommunicationErrors.unavailable(name, p.reason ?: "unavailable")
         val index = nccl.device ?: config.localRank
         require(index < p.deviceCount) {
             "rank ${config.rank}: device index $index (local rank, or option nccl.device) but only ${p.deviceCount} CUDA device(s) are visible; " +

@@ -10,7 +10,7 @@ import dev.tpcomm.gpu.DeviceRuntime
 import dev.tpcomm.gpu.GpuProbe
 import dev.tpcomm.gpu.NcclConnector
 import dev.tpcomm.gpu.NcclVersion
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.CommunicationErrors
 
 /**
  * The `rccl` backend (priority 90): RCCL and the HIP runtime through `java.lang.foreign`, on
@@ -39,7 +39,7 @@ public class RcclBackendFactory : CommBackendFactory {
         rccl.apply()
         val platform = PLATFORM
         val p = platform.probe
-        if (!p.available) throw FailureState.unavailable(name, p.reason ?: "unavailable")
+        if (!p.available) throw CommunicationErrors.unavailable(name, p.reason ?: "unavailable")
         val index = rccl.device ?: config.localRank
         require(index < p.deviceCount) {
             "rank ${config.rank}: device index $index (local rank, or option rccl.device) but only ${p.deviceCount} HIP device(s) are visible; " +

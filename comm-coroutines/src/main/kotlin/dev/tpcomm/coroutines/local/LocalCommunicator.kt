@@ -12,6 +12,7 @@ import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.TimeoutCancellationException
@@ -52,7 +53,8 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      * recorder's dump). The abort state itself is the world's ([LocalWorldState.failures]): an abort
      * anywhere aborts the whole tree of communicators.
      */
-    val failures = FailureState(rank, BACKEND) { recorder.dumpJson() }
+    val errors = CommunicationErrors(rank, BACKEND) { recorder.dumpJson() }
+    val failures = FailureState(errors)
     private val issueLock = Any()
     private var collectiveSeq = 0L
     @Volatile private var closed = false
@@ -89,17 +91,17 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     // ---------------------------------------------------------------- exceptions
 
     fun abortedException(operation: String, seq: Long, cause: Throwable): CommunicatorAbortedException =
-        failures.aborted(operation, seq, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
+        errors.aborted(operation, seq, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
 
     fun failureException(f: SlotFailure, operation: String, seq: Long): CommunicationException = when (f.kind) {
-        SlotFailure.MISMATCH -> failures.mismatch(operation, seq, f.message, f.ranks, f.fields)
-        SlotFailure.TIMEOUT -> failures.timeout(operation, seq, f.message, f.cause)
-        else -> failures.aborted(operation, seq, f.message, f.cause)
+        SlotFailure.MISMATCH -> errors.mismatch(operation, seq, f.message, f.ranks, f.fields)
+        SlotFailure.TIMEOUT -> errors.timeout(operation, seq, f.message, f.cause)
+        else -> errors.aborted(operation, seq, f.message, f.cause)
     }
 
     private fun unusable(operation: String, seq: Long): CommunicationException? {
         if (closed) {
-            return failures.aborted(operation, seq, "this communicator is closed; create a new one to communicate again", world.abortCause)
+            return errors.aborted(operation, seq, "this communicator is closed; create a new one to communicate again", world.abortCause)
         }
         world.abortCause?.let { return abortedException(operation, seq, it) }
         return null
@@ -231,7 +233,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             val e = recorder.start(name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L, root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = op, dim = if (OpKind.hasDim(kind)) dim else FlightRecorder.NONE)
             unusable(name, e.sequence)?.let { e.fail(it); throw it }
             if (group.anyClosed) {
-                val ex = failures.aborted(
+                val ex = errors.aborted(
                     name, e.sequence,
                     "rank ${group.firstClosedRank} of ${group.description} closed its communicator; collectives on it can no longer complete",
                 )
@@ -326,7 +328,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)
             if (slot.fail(f)) {
-                world.abort(failures.mismatch(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.message, mismatch.ranks, mismatch.fields))
+                world.abort(errors.mismatch(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], mismatch.message, mismatch.ranks, mismatch.fields))
             }
             return
         }
@@ -337,7 +339,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             // The data movement itself failed (e.g. a tensor was closed while in flight).
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             slot.failRunning(SlotFailure(SlotFailure.ABORTED, msg, t))
-            world.abort(failures.aborted(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], msg, t))
+            world.abort(errors.aborted(OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank], msg, t))
             return
         }
         slot.complete(rank)
@@ -370,11 +372,11 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
      */
     fun cancellationReason(name: String, seq: Long, cause: Throwable?, where: String): CommunicationException =
         if (cause is TimeoutCancellationException) {
-            failures.timeout(
+            errors.timeout(
                 name, seq, "$name did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator", cause,
             )
         } else {
-            failures.aborted(name, seq, "rank $rank was cancelled $where in $name; the collective cannot complete without it", cause)
+            errors.aborted(name, seq, "rank $rank was cancelled $where in $name; the collective cannot complete without it", cause)
         }
 
     /**
@@ -478,7 +480,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         try {
             box.tryTake(src, tag, target, name)?.let { entry.complete(); return it }
             if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
-                throw failures.aborted(name, entry.sequence, "rank $src closed its communicator and no matching message from it is queued")
+                throw errors.aborted(name, entry.sequence, "rank $src closed its communicator and no matching message from it is queued")
             }
             val info = suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }
             entry.complete()
@@ -487,7 +489,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             box.quiesce()
             // The caller's deadline (withTimeout): a cancelled receive is withdrawn and never consumes
             // or writes a message (Mailbox.deliver skips it), so nothing needs aborting here.
-            val x = failures.timeout(
+            val x = errors.timeout(
                 name, entry.sequence,
                 "$name from ${peerName(src)} (tag ${tagName(tag)}) did not complete before the caller's deadline (${c.message}); " +
                     "the receive was withdrawn without consuming a message, and the communicator stays usable", c,

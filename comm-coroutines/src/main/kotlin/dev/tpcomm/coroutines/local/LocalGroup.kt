@@ -51,7 +51,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         val closedNow = closedCount.incrementAndGet()
         if (closedNow == 1) firstClosedRank = rank
         if (closedNow == size && world.rootGroup === this) {
-            world.close(communicators[rank].failures.aborted("close", -1, "every rank closed its communicator"))
+            world.close(communicators[rank].errors.aborted("close", -1, "every rank closed its communicator"))
             return
         }
         // Somebody already waiting for this rank can never finish: abort rather than let them time out.
@@ -59,7 +59,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
             val s = ring.get(i) ?: continue
             if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
                 world.abort(
-                    communicators[rank].failures.aborted(
+                    communicators[rank].errors.aborted(
                         "close", -1,
                         "rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}",
                     ),
@@ -69,7 +69,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
             world.abort(
-                communicators[rank].failures.aborted(
+                communicators[rank].errors.aborted(
                     "close", -1, "rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it",
                 ),
             )
@@ -100,7 +100,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
                 val r0 = waiting.firstOrNull() ?: continue
                 val name = OpKind.name(s.kinds[r0])
                 val msg = "$name timed out after ${world.config.timeout}: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
-                val reason = communicators[r0].failures.timeout(name, s.recorderSeqs[r0], msg)
+                val reason = communicators[r0].errors.timeout(name, s.recorderSeqs[r0], msg)
                 if (world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), s)) return true
             }
         }

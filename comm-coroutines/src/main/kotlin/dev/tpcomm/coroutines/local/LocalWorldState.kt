@@ -2,6 +2,7 @@ package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.spi.DeadlineWatchdog
+import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicBoolean
@@ -15,7 +16,8 @@ import java.util.concurrent.atomic.AtomicBoolean
  */
 internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
-    val failures = FailureState(-1, LocalCommunicator.BACKEND) { null }
+    val errors = CommunicationErrors(-1, LocalCommunicator.BACKEND) { null }
+    val failures = FailureState(errors)
 
     /** [LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]: read (and refused when malformed) once, at creation. */
     val allowHeapMemory: Boolean = LocalBackendFactory.allowHeapMemory(config)

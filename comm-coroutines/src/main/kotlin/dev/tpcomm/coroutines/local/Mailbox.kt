@@ -163,7 +163,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val tag = if (late.tag == Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
         val msg = "${late.operation} timed out after ${group.world.config.timeout}: rank $owner of ${group.description} waited for a message from $from with $tag"
         val comm = group.communicators[owner]
-        val reason = comm.failures.timeout(late.operation, late.recorderSeq, msg)
+        val reason = comm.errors.timeout(late.operation, late.recorderSeq, msg)
         return group.world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late)
     }
 
