@@ -1,5 +1,7 @@
 package dev.tpcomm
 
+import dev.tpcomm.memory.HostBlock
+import dev.tpcomm.memory.HostMemoryPool
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
@@ -11,11 +13,21 @@ import java.util.concurrent.atomic.AtomicBoolean
  *
  * **Memory.** A host tensor's elements live off the JVM heap in [segment], which native code reads
  * and writes without a copy. Factories ([zeros], [of], [copy], [concat]) allocate 64-byte-aligned
- * memory. Without an arena argument the tensor owns its memory: [close] frees it at once, and
- * otherwise the garbage collector frees it after the tensor becomes unreachable. Keep the tensor
- * (not only its segment) reachable while you use the segment. Given an arena, the memory belongs
- * to that arena and [close] only marks the tensor closed. [wrap] and [wrapDevice] never own
- * memory. Views made by [chunk] along dimension 0 share their parent's memory and keep it alive.
+ * memory. Without an arena argument the tensor owns a block of tpcomm's pooled allocator (size
+ * classes carved from a few long-lived arenas, large tensors an arena of their own): [close]
+ * gives the block back at once and cheaply (a fraction of a microsecond for small tensors), and
+ * otherwise the garbage collector gives it back after the tensor becomes unreachable, so a loop
+ * may allocate millions of tensors without closing them. The pool keeps at most 64 MiB of free
+ * slabs (`-Dtpcomm.memory.retainBytes`) and returns the rest to the system.
+ * Keep the tensor (not only its segment) reachable while you use the segment, and do not use a
+ * segment after its tensor is closed: the tensor's own accessors refuse it, but a raw segment
+ * cannot tell, and its block may already hold another tensor. (`-Dtpcomm.memory.pool=false`
+ * gives each tensor its own arena again, slower, so that such a stale segment fails with
+ * [IllegalStateException]: a debugging aid.) Given an arena, the memory belongs to that arena and
+ * [close] only marks the tensor closed. [wrap] and [wrapDevice] never own memory. Views made by
+ * [chunk] along dimension 0, [view], [narrow] and [split] share their parent's memory and keep it
+ * alive: the block is reused only after the parent is closed (or unreachable, with all its views)
+ * and no operation that retained it is in flight.
  *
  * **Devices.** A device tensor ([Device.isGpu]) is a typed view of a device pointer ([address]);
  * it has no host segment and the element accessors throw [IllegalStateException].
@@ -33,7 +45,7 @@ public class Tensor private constructor(
     public val device: Device,
     private val hostSegment: MemorySegment?,
     private val deviceAddress: Long,
-    private val ownedArena: Arena?,
+    private val ownedMemory: HostBlock?,
     private val parent: Tensor?,
 ) : AutoCloseable {
     private val dims: IntArray = shape.copyOf()
@@ -42,7 +54,8 @@ public class Tensor private constructor(
 
     /** Operations in flight on this tensor's memory (counted on the tensor that owns it, the root of its views). */
     private val inFlight = java.util.concurrent.atomic.AtomicInteger(0)
-    private val cleanable: Cleaner.Cleanable? = ownedArena?.let { CLEANER.register(this, ArenaCloser(it)) }
+    // The block (not this tensor) is the cleaning action: it never references the tensor.
+    private val cleanable: Cleaner.Cleanable? = ownedMemory?.let { CLEANER.register(this, it) }
 
     /** Sizes of the dimensions, outermost first; empty for a scalar. */
     public val shape: List<Int> = dims.toList()
@@ -143,7 +156,7 @@ public class Tensor private constructor(
     /** A tensor of the same dtype and shape owning a copy of the elements (host tensors only). */
     public fun copy(): Tensor {
         requireHost("copy")
-        val out = zeros(dtype, *dims)
+        val out = allocate(dtype, dims, null, zero = false)
         MemorySegment.copy(segment, 0, out.segment, 0, byteSize)
         return out
     }
@@ -305,6 +318,9 @@ public class Tensor private constructor(
         if (freed.compareAndSet(false, true)) cleanable?.clean()
     }
 
+    /** True once the memory this tensor owns was given back (never for views, wrapped or arena tensors). */
+    internal val isMemoryReleased: Boolean get() = freed.get()
+
     override fun toString(): String = "Tensor($dtype, shape=$shape, device=$device)"
 
     internal fun normalizeDim(dim: Int): Int {
@@ -344,10 +360,6 @@ public class Tensor private constructor(
         return numel.toInt()
     }
 
-    private class ArenaCloser(private val arena: Arena) : Runnable {
-        override fun run() = arena.close()
-    }
-
     public companion object {
         /** Alignment in bytes of the memory the factories allocate. */
         public const val ALIGNMENT: Long = 64
@@ -376,14 +388,15 @@ public class Tensor private constructor(
             }
         }
 
-        private fun allocate(dtype: DType, shape: IntArray, arena: Arena?): Tensor {
+        /** [zero] false: the caller overwrites every byte, so a reused block is not cleared first. */
+        private fun allocate(dtype: DType, shape: IntArray, arena: Arena?, zero: Boolean = true): Tensor {
             checkShape(shape, dtype)
             val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
             return if (arena != null) {
                 Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
             } else {
-                val own = Arena.ofShared()
-                Tensor(dtype, shape, Device.Host, own.allocate(bytes, ALIGNMENT), 0L, own, null)
+                val block = HostMemoryPool.DEFAULT.allocate(bytes, zero)
+                Tensor(dtype, shape, Device.Host, block.segment, 0L, block, null)
             }
         }
 
@@ -411,35 +424,35 @@ public class Tensor private constructor(
         /** A Float32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: FloatArray, vararg shape: Int): Tensor =
-            allocate(DType.Float32, resolveShape(values.size, shape), null).also {
+            allocate(DType.Float32, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, F32, 0, values.size)
             }
 
         /** A Float64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(DType.Float64, resolveShape(values.size, shape), null).also {
+            allocate(DType.Float64, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, F64, 0, values.size)
             }
 
         /** An Int32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: IntArray, vararg shape: Int): Tensor =
-            allocate(DType.Int32, resolveShape(values.size, shape), null).also {
+            allocate(DType.Int32, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, I32, 0, values.size)
             }
 
         /** An Int64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: LongArray, vararg shape: Int): Tensor =
-            allocate(DType.Int64, resolveShape(values.size, shape), null).also {
+            allocate(DType.Int64, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, I64, 0, values.size)
             }
 
         /** A tensor of [dtype] holding [values] converted with [setDouble]; shape defaults to one dimension. */
         @JvmStatic
         public fun fromDoubles(dtype: DType, values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(dtype, resolveShape(values.size, shape), null).also { t ->
+            allocate(dtype, resolveShape(values.size, shape), null, zero = false).also { t ->
                 for (i in values.indices) t.setDouble(i.toLong(), values[i])
             }
 
