@@ -6,6 +6,7 @@ import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.lang.ref.Cleaner
+import java.nio.ByteBuffer
 import java.util.concurrent.atomic.AtomicBoolean
 
 /**
@@ -142,6 +143,71 @@ public class Tensor private constructor(
                 out
             }
         }
+    }
+
+    /**
+     * A view of elements `start until start + length` along [dim]: no copy, the same memory as this
+     * tensor, with the lifetime rules of every view (it keeps this tensor's memory alive, it is
+     * closed when this tensor is, and an operation in flight on it defers this tensor's free).
+     * Works on host and device tensors; negative [dim] counts from the end.
+     *
+     * Tensor is dense and row-major, with no strides: the result must be contiguous, so [dim] must
+     * be 0, or every dimension before [dim] must have size 1, or [length] must cover the whole
+     * dimension. Otherwise the call is refused (see the message for what to do instead).
+     *
+     * Thread-safe as the tensor's metadata is; the view shares the memory, so writes through it
+     * race with writes through this tensor as in C.
+     *
+     * @throws IllegalArgumentException if [dim] is out of range, the range does not fit in the
+     * dimension, or the view would not be contiguous.
+     * @throws IllegalStateException if this host tensor is closed.
+     */
+    public fun narrow(dim: Int, start: Int, length: Int): Tensor {
+        val d = normalizeDim(dim)
+        require(start >= 0 && length >= 0 && start.toLong() + length <= dims[d]) {
+            "narrow: elements $start until ${start.toLong() + length} do not fit in dimension $d of size ${dims[d]} (shape $shape); " +
+                "pass 0 <= start and start + length <= ${dims[d]}"
+        }
+        requireContiguousRange(d, length, "narrow")
+        val newShape = dims.copyOf().also { it[d] = length }
+        return viewAt(start * stride(d) * dtype.byteSize, newShape)
+    }
+
+    /**
+     * Splits this tensor along [dim] into consecutive views of [sizes] elements each (PyTorch's
+     * `split` with a list of sizes): no copy; each part is [narrow] of its range, with the same
+     * lifetime rules and the same contiguity requirement (dimension 0, or only size-1 dimensions
+     * before [dim]). A gradient bucket, for instance, is one flat buffer split into the tensors a
+     * framework computes into, reduced with one collective.
+     *
+     * @throws IllegalArgumentException if a size is negative, the sizes do not add up to the size
+     * of [dim], [dim] is out of range, or the parts would not be contiguous.
+     * @throws IllegalStateException if this host tensor is closed.
+     */
+    @JvmOverloads
+    public fun split(sizes: List<Int>, dim: Int = 0): List<Tensor> {
+        val d = normalizeDim(dim)
+        require(sizes.all { it >= 0 }) { "split: sizes $sizes include a negative size; every size must be >= 0" }
+        val total = sizes.sumOf { it.toLong() }
+        require(total == dims[d].toLong()) {
+            "split: sizes $sizes add up to $total but dimension $d has size ${dims[d]} (shape $shape); pass sizes that add up to ${dims[d]}"
+        }
+        if (sizes.size > 1) requireContiguousRange(d, 0, "split")
+        val out = ArrayList<Tensor>(sizes.size)
+        var start = 0
+        for (len in sizes) {
+            out += narrow(d, start, len)
+            start += len
+        }
+        return out
+    }
+
+    private fun requireContiguousRange(d: Int, length: Int, what: String) {
+        if (outerCount(d) <= 1L || (what == "narrow" && length == dims[d])) return
+        throw IllegalArgumentException(
+            "$what along dimension $d of a tensor of shape $shape would not be contiguous, and Tensor has no strides; " +
+                "$what along dimension 0 (lay the tensor out with that dimension first), or copy the parts out with chunk(parts, $d)",
+        )
     }
 
     /** A view of the same memory with another shape holding the same number of elements. */
@@ -468,6 +534,35 @@ public class Tensor private constructor(
                 "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
             }
             return Tensor(dtype, shape, Device.Host, segment, 0L, null, null)
+        }
+
+        /**
+         * A host tensor viewing the bytes between [buffer]'s position and limit, without a copy and
+         * without owning them: the tensor keeps [buffer] reachable (its memory is not freed while
+         * the tensor or a view of it is reachable), and [close] only marks the tensor closed.
+         * Elements are read and written in the platform's native byte order, whatever
+         * [ByteBuffer.order] says. A read-only buffer gives a read-only tensor (collectives that
+         * write it refuse it). Changing the buffer's position or limit later does not move the
+         * tensor. Thread-safety: as [wrap] of a segment; the memory is shared with the buffer.
+         *
+         * @throws IllegalArgumentException if [buffer] is not direct (a heap buffer lives on the
+         * JVM heap, which native code cannot use: allocate it with [ByteBuffer.allocateDirect], or
+         * copy its contents into [zeros]), or its remaining bytes are not exactly the shape's.
+         */
+        @JvmStatic
+        public fun wrap(buffer: ByteBuffer, dtype: DType, vararg shape: Int): Tensor {
+            require(buffer.isDirect) {
+                "wrap: the ByteBuffer is a heap buffer, which native code cannot use; allocate it with ByteBuffer.allocateDirect, " +
+                    "or copy its contents into Tensor.zeros(...)"
+            }
+            checkShape(shape, dtype)
+            val bytes = shape.fold(1L) { acc, d -> acc * d } * dtype.byteSize
+            require(buffer.remaining().toLong() == bytes) {
+                "wrap: the ByteBuffer has ${buffer.remaining()} bytes between its position and limit but $dtype${shape.toList()} needs $bytes; " +
+                    "set its position and limit to the tensor's bytes (or slice it)"
+            }
+            // ofBuffer's segment keeps the buffer reachable, and the tensor (and each view) keeps the segment.
+            return Tensor(dtype, shape, Device.Host, MemorySegment.ofBuffer(buffer), 0L, null, null)
         }
 
         /** A device tensor viewing the device pointer [address] (not owned). [device] must be a GPU. */
