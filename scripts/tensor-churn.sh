@@ -4,12 +4,14 @@
 # a fresh -Xmx256m JVM, the two alternating for ROUNDS rounds so the machine's slow phases hit both.
 #   close 8 B and 64 MiB: allocate + write + close, ns per op (median of each JVM's repeats)
 #   forget: N fresh 8-byte tensors never closed (10M by default): seconds and RSS start/end/peak
-# Usage: ROUNDS=3 FORGET_N=10000000 scripts/tensor-churn.sh [OUTDIR]
+#   allgather: N all-gathers on a local world of 2 ranks, fresh input and output never closed (1M)
+# Usage: ROUNDS=3 FORGET_N=10000000 ALLGATHER_N=1000000 scripts/tensor-churn.sh [OUTDIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-/tmp/tpcomm-tensor-churn}"
 ROUNDS="${ROUNDS:-3}"
 FORGET_N="${FORGET_N:-10000000}"
+ALLGATHER_N="${ALLGATHER_N:-1000000}"
 mkdir -p "$OUT"
 source scripts/env.sh
 source scripts/run-module.sh
@@ -25,6 +27,9 @@ for r in $(seq 1 "$ROUNDS"); do
     start=$(date +%s.%N)
     timeout 300 "${JAVA[@]}" "$(flag $v)" $MAIN forget "$FORGET_N" > "$OUT/forget-$v-$r.txt" 2>&1 \
       || echo "exit $? after $(echo "$(date +%s.%N) - $start" | bc) s" >> "$OUT/forget-$v-$r.txt"
+    start=$(date +%s.%N)
+    timeout 300 "${JAVA[@]}" "$(flag $v)" $MAIN allgather "$ALLGATHER_N" > "$OUT/allgather-$v-$r.txt" 2>&1 \
+      || echo "exit $? after $(echo "$(date +%s.%N) - $start" | bc) s" >> "$OUT/allgather-$v-$r.txt"
     echo "round $r $v done" >&2
   done
 done
@@ -41,13 +46,13 @@ for case in ["close8", "close64M"]:
                 if xs: per_jvm.append(med(xs))
             if per_jvm:
                 print(f"{case:9s} {v:5s} {kind:4s} ns/op: median of JVM medians {med(per_jvm):12.1f}  range {min(per_jvm):.1f}..{max(per_jvm):.1f}  ({len(per_jvm)} JVMs x 5 repeats)")
-for v in ["pool", "arena"]:
+for case, v in [(c, v) for c in ["forget", "allgather"] for v in ["pool", "arena"]]:
     for r in range(1, rounds + 1):
-        text = open(f"{out}/forget-{v}-{r}.txt").read()
-        m = re.search(r"done forget .*", text)
-        if m: print(f"forget    {v:5s} round {r}: {m.group(0)}")
+        text = open(f"{out}/{case}-{v}-{r}.txt").read()
+        m = re.search(r"done .*", text)
+        if m: print(f"{case:9s} {v:5s} round {r}: {m.group(0)}")
         else:
             err = re.search(r"(OutOfMemoryError[^\n]*)", text); ex = re.search(r"exit .*", text)
             last = re.findall(r"rss at .*", text)
-            print(f"forget    {v:5s} round {r}: FAILED {err.group(1) if err else ''} {ex.group(0) if ex else ''}; last: {last[-1] if last else '-'}")
+            print(f"{case:9s} {v:5s} round {r}: FAILED {err.group(1) if err else ''} {ex.group(0) if ex else ''}; last: {last[-1] if last else '-'}")
 PY

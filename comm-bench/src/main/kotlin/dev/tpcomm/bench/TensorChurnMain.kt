@@ -2,6 +2,8 @@ package dev.tpcomm.bench
 
 import dev.tpcomm.DType
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.runLocalWorld
+import kotlinx.coroutines.runBlocking
 import java.io.File
 import java.lang.management.ManagementFactory
 
@@ -15,6 +17,8 @@ import java.lang.management.ManagementFactory
  *   give them back); prints `rss ...` lines (VmRSS from /proc/self/status) at the start, every
  *   tenth of the loop and at the end, then `done forget <n> seconds <s> rss_start_mib <a>
  *   rss_end_mib <b> rss_peak_mib <c>`.
+ * - `allgather N`: on a local world of 2 ranks, N `allGather`s of a fresh 8-byte input per rank,
+ *   whose input and fresh output are never closed; prints the same `rss` and `done` lines.
  *
  * `scripts/tensor-churn.sh` runs it in fresh `-Xmx256m` JVMs, alternating tpcomm's pooled allocator
  * and `-Dtpcomm.memory.pool=false` (one shared arena per tensor, the allocator before the pool).
@@ -26,8 +30,9 @@ public object TensorChurnMain {
         when (args.getOrNull(0)) {
             "close" -> closeLoop(args[1].toLong(), args[2].toLong(), args.getOrElse(3) { "5" }.toInt())
             "forget" -> forgetLoop(args[1].toLong())
+            "allgather" -> allGatherLoop(args[1].toLong())
             else -> {
-                System.err.println("usage: TensorChurnMain close BYTES N REPEATS | forget N")
+                System.err.println("usage: TensorChurnMain close BYTES N REPEATS | forget N | allgather N")
                 kotlin.system.exitProcess(2)
             }
         }
@@ -76,6 +81,36 @@ public object TensorChurnMain {
         val rssEnd = rssMib()
         println(
             "done forget $n seconds ${"%.2f".format(seconds)} rss_start_mib ${"%.1f".format(rssStart)} " +
+                "rss_end_mib ${"%.1f".format(rssEnd)} rss_peak_mib ${"%.1f".format(maxOf(peak, rssEnd, hwmMib()))}",
+        )
+    }
+
+    private fun allGatherLoop(n: Long) {
+        val rssStart = rssMib()
+        var peak = rssStart
+        println("rss at 0: ${"%.1f".format(rssStart)} MiB")
+        val start = System.nanoTime()
+        val step = maxOf(1L, n / 10)
+        val sums = runBlocking {
+            runLocalWorld(2) { comm ->
+                var sum = 0L
+                for (i in 0 until n) {
+                    val out = comm.allGather(Tensor.of(longArrayOf(i + comm.rank)))
+                    sum += out.getLong(0) + out.getLong(1)
+                    if (comm.rank == 0 && (i + 1) % step == 0L) {
+                        val rss = rssMib()
+                        peak = maxOf(peak, rss)
+                        println("rss at ${i + 1}: ${"%.1f".format(rss)} MiB after ${"%.2f".format((System.nanoTime() - start) / 1e9)} s")
+                    }
+                }
+                sum
+            }
+        }
+        val seconds = (System.nanoTime() - start) / 1e9
+        check(sums.all { it == n * (n - 1) + n }) { "wrong sums $sums" }
+        val rssEnd = rssMib()
+        println(
+            "done allgather $n seconds ${"%.2f".format(seconds)} rss_start_mib ${"%.1f".format(rssStart)} " +
                 "rss_end_mib ${"%.1f".format(rssEnd)} rss_peak_mib ${"%.1f".format(maxOf(peak, rssEnd, hwmMib()))}",
         )
     }
