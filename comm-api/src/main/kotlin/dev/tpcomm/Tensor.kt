@@ -168,7 +168,7 @@ public class Tensor private constructor(
             "narrow: elements $start until ${start.toLong() + length} do not fit in dimension $d of size ${dims[d]} (shape $shape); " +
                 "pass 0 <= start and start + length <= ${dims[d]}"
         }
-        requireContiguousRange(d, length, "narrow")
+        if (length != dims[d]) requireContiguousParts(d, "narrow")
         val newShape = dims.copyOf().also { it[d] = length }
         return viewAt(start * stride(d) * dtype.byteSize, newShape)
     }
@@ -192,7 +192,7 @@ public class Tensor private constructor(
         require(total == dims[d].toLong()) {
             "split: sizes $sizes add up to $total but dimension $d has size ${dims[d]} (shape $shape); pass sizes that add up to ${dims[d]}"
         }
-        if (sizes.size > 1) requireContiguousRange(d, 0, "split")
+        if (sizes.size > 1) requireContiguousParts(d, "split")
         val out = ArrayList<Tensor>(sizes.size)
         var start = 0
         for (len in sizes) {
@@ -202,8 +202,9 @@ public class Tensor private constructor(
         return out
     }
 
-    private fun requireContiguousRange(d: Int, length: Int, what: String) {
-        if (outerCount(d) <= 1L || (what == "narrow" && length == dims[d])) return
+    /** Parts along [d] are contiguous only when every dimension before [d] has size 1. */
+    private fun requireContiguousParts(d: Int, what: String) {
+        if (outerCount(d) <= 1L) return
         throw IllegalArgumentException(
             "$what along dimension $d of a tensor of shape $shape would not be contiguous, and Tensor has no strides; " +
                 "$what along dimension 0 (lay the tensor out with that dimension first), or copy the parts out with chunk(parts, $d)",
