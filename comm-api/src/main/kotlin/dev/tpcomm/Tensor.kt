@@ -15,7 +15,7 @@ import java.util.concurrent.atomic.AtomicBoolean
  * **Memory.** A host tensor's elements live off the JVM heap in [segment], which native code reads
  * and writes without a copy. Factories ([zeros], [of], [copy], [concat]) allocate 64-byte-aligned
  * memory. Without an arena argument the tensor owns a block of tpcomm's pooled allocator (size
- * classes carved from a few long-lived arenas, large tensors an arena of their own): [close]
+ * classes carved from slabs of long-lived arenas, tensors over 4 MiB an arena of their own): [close]
  * gives the block back at once and cheaply (a fraction of a microsecond for small tensors), and
  * otherwise the garbage collector gives it back after the tensor becomes unreachable, so a loop
  * may allocate millions of tensors without closing them. The pool keeps at most 64 MiB of free

@@ -8,7 +8,7 @@ import java.util.concurrent.atomic.AtomicLong
  * the outputs tpcomm allocates take when no arena is given.
  *
  * - Requests up to [maxPooledBytes] are rounded up to a size class ([SizeClasses]) and served
- *   from slabs: a few long-lived shared arenas carved into equal blocks with a free list, so an
+ *   from slabs (long-lived shared arenas, one per slab of 64 KiB to 1 MiB) carved into equal blocks with a free list, so an
  *   allocation and its free are a few field updates under the class's monitor (no per-tensor
  *   arena, whose close would hand-shake with every thread).
  * - Larger requests get a shared arena of their own, closed when freed (as before the pool: the
