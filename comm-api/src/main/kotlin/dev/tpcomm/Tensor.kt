@@ -1,9 +1,12 @@
 package dev.tpcomm
 
+import dev.tpcomm.memory.HostBlock
+import dev.tpcomm.memory.HostMemoryPool
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.lang.ref.Cleaner
+import java.nio.ByteBuffer
 import java.util.concurrent.atomic.AtomicBoolean
 
 /**
@@ -11,11 +14,21 @@ import java.util.concurrent.atomic.AtomicBoolean
  *
  * **Memory.** A host tensor's elements live off the JVM heap in [segment], which native code reads
  * and writes without a copy. Factories ([zeros], [of], [copy], [concat]) allocate 64-byte-aligned
- * memory. Without an arena argument the tensor owns its memory: [close] frees it at once, and
- * otherwise the garbage collector frees it after the tensor becomes unreachable. Keep the tensor
- * (not only its segment) reachable while you use the segment. Given an arena, the memory belongs
- * to that arena and [close] only marks the tensor closed. [wrap] and [wrapDevice] never own
- * memory. Views made by [chunk] along dimension 0 share their parent's memory and keep it alive.
+ * memory. Without an arena argument the tensor owns a block of tpcomm's pooled allocator (size
+ * classes carved from slabs of long-lived arenas, tensors over 4 MiB an arena of their own): [close]
+ * gives the block back at once and cheaply (a fraction of a microsecond for small tensors), and
+ * otherwise the garbage collector gives it back after the tensor becomes unreachable, so a loop
+ * may allocate millions of tensors without closing them. The pool keeps at most 64 MiB of free
+ * slabs (`-Dtpcomm.memory.retainBytes`) and returns the rest to the system.
+ * Keep the tensor (not only its segment) reachable while you use the segment, and do not use a
+ * segment after its tensor is closed: the tensor's own accessors refuse it, but a raw segment
+ * cannot tell, and its block may already hold another tensor. (`-Dtpcomm.memory.pool=false`
+ * gives each tensor its own arena again, slower, so that such a stale segment fails with
+ * [IllegalStateException]: a debugging aid.) Given an arena, the memory belongs to that arena and
+ * [close] only marks the tensor closed. [wrap] and [wrapDevice] never own memory. Views made by
+ * [chunk] along dimension 0, [view], [narrow] and [split] share their parent's memory and keep it
+ * alive: the block is reused only after the parent is closed (or unreachable, with all its views)
+ * and no operation that retained it is in flight.
  *
  * **Devices.** A device tensor ([Device.isGpu]) is a typed view of a device pointer ([address]);
  * it has no host segment and the element accessors throw [IllegalStateException].
@@ -33,7 +46,7 @@ public class Tensor private constructor(
     public val device: Device,
     private val hostSegment: MemorySegment?,
     private val deviceAddress: Long,
-    private val ownedArena: Arena?,
+    private val ownedMemory: HostBlock?,
     private val parent: Tensor?,
 ) : AutoCloseable {
     private val dims: IntArray = shape.copyOf()
@@ -42,7 +55,8 @@ public class Tensor private constructor(
 
     /** Operations in flight on this tensor's memory (counted on the tensor that owns it, the root of its views). */
     private val inFlight = java.util.concurrent.atomic.AtomicInteger(0)
-    private val cleanable: Cleaner.Cleanable? = ownedArena?.let { CLEANER.register(this, ArenaCloser(it)) }
+    // The block (not this tensor) is the cleaning action: it never references the tensor.
+    private val cleanable: Cleaner.Cleanable? = ownedMemory?.let { CLEANER.register(this, it) }
 
     /** Sizes of the dimensions, outermost first; empty for a scalar. */
     public val shape: List<Int> = dims.toList()
@@ -125,6 +139,72 @@ public class Tensor private constructor(
     }
 
     /**
+     * A view of elements `start until start + length` along [dim]: no copy, the same memory as this
+     * tensor, with the lifetime rules of every view (it keeps this tensor's memory alive, it is
+     * closed when this tensor is, and an operation in flight on it defers this tensor's free).
+     * Works on host and device tensors; negative [dim] counts from the end.
+     *
+     * Tensor is dense and row-major, with no strides: the result must be contiguous, so [dim] must
+     * be 0, or every dimension before [dim] must have size 1, or [length] must cover the whole
+     * dimension. Otherwise the call is refused (see the message for what to do instead).
+     *
+     * Thread-safe as the tensor's metadata is; the view shares the memory, so writes through it
+     * race with writes through this tensor as in C.
+     *
+     * @throws IllegalArgumentException if [dim] is out of range, the range does not fit in the
+     * dimension, or the view would not be contiguous.
+     * @throws IllegalStateException if this host tensor is closed.
+     */
+    public fun narrow(dim: Int, start: Int, length: Int): Tensor {
+        val d = normalizeDim(dim)
+        require(start >= 0 && length >= 0 && start.toLong() + length <= dims[d]) {
+            "narrow: elements $start until ${start.toLong() + length} do not fit in dimension $d of size ${dims[d]} (shape $shape); " +
+                "pass 0 <= start and start + length <= ${dims[d]}"
+        }
+        if (length != dims[d]) requireContiguousParts(d, "narrow")
+        val newShape = dims.copyOf().also { it[d] = length }
+        return viewAt(start * stride(d) * dtype.byteSize, newShape)
+    }
+
+    /**
+     * Splits this tensor along [dim] into consecutive views of [sizes] elements each (PyTorch's
+     * `split` with a list of sizes): no copy; each part is [narrow] of its range, with the same
+     * lifetime rules and the same contiguity requirement (dimension 0, or only size-1 dimensions
+     * before [dim]). A gradient bucket, for instance, is one flat buffer split into the tensors a
+     * framework computes into, reduced with one collective.
+     *
+     * @throws IllegalArgumentException if a size is negative, the sizes do not add up to the size
+     * of [dim], [dim] is out of range, or the parts would not be contiguous.
+     * @throws IllegalStateException if this host tensor is closed.
+     */
+    @JvmOverloads
+    public fun split(sizes: List<Int>, dim: Int = 0): List<Tensor> {
+        val d = normalizeDim(dim)
+        require(sizes.all { it >= 0 }) { "split: sizes $sizes include a negative size; every size must be >= 0" }
+        val total = sizes.sumOf { it.toLong() }
+        require(total == dims[d].toLong()) {
+            "split: sizes $sizes add up to $total but dimension $d has size ${dims[d]} (shape $shape); pass sizes that add up to ${dims[d]}"
+        }
+        if (sizes.size > 1) requireContiguousParts(d, "split")
+        val out = ArrayList<Tensor>(sizes.size)
+        var start = 0
+        for (len in sizes) {
+            out += narrow(d, start, len)
+            start += len
+        }
+        return out
+    }
+
+    /** Parts along [d] are contiguous only when every dimension before [d] has size 1. */
+    private fun requireContiguousParts(d: Int, what: String) {
+        if (outerCount(d) <= 1L) return
+        throw IllegalArgumentException(
+            "$what along dimension $d of a tensor of shape $shape would not be contiguous, and Tensor has no strides; " +
+                "$what along dimension 0 (lay the tensor out with that dimension first), or copy the parts out with chunk(parts, $d)",
+        )
+    }
+
+    /**
      * A view of the same memory with another shape holding the same number of elements.
      *
      * @throws IllegalArgumentException when [newShape] has a negative size, more elements than a
@@ -141,7 +221,7 @@ public class Tensor private constructor(
     /** A tensor of the same dtype and shape owning a copy of the elements (host tensors only). */
     public fun copy(): Tensor {
         requireHost("copy")
-        val out = zeros(dtype, *dims)
+        val out = allocate(dtype, dims, null, zero = false)
         MemorySegment.copy(segment, 0, out.segment, 0, byteSize)
         return out
     }
@@ -303,6 +383,9 @@ public class Tensor private constructor(
         if (freed.compareAndSet(false, true)) cleanable?.clean()
     }
 
+    /** True once the memory this tensor owns was given back (never for views, wrapped or arena tensors). */
+    internal val isMemoryReleased: Boolean get() = freed.get()
+
     override fun toString(): String = "Tensor($dtype, shape=$shape, device=$device)"
 
     internal fun normalizeDim(dim: Int): Int {
@@ -340,10 +423,6 @@ public class Tensor private constructor(
     private fun checkedCount(): Int {
         check(numel <= Int.MAX_VALUE) { "tensor has $numel elements, too many for one array; read it through its segment" }
         return numel.toInt()
-    }
-
-    private class ArenaCloser(private val arena: Arena) : Runnable {
-        override fun run() = arena.close()
     }
 
     public companion object {
@@ -392,13 +471,14 @@ public class Tensor private constructor(
             return if (empty) 0L else nonZero
         }
 
-        private fun allocate(dtype: DType, shape: IntArray, arena: Arena?): Tensor {
+        /** [zero] false: the caller overwrites every byte, so a reused block is not cleared first. */
+        private fun allocate(dtype: DType, shape: IntArray, arena: Arena?, zero: Boolean = true): Tensor {
             val bytes = elementCount(shape, dtype, "zeros") * dtype.byteSize
             return if (arena != null) {
                 Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
             } else {
-                val own = Arena.ofShared()
-                Tensor(dtype, shape, Device.Host, own.allocate(bytes, ALIGNMENT), 0L, own, null)
+                val block = HostMemoryPool.DEFAULT.allocate(bytes, zero)
+                Tensor(dtype, shape, Device.Host, block.segment, 0L, block, null)
             }
         }
 
@@ -425,35 +505,35 @@ public class Tensor private constructor(
         /** A Float32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: FloatArray, vararg shape: Int): Tensor =
-            allocate(DType.Float32, resolveShape(values.size, shape), null).also {
+            allocate(DType.Float32, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, F32, 0, values.size)
             }
 
         /** A Float64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(DType.Float64, resolveShape(values.size, shape), null).also {
+            allocate(DType.Float64, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, F64, 0, values.size)
             }
 
         /** An Int32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: IntArray, vararg shape: Int): Tensor =
-            allocate(DType.Int32, resolveShape(values.size, shape), null).also {
+            allocate(DType.Int32, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, I32, 0, values.size)
             }
 
         /** An Int64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: LongArray, vararg shape: Int): Tensor =
-            allocate(DType.Int64, resolveShape(values.size, shape), null).also {
+            allocate(DType.Int64, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, I64, 0, values.size)
             }
 
         /** A tensor of [dtype] holding [values] converted with [setDouble]; shape defaults to one dimension. */
         @JvmStatic
         public fun fromDoubles(dtype: DType, values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(dtype, resolveShape(values.size, shape), null).also { t ->
+            allocate(dtype, resolveShape(values.size, shape), null, zero = false).also { t ->
                 for (i in values.indices) t.setDouble(i.toLong(), values[i])
             }
 
@@ -468,6 +548,34 @@ public class Tensor private constructor(
                 "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
             }
             return Tensor(dtype, shape, Device.Host, segment, 0L, null, null)
+        }
+
+        /**
+         * A host tensor viewing the bytes between [buffer]'s position and limit, without a copy and
+         * without owning them: the tensor keeps [buffer] reachable (its memory is not freed while
+         * the tensor or a view of it is reachable), and [close] only marks the tensor closed.
+         * Elements are read and written in the platform's native byte order, whatever
+         * [ByteBuffer.order] says. A read-only buffer gives a read-only tensor (collectives that
+         * write it refuse it). Changing the buffer's position or limit later does not move the
+         * tensor. Thread-safety: as [wrap] of a segment; the memory is shared with the buffer.
+         *
+         * @throws IllegalArgumentException if [buffer] is not direct (a heap buffer lives on the
+         * JVM heap, which native code cannot use: allocate it with [ByteBuffer.allocateDirect], or
+         * copy its contents into [zeros]), or its remaining bytes are not exactly the shape's.
+         */
+        @JvmStatic
+        public fun wrap(buffer: ByteBuffer, dtype: DType, vararg shape: Int): Tensor {
+            require(buffer.isDirect) {
+                "wrap: the ByteBuffer is a heap buffer, which native code cannot use; allocate it with ByteBuffer.allocateDirect, " +
+                    "or copy its contents into Tensor.zeros(...)"
+            }
+            val bytes = elementCount(shape, dtype, "wrap") * dtype.byteSize
+            require(buffer.remaining().toLong() == bytes) {
+                "wrap: the ByteBuffer has ${buffer.remaining()} bytes between its position and limit but $dtype${shape.toList()} needs $bytes; " +
+                    "set its position and limit to the tensor's bytes (or slice it)"
+            }
+            // ofBuffer's segment keeps the buffer reachable, and the tensor (and each view) keeps the segment.
+            return Tensor(dtype, shape, Device.Host, MemorySegment.ofBuffer(buffer), 0L, null, null)
         }
 
         /** A device tensor viewing the device pointer [address] (not owned). [device] must be a GPU. */

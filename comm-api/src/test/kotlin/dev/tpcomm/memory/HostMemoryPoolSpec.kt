@@ -1,0 +1,119 @@
+package dev.tpcomm.memory
+
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.longs.shouldBeLessThanOrEqual
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.shouldNotBe
+import java.lang.foreign.ValueLayout
+import java.util.concurrent.CyclicBarrier
+import java.util.concurrent.Executors
+import java.util.concurrent.TimeUnit
+
+class HostMemoryPoolSpec : FunSpec({
+    test("size classes cover every pooled size, are 64-byte multiples and waste at most a quarter beyond 512 bytes") {
+        for (i in 0 until SizeClasses.COUNT) {
+            val size = SizeClasses.blockSize(i)
+            (size % 64) shouldBe 0
+            SizeClasses.indexOf(size) shouldBe i
+            if (i > 0) SizeClasses.indexOf(SizeClasses.blockSize(i - 1) + 1) shouldBe i
+        }
+        SizeClasses.blockSize(SizeClasses.COUNT - 1) shouldBe SizeClasses.MAX_POOLED_BYTES
+        SizeClasses.indexOf(0) shouldBe 0
+        SizeClasses.indexOf(8) shouldBe 0
+        for (bytes in listOf(513L, 1000L, 70_000L, 3_000_001L)) {
+            val block = SizeClasses.blockSize(SizeClasses.indexOf(bytes))
+            (block >= bytes) shouldBe true
+            (block - bytes) shouldBeLessThanOrEqual bytes / 4
+        }
+    }
+
+    test("a freed block is reused, zeroed when asked, and blocks are 64-byte aligned and disjoint") {
+        val pool = HostMemoryPool()
+        val a = pool.allocate(8)
+        (a.segment.address() % 64) shouldBe 0
+        a.segment.byteSize() shouldBe 8
+        a.segment.set(ValueLayout.JAVA_LONG, 0, -1L)
+        val b = pool.allocate(8)
+        b.segment.address() shouldNotBe a.segment.address()
+        val address = a.segment.address()
+        a.run()
+        val c = pool.allocate(8, zero = true)
+        c.segment.address() shouldBe address
+        c.segment.get(ValueLayout.JAVA_LONG, 0) shouldBe 0L
+        c.segment.set(ValueLayout.JAVA_LONG, 0, 7L)
+        c.run()
+        pool.allocate(8, zero = false).segment.get(ValueLayout.JAVA_LONG, 0) shouldBe 7L // not cleared when the caller overwrites
+        pool.blocksInUse() shouldBe 2
+    }
+
+    test("large requests get an arena of their own, unmapped when freed") {
+        val pool = HostMemoryPool()
+        val big = pool.allocate(SizeClasses.MAX_POOLED_BYTES + 1)
+        (big is ArenaBlock) shouldBe true
+        val seg = big.segment
+        big.run()
+        seg.scope().isAlive shouldBe false
+        shouldThrow<IllegalStateException> { seg.get(ValueLayout.JAVA_BYTE, 0) }
+        pool.blocksInUse() shouldBe 0
+    }
+
+    test("the pool keeps a bounded amount of free slabs and gives the rest back") {
+        val pool = HostMemoryPool(retainBytes = 2L shl 20, classRetainBytes = 2L shl 20)
+        val size = 64L shl 10 // 16 blocks per 1 MiB slab
+        val cls = pool.sizeClassOf(size)
+        val blocks = List(16 * 8) { pool.allocate(size) }
+        cls.slabCount() shouldBe 8
+        val segments = blocks.map { it.segment }
+        blocks.forEach { it.run() }
+        cls.blocksInUse() shouldBe 0
+        cls.slabCount() shouldBe 2 // 2 MiB kept, 6 MiB given back
+        pool.slabBytes() shouldBe (2L shl 20)
+        segments.count { !it.scope().isAlive } shouldBe 16 * 6
+        // What is kept is reused before anything new is mapped.
+        List(32) { pool.allocate(size) }
+        cls.slabCount() shouldBe 2
+    }
+
+    test("the pool off gives every block an arena of its own") {
+        val pool = HostMemoryPool(enabled = false)
+        val b = pool.allocate(8)
+        (b is ArenaBlock) shouldBe true
+        b.run()
+        b.segment.scope().isAlive shouldBe false
+    }
+
+    test("threads allocating and freeing at once never share a live block") {
+        val pool = HostMemoryPool(retainBytes = 1L shl 20, classRetainBytes = 256L shl 10)
+        val threads = 4
+        val rounds = 20_000
+        val barrier = CyclicBarrier(threads)
+        val exec = Executors.newFixedThreadPool(threads)
+        val futures = (0 until threads).map { id ->
+            exec.submit<Unit> {
+                barrier.await()
+                val rnd = java.util.Random(id.toLong())
+                val live = ArrayDeque<Pair<HostBlock, Long>>()
+                for (r in 0 until rounds) {
+                    val bytes = 8L * (1 + rnd.nextInt(if (r % 100 == 0) 20_000 else 64))
+                    val tag = (id.toLong() shl 40) or r.toLong()
+                    val b = pool.allocate(bytes)
+                    b.segment.get(ValueLayout.JAVA_LONG, 0) shouldBe 0L
+                    b.segment.set(ValueLayout.JAVA_LONG, 0, tag)
+                    b.segment.set(ValueLayout.JAVA_LONG, bytes - 8, tag)
+                    live.addLast(b to tag)
+                    if (live.size > 16 || rnd.nextBoolean()) {
+                        val (old, oldTag) = live.removeFirst()
+                        old.segment.get(ValueLayout.JAVA_LONG, 0) shouldBe oldTag
+                        old.segment.get(ValueLayout.JAVA_LONG, old.segment.byteSize() - 8) shouldBe oldTag
+                        old.run()
+                    }
+                }
+                live.forEach { it.first.run() }
+            }
+        }
+        futures.forEach { it.get(120, TimeUnit.SECONDS) }
+        exec.shutdown()
+        pool.blocksInUse() shouldBe 0
+    }
+})
