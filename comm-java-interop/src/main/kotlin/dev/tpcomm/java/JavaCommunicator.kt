@@ -166,8 +166,9 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
      *
      * Values are encoded as JSON (kotlinx-serialization) and move through the backend's own object
      * collectives, so this works on every backend. For a Java record or POJO use the [ObjectCodec] overload. Failures complete the future exceptionally:
-     * [IllegalArgumentException] when [type] has no serializer (on every rank, before anything is
-     * sent); [ObjectCodecException] on every rank when a value cannot be encoded or decoded (the
+     * [IllegalArgumentException] when [type] has no serializer or is generic (`Map.class`,
+     * `List.class`: a `Class` cannot say its type arguments; use an [ObjectCodec]) (on every rank,
+     * before anything is sent); [ObjectCodecException] on every rank when a value cannot be encoded or decoded (the
      * collective completes and the communicator stays usable); a [CommunicationException] when the
      * collective itself fails.
      */

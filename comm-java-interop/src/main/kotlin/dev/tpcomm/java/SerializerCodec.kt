@@ -26,9 +26,18 @@ internal class SerializerCodec<T>(private val serializer: KSerializer<T>) : Obje
 
         /**
          * The codec of [type], found with kotlinx.serialization's `serializer(java.lang.reflect.Type)`.
-         * @throws IllegalArgumentException when [type] has no serializer (a plain Java class).
+         * @throws IllegalArgumentException when [type] has no serializer (a plain Java class) or is
+         * generic (`Map.class`, `List.class`: its type arguments are unknown).
          */
         fun <T> forClass(type: Class<T>): SerializerCodec<T> {
+            // A generic class (Map, List, a generic @Serializable class) says nothing of its type
+            // arguments: kotlinx would find a serializer whose elements are of unknown type and fail
+            // only while encoding, after the ranks started the exchange. Refuse it here, before anything is sent.
+            require(type.typeParameters.isEmpty()) {
+                "${type.name} is generic (${type.typeParameters.joinToString(", ", "<", ">") { it.name }}), and a Class cannot say what " +
+                    "its type arguments are; pass an ObjectCodec (any encoding you already use, e.g. your JSON library) or, " +
+                    "from Kotlin, a KSerializer such as MapSerializer(String.serializer(), Int.serializer())"
+            }
             val found = byClass.get(type)
             @Suppress("UNCHECKED_CAST")
             return found.getOrElse { e ->

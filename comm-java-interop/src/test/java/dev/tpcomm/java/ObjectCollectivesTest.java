@@ -112,6 +112,31 @@ class ObjectCollectivesTest {
     }
 
     @Test
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    void aGenericContainerClassIsRefusedBeforeAnythingIsSent() throws Exception {
+        // Map.class cannot say its keys' and values' types: issue 20 found it failing only after the
+        // exchange, with an ObjectCodecException repeating kotlinx's text once per rank.
+        List<JavaCommunicator> world = world(2);
+        try {
+            Ranks.run(world, comm -> {
+                java.util.Map<String, Integer> mine = java.util.Map.of("rank", comm.getRank());
+                IllegalArgumentException iae = assertThrows(IllegalArgumentException.class,
+                        () -> comm.allGatherObjectBlocking(mine, (Class) java.util.Map.class));
+                assertTrue(iae.getMessage().contains("java.util.Map") && iae.getMessage().contains("ObjectCodec"), iae.getMessage());
+                assertTrue(iae.getMessage().length() < 600, "a short message, got " + iae.getMessage().length() + " characters");
+                CompletionException e = assertThrows(CompletionException.class,
+                        () -> comm.allGatherObject(List.of(1, 2), (Class) List.class).join());
+                assertInstanceOf(IllegalArgumentException.class, e.getCause());
+                // Nothing was sent: the communicator still works.
+                assertArrayEquals(new float[] {2f}, comm.allReduceBlocking(Tensor.of(new float[] {1f})).toFloatArray());
+                return null;
+            });
+        } finally {
+            Ranks.closeAll(world);
+        }
+    }
+
+    @Test
     void aJavaRecordWithTheClassOverloadIsRefusedOnEveryRankWithAHint() throws Exception {
         List<JavaCommunicator> world = world(2);
         try {
