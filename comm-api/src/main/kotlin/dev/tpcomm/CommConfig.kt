@@ -24,7 +24,9 @@ import kotlin.time.toKotlinDuration
  * @property options backend-specific settings, by name (each backend documents its keys).
  * @property flightRecorderDir a directory where each rank writes its flight-recorder dump,
  * `<dir>/<communicator>-rank<R>.json`, on a timeout, abort or mismatch, on `close()` after a failure,
- * at JVM shutdown, and on demand; null (the default) writes no files (dumps still travel in exceptions).
+ * at JVM shutdown, and on demand; null (the default) takes the environment variable
+ * `TPCOMM_FLIGHT_RECORDER_DIR` if it is set (whatever created the communicator), and otherwise writes
+ * no files (dumps still travel in exceptions).
  */
 public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,

@@ -70,9 +70,17 @@ public class FlightRecorder(
     public val worldSize: Int = 1,
     /** The communicator's id, the same on every rank (`world`, or derived for a split); names the dump file. */
     public val communicator: String = "world",
-    /** Where dumps are written on failure, close after failure and shutdown; null for nowhere. */
-    public val dumpDirectory: String? = null,
+    /**
+     * Where dumps are written on failure, close after failure and shutdown. Null (the default) takes
+     * the environment variable `TPCOMM_FLIGHT_RECORDER_DIR`, so that it applies however the
+     * communicator was created (`CommConfig()`, `runLocalWorld`, `Comm.create`, not only
+     * `CommConfig.fromEnvironment()`); null and no variable (or a blank one): nowhere.
+     */
+    dumpDirectory: String? = null,
 ) : AutoCloseable {
+    /** Where dumps are written: the constructor's directory, else `TPCOMM_FLIGHT_RECORDER_DIR`, else null (nowhere). */
+    public val dumpDirectory: String? = dumpDirectory ?: ENVIRONMENT_DUMP_DIRECTORY
+
     /** A source of `System.nanoTime`-based time stamps for [start]. Must be thread-safe and cheap. */
     public fun interface NanoClock {
         /** The current time, in the time base of [System.nanoTime]. */
@@ -435,6 +443,9 @@ public class FlightRecorder(
 
         /** The value of an absent root, peer, tag or dim in [start]. */
         public const val NONE: Int = Int.MIN_VALUE
+
+        /** `TPCOMM_FLIGHT_RECORDER_DIR`, read once; null when unset or blank. */
+        private val ENVIRONMENT_DUMP_DIRECTORY: String? = System.getenv("TPCOMM_FLIGHT_RECORDER_DIR")?.takeIf { it.isNotBlank() }
 
         /** False with `-Dtpcomm.jfr=false`: no JFR events at all, the check folded away by the JIT. */
         @JvmField internal val JFR: Boolean = System.getProperty("tpcomm.jfr", "true") != "false"
