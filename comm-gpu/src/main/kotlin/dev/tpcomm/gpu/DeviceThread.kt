@@ -85,7 +85,11 @@ internal class DeviceThread(
  * communicator uses; a test that simulates several processes in one JVM gives each its own. Thread-safe.
  */
 internal class DeviceThreads {
-    /** A device of one runtime (compared by identity: two simulated platforms never share a thread). */
+    /**
+     * A device of one runtime, compared by the runtime's identity: two simulated platforms never share
+     * a thread, and a binding must hand every communicator of the process the same runtime instance
+     * (comm-nccl's `JavaCppPlatform.runtime()` and comm-rccl's platform do).
+     */
     class Key(val runtime: DeviceRuntime, val device: Int) {
         override fun equals(other: Any?): Boolean = other is Key && other.runtime === runtime && other.device == device
         override fun hashCode(): Int = System.identityHashCode(runtime) * 31 + device

@@ -16,13 +16,19 @@ import org.bytedeco.cuda.global.nccl
  */
 @InternalTpcommApi
 public object JavaCppPlatform {
-    /** The NCCL API over JavaCPP. */
-    @JvmStatic
-    public fun api(): NcclApi = JavaCppNcclApi()
+    // One of each per process (both are stateless): comm-gpu gives every communicator of a device
+    // one native thread, found by the runtime instance (DeviceThreads), so every Comm.create("nccl")
+    // must pass the same runtime.
+    private val API: NcclApi by lazy { JavaCppNcclApi() }
+    private val RUNTIME: DeviceRuntime by lazy { JavaCppCudaRuntime() }
 
-    /** The CUDA runtime over JavaCPP. */
+    /** The NCCL API over JavaCPP: the same instance on every call. */
     @JvmStatic
-    public fun runtime(): DeviceRuntime = JavaCppCudaRuntime()
+    public fun api(): NcclApi = API
+
+    /** The CUDA runtime over JavaCPP: the same instance on every call (communicators of a device share one native thread by it). */
+    @JvmStatic
+    public fun runtime(): DeviceRuntime = RUNTIME
 
     /**
      * Loads CUDA's runtime and NCCL and counts devices. Throws what loading throws
