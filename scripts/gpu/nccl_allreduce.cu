@@ -67,12 +67,7 @@ int main(int argc, char** argv) {
     else { fprintf(stderr, "usage: %s [--nonblocking] [--max-bytes N] [--world N --rank R --id-file PATH] [--device D]\n", argv[0]); return 2; }
   }
   if (world_check(&w)) return 2;
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    printf("no GPU found: cudaGetDeviceCount: %s, %d device(s)\n", cudaGetErrorString(e), devices);
-    return 2;
-  }
+  if (world_no_gpu()) return 2;
   CUDA(cudaSetDevice(w.device));
   int version = 0;
   NCCL(ncclGetVersion(&version));

@@ -1,5 +1,5 @@
-// Shared by the C programs of the GPU check (nccl_allreduce.cu, split_probe.cu): the command line of
-// a world of several processes and the file rendezvous that brings rank 0's ncclUniqueId to the
+// Shared by the C programs of the GPU check (nccl_allreduce.cu, split_probe.cu): the "no GPU found"
+// check, the command line of a world of several processes and the file rendezvous that brings rank 0's ncclUniqueId to the
 // others, as tpcomm's FileStore does for the JVMs (docs/gpu.md). Rank 0 writes the 128 bytes to
 // PATH.tmp and renames it to PATH (atomic on one filesystem), the others poll for PATH.
 //
@@ -11,12 +11,25 @@
 #ifndef TPCOMM_UNIQUEID_FILE_H
 #define TPCOMM_UNIQUEID_FILE_H
 
+#include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+// Prints "no GPU found: ..." and returns 1 when the CUDA runtime sees no device (the line the bundle's
+// scripts and compile-check.sh look for; the programs then exit with 2); 0 otherwise.
+static int world_no_gpu(void) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0) {
+    printf("no GPU found: cudaGetDeviceCount: %s, %d device(s)\n", cudaGetErrorString(e), devices);
+    return 1;
+  }
+  return 0;
+}
 
 struct world_args {
   int world, rank, device;

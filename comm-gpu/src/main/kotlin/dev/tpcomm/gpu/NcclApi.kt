@@ -101,3 +101,13 @@ public interface NcclApi {
      */
     public fun getEnv(name: String): String? = NativeEnvironment.get(name)
 }
+
+/**
+ * The communicator's asynchronous state as one code: `ncclCommGetAsyncError`'s own failure, else the
+ * state it wrote ([NcclResult.SUCCESS], [NcclResult.IN_PROGRESS] or an error). [status] is the
+ * caller's out-array, reused between polls.
+ */
+internal fun NcclApi.asyncState(comm: Long, status: IntArray): Int {
+    val code = commGetAsyncError(comm, status)
+    return if (code != NcclResult.SUCCESS) code else status[0]
+}

@@ -508,7 +508,7 @@ public class NcclCommunicator internal constructor(
                 val backoff = Backoff.forLibraryThread()
                 while (child == 0L) {
                     timedOut?.let { throw it }
-                    failedWith()?.let { cause -> throw abortedError(name, entry.sequence, cause) }
+                    failedWith()?.let { cause -> throw errors.abortedBy(name, entry.sequence, cause) }
                     backoff.idle()
                     child = out.get(ValueLayout.JAVA_LONG, 0)
                 }
@@ -779,15 +779,7 @@ public class NcclCommunicator internal constructor(
             if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
             native.cancel(e)
             live.remove(o)
-            if (o.issued && !o.finished && failedWith() == null) {
-                abort(
-                    errors.aborted(
-                        name, -1,
-                        "a $name call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
-                        e,
-                    ),
-                )
-            }
+            if (o.issued && !o.finished) abortForCancellation(name, e)
             throw e
         }
     }
@@ -809,7 +801,7 @@ public class NcclCommunicator internal constructor(
         val entry = recorder.start(o.name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
         o.entry = entry
         failedWith()?.let { cause ->
-            val e = abortedError(o.name, entry.sequence, cause)
+            val e = errors.abortedBy(o.name, entry.sequence, cause)
             entry.fail(e)
             throw e
         }
@@ -851,15 +843,7 @@ public class NcclCommunicator internal constructor(
             entry.complete()
             return result
         } catch (e: CancellationException) {
-            if (failedWith() == null) {
-                abort(
-                    errors.aborted(
-                        o.name, -1,
-                        "a ${o.name} call in flight was cancelled (${e.message}); the other ranks cannot finish it, so the communicator was aborted",
-                        e,
-                    ),
-                )
-            }
+            abortForCancellation(o.name, e)
             throw e
         } catch (e: CommunicationException) {
             entry.fail(e)
@@ -892,8 +876,7 @@ public class NcclCommunicator internal constructor(
         while (state == NcclResult.IN_PROGRESS) {
             // The calls in the window are timed by the watchdog: a timeout aborts this communicator.
             if (failedWith() != null) return
-            val code = api.commGetAsyncError(comm, status)
-            state = if (code != NcclResult.SUCCESS) code else status[0]
+            state = api.asyncState(comm, status)
             if (state == NcclResult.IN_PROGRESS) backoff.idle()
         }
         if (state != NcclResult.SUCCESS) {
@@ -911,7 +894,7 @@ public class NcclCommunicator internal constructor(
 
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
         op.timedOut?.let { throw it }
-        failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
+        failedWith()?.let { cause -> throw errors.abortedBy(op.name, op.entry.sequence, cause) }
         when (val q = runtime.eventQuery(event)) {
             DeviceRuntime.SUCCESS -> {
                 // A kernel that gave up on a failed peer also lets the event complete: check before reporting success.
@@ -934,10 +917,8 @@ public class NcclCommunicator internal constructor(
                 if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
                 throw e
             }
-            failedWith()?.let { cause -> throw abortedError(op.name, op.entry.sequence, cause) }
-            val code = api.commGetAsyncError(handle, status)
-            val state = if (code != NcclResult.SUCCESS) code else status[0]
-            when (state) {
+            failedWith()?.let { cause -> throw errors.abortedBy(op.name, op.entry.sequence, cause) }
+            when (val state = api.asyncState(handle, status)) {
                 NcclResult.SUCCESS -> return
                 NcclResult.IN_PROGRESS -> Unit
                 else -> {
@@ -966,8 +947,7 @@ public class NcclCommunicator internal constructor(
     }
 
     private fun checkAsync(handle: Long, op: Op) {
-        val code = api.commGetAsyncError(handle, status)
-        val state = if (code != NcclResult.SUCCESS) code else status[0]
+        val state = api.asyncState(handle, status)
         if (state != NcclResult.SUCCESS && state != NcclResult.IN_PROGRESS) {
             throw fail(op, ncclError(state, "ncclCommGetAsyncError", op))
         }
@@ -979,6 +959,18 @@ public class NcclCommunicator internal constructor(
         op.cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
         allEvents += e[0]
         return e[0]
+    }
+
+    /** A call of [operation] in flight was cancelled: its peers cannot finish it without this rank, so the communicator is aborted (unless it already failed). */
+    private fun abortForCancellation(operation: String, cause: CancellationException) {
+        if (failedWith() != null) return
+        abort(
+            errors.aborted(
+                operation, CommunicationErrors.NO_SEQUENCE,
+                "a $operation call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
+                cause,
+            ),
+        )
     }
 
     /** Marks [op] failed with [error], aborts the communicator, and returns [error] for throwing. */
@@ -1038,8 +1030,7 @@ public class NcclCommunicator internal constructor(
             val deadline = System.nanoTime() + timeoutNanos
             val backoff = Backoff.forLibraryThread()
             while (true) {
-                val c = api.commGetAsyncError(comm, status)
-                code = if (c != NcclResult.SUCCESS) c else status[0]
+                code = api.asyncState(comm, status)
                 if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
                 backoff.idle()
             }
@@ -1141,8 +1132,6 @@ public class NcclCommunicator internal constructor(
         return errors.timeout(op.name, op.entry.sequence, message)
     }
 
-    private fun abortedError(operation: String, sequence: Long, cause: CommunicationException): CommunicatorAbortedException =
-        errors.aborted(operation, sequence, errors.abortedMessage(cause), cause)
 
     private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype)
 

@@ -148,8 +148,7 @@ public object NcclConnector {
         val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
         val status = IntArray(1)
         dispatcher.await(NativeRequest {
-            val c = api.commGetAsyncError(comm, status)
-            val state = if (c != NcclResult.SUCCESS) c else status[0]
+            val state = api.asyncState(comm, status)
             when {
                 state == NcclResult.SUCCESS -> true
                 state != NcclResult.IN_PROGRESS -> {
