@@ -36,7 +36,7 @@ for m in "${MODULES[@]}"; do
     echo "api-check: $classes does not exist; build first (./mvnw -B -ntp package -DskipTests)" >&2
     exit 2
   fi
-  "$JAVA_HOME/bin/java" -cp "$CP" scripts/api/ApiDump.java "$classes" > "$tmp/$m.api"
+  "$JAVA_HOME/bin/java" -cp "$CP" scripts/api/ApiDump.java "$classes" "$m/src/main/kotlin" "$m/src/main/java" > "$tmp/$m.api"
   dump="$m/api/$m.api"
   if [ "$update" = 1 ]; then
     mkdir -p "$m/api"

@@ -2,7 +2,10 @@
 // outside the module can use, as the JVM sees it, minus what Kotlin hides (internal and private
 // declarations, read from each class's @kotlin.Metadata with kotlin-metadata-jvm) and synthetic
 // members. One line per declaration, sorted, so that a change to the public surface is a diff.
-// Usage: java -cp <asm.jar>:<kotlin-metadata-jvm.jar>:<kotlin-stdlib.jar> ApiDump.java <classes dir>
+// Usage: java -cp <asm.jar>:<kotlin-metadata-jvm.jar>:<kotlin-stdlib.jar> ApiDump.java <classes dir> [<source dir>...]
+// A class file left behind by an earlier build (the Kotlin compiler does not delete the output of a
+// removed declaration) is not API: it is skipped, with a warning, when its outer class no longer
+// declares it or when no file of the given source directories has its source file's name.
 // (run by scripts/api-check.sh; the same idea as kotlinx.coroutines' .api files).
 
 import java.io.IOException;
@@ -46,8 +49,12 @@ public class ApiDump {
         int[] mv;
         String[] d1, d2;
         String xs, pn;
+        String sourceFile;
+        final Set<String> members = new HashSet<>(); // nested classes this class declares (its InnerClasses entries)
 
         Scanned() { super(Opcodes.ASM9); }
+
+        @Override public void visitSource(String source, String debug) { sourceFile = source; }
 
         @Override public void visit(int version, int access, String name, String signature, String superName, String[] interfaces) {
             this.access = access; this.name = name; this.superName = superName; this.interfaces = interfaces;
@@ -58,6 +65,7 @@ public class ApiDump {
             if (name.equals(this.name) && (access & (Opcodes.ACC_PUBLIC | Opcodes.ACC_PROTECTED)) == 0) innerNonPublic = true;
             if (name.equals(this.name)) this.outer = outer;
             if (name.equals(this.name) && outer == null && inner == null) innerNonPublic = true; // local or anonymous
+            if (this.name.equals(outer)) members.add(name);
         }
 
         @Override public AnnotationVisitor visitAnnotation(String desc, boolean visible) {
@@ -136,12 +144,40 @@ public class ApiDump {
         try (Stream<Path> s = Files.walk(root)) {
             files = s.filter(p -> p.toString().endsWith(".class") && !p.getFileName().toString().equals("module-info.class")).sorted().toList();
         }
+        boolean checkSources = args.length > 1;
+        Set<String> sourceNames = new HashSet<>(); // file names of the module's sources
+        for (int i = 1; i < args.length; i++) {
+            Path dir = Path.of(args[i]);
+            if (!Files.isDirectory(dir)) continue;
+            try (Stream<Path> s = Files.walk(dir)) {
+                s.filter(Files::isRegularFile).forEach(p -> sourceNames.add(p.getFileName().toString()));
+            }
+        }
+        java.util.Map<String, Scanned> scanned = new java.util.LinkedHashMap<>();
+        for (Path file : files) {
+            Scanned c = new Scanned();
+            new ClassReader(Files.readAllBytes(file)).accept(c, ClassReader.SKIP_CODE | ClassReader.SKIP_FRAMES);
+            scanned.put(c.name, c);
+        }
+        Set<String> stale = new HashSet<>();
+        for (Scanned c : scanned.values()) {
+            String why = null;
+            if (c.outer != null) {
+                Scanned o = scanned.get(c.outer);
+                if (o == null || !o.members.contains(c.name)) why = "its enclosing class " + c.outer + " no longer declares it";
+            } else if (checkSources && !c.name.contains("$") && c.sourceFile != null && !sourceNames.contains(c.sourceFile)) {
+                why = "no source file is named " + c.sourceFile;
+            }
+            if (why != null) {
+                stale.add(c.name);
+                System.err.println("api-check: skipping " + c.name + ".class, left by an earlier build (" + why + "); ./mvnw clean removes it");
+            }
+        }
         TreeMap<String, TreeSet<String>> out = new TreeMap<>();
         java.util.Map<String, String> heads = new java.util.HashMap<>(); // class name -> its head line, for exposed classes
         java.util.Map<String, String> outers = new java.util.HashMap<>(); // nested class -> enclosing class
-        for (Path file : files) {
-            Scanned c = new Scanned();
-            new ClassReader(Files.readAllBytes(file)).accept(c, ClassReader.SKIP_CODE | ClassReader.SKIP_DEBUG | ClassReader.SKIP_FRAMES);
+        for (Scanned c : scanned.values()) {
+            if (stale.contains(c.name)) continue;
             if (c.outer != null) outers.put(c.name, c.outer);
             if (!visible(c.access) || c.innerNonPublic) continue;
             Set<String> hidden = new HashSet<>();
