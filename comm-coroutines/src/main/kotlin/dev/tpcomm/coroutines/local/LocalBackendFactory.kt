@@ -46,6 +46,37 @@ public class LocalBackendFactory : CommBackendFactory {
          */
         public const val ALLOW_HEAP_MEMORY_OPTION: String = "local.allowHeapMemory"
 
+        /**
+         * The option `local.eagerLimit`: the largest point-to-point message, in bytes, that `send`
+         * buffers and returns from before the receiver posts its receive (default
+         * [DEFAULT_EAGER_LIMIT]). A larger send completes only once a matching receive has taken
+         * it, as MPI's sends do above their eager limit, so a program that relies on sends being
+         * buffered (every rank sends, then receives) deadlocks in its test as it would under
+         * `mpirun`, and ends in a [dev.tpcomm.CommunicationTimeoutException] naming this limit.
+         * `0` makes every send wait for its receive. A value that is not a non-negative whole number
+         * of bytes makes [LocalWorld]'s constructor and `Comm.create("local", ...)` throw
+         * [IllegalArgumentException]. Applies to every communicator of the world.
+         */
+        public const val EAGER_LIMIT_OPTION: String = "local.eagerLimit"
+
+        /**
+         * 256 bytes: the strictest of the MPI implementations tpcomm runs on, as measured on
+         * one host (docs/local.md, "Point-to-point and the eager limit"). Open MPI 4.1 (the `vader`
+         * shared-memory transport) returns from `MPI_Send` before the receive is posted only up
+         * to its `btl_vader_max_inline_send` of 256 bytes; MPICH 4.0 (`ch4:ucx`) up to 8 KiB.
+         */
+        public const val DEFAULT_EAGER_LIMIT: Long = 256
+
+        /** [EAGER_LIMIT_OPTION] of [config]; refuses a value that is not a non-negative number of bytes. */
+        internal fun eagerLimit(config: CommConfig): Long {
+            val value = config.options[EAGER_LIMIT_OPTION] ?: return DEFAULT_EAGER_LIMIT
+            val bytes = value.trim().toLongOrNull()
+            require(bytes != null && bytes >= 0) {
+                "option $EAGER_LIMIT_OPTION=\"$value\" is not a number of bytes; use a whole number >= 0 (default $DEFAULT_EAGER_LIMIT)"
+            }
+            return bytes
+        }
+
         /** [ALLOW_HEAP_MEMORY_OPTION] of [config]; refuses a value other than true or false. */
         internal fun allowHeapMemory(config: CommConfig): Boolean {
             val value = config.options[ALLOW_HEAP_MEMORY_OPTION] ?: return false

@@ -444,13 +444,39 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         try {
             tensor.retain("send")
             try {
-                group.mailboxes[dst].deliver(rank, tag, tensor.segment)
+                val box = group.mailboxes[dst]
+                if (tensor.byteSize <= world.eagerLimit) {
+                    box.deliver(rank, tag, tensor.segment)
+                } else {
+                    rendezvous(box, tensor, dst, tag, entry)
+                }
             } finally {
                 tensor.release()
             }
             entry.complete()
         } catch (t: Throwable) {
             entry.fail(t); throw t
+        }
+    }
+
+    /** A send above the eager limit: returns once a receive on [dst] has copied [tensor] (see [Mailbox.park]). */
+    private suspend fun rendezvous(box: Mailbox, tensor: Tensor, dst: Int, tag: Int, entry: FlightRecorder.Entry) {
+        if (group.communicators[dst].closed) {
+            throw errors.aborted("send", entry.sequence, "rank $dst closed its communicator; a send above the eager limit needs its receive")
+        }
+        try {
+            suspendCancellableCoroutine<Unit> { cont -> box.park(rank, tag, tensor.segment, cont, "send", entry.sequence) }
+        } catch (c: TimeoutCancellationException) {
+            box.quiesce() // a receive copying from the tensor finishes before the caller's release
+            throw errors.timeout(
+                "send", entry.sequence,
+                "send to rank $dst (tag $tag) did not complete before the caller's deadline (${c.message}): no matching receive was posted. " +
+                    box.rendezvousAdvice(tensor.byteSize, dst) + " The send was withdrawn; rank $dst will not receive it, and the communicator stays usable",
+                c,
+            )
+        } catch (t: Throwable) {
+            box.quiesce()
+            throw t
         }
     }
 

@@ -67,6 +67,14 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
                 return
             }
         }
+        if (mailboxes[rank].hasWaitingSend()) {
+            world.abort(
+                communicators[rank].errors.aborted(
+                    "close", -1, "rank $rank of $description closed its communicator while a send to it waited for its receive",
+                ),
+            )
+            return
+        }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
             world.abort(
                 communicators[rank].errors.aborted(
@@ -104,8 +112,27 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
                 if (world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), s)) return true
             }
         }
+        if (sendsTimedOut(now, timeoutNanos)) return true
         for (m in mailboxes) if (m.checkTimeout(now, timeoutNanos)) return true
         return false
+    }
+
+    /**
+     * Aborts the world when a send above the eager limit waited longer than the timeout for its
+     * receive (typically every rank sending before it receives). That send, and every other send
+     * still waiting for a receive (the rest of the cycle, started a little later), fail with the
+     * same [dev.tpcomm.CommunicationTimeoutException], which names the limit.
+     */
+    private fun sendsTimedOut(now: Long, timeoutNanos: Long): Boolean {
+        if (mailboxes.none { it.lateSends(now, timeoutNanos).isNotEmpty() }) return false
+        val late = mailboxes.flatMap { box -> box.lateSends(now, -1).map { box.owner to it } }
+        if (late.isEmpty()) return false
+        val (dst, first) = late.first()
+        val pairs = late.joinToString(", ") { (to, m) -> "${m.source}->$to" }
+        val msg = "send timed out after ${world.config.timeout}: rank(s) ${late.map { it.second.source }.distinct().sorted()} of $description " +
+            "waited for their receivers to post a matching receive (sender->receiver: $pairs). " + mailboxes[dst].rendezvousAdvice(first.byteSize, dst)
+        val reason = communicators[first.source].errors.timeout(first.operation, first.recorderSeq, msg)
+        return world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late.map { it.second })
     }
 
     companion object {

@@ -21,6 +21,9 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
 
     /** [LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]: read (and refused when malformed) once, at creation. */
     val allowHeapMemory: Boolean = LocalBackendFactory.allowHeapMemory(config)
+
+    /** [LocalBackendFactory.EAGER_LIMIT_OPTION]: read (and refused when malformed) once, at creation. */
+    val eagerLimit: Long = LocalBackendFactory.eagerLimit(config)
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */

@@ -11,19 +11,31 @@ import kotlin.coroutines.resumeWithException
 /**
  * Point-to-point messages addressed to rank [owner] of a group.
  *
- * Sends are buffered: a send copies straight into a matching receive already posted (no staging
- * copy), and otherwise into a private buffer queued here, and returns at once. Receives take the
- * first queued message that matches (source or ANY_SOURCE, tag or ANY_TAG), so messages of one
- * (source, tag) pair arrive in the order sent; without one they post themselves and suspend.
- * A message whose size differs from the receive buffer's is not consumed: the receive fails with
- * IllegalArgumentException and the message stays queued. All state is guarded by [lock].
+ * A send of at most the world's eager limit (`local.eagerLimit`, [LocalBackendFactory.DEFAULT_EAGER_LIMIT]
+ * by default) is buffered: it copies straight into a matching receive already posted (no staging
+ * copy), and otherwise into a private buffer queued here, and returns at once. A larger send is a
+ * rendezvous, as MPI's is above its eager limit: it copies straight into a matching posted receive,
+ * or queues its own memory and waits ([park]) until a receive takes it. Receives take the first
+ * queued message that matches (source or ANY_SOURCE, tag or ANY_TAG), buffered or waiting, so
+ * messages of one (source, tag) pair arrive in the order sent; without one they post themselves and
+ * suspend. A message whose size differs from the receive buffer's is not consumed: the receive fails
+ * with IllegalArgumentException and the message stays queued. All state is guarded by [lock].
  */
 internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     private val lock = Any()
     private val queue = ArrayDeque<Message>()
     private val posted = ArrayList<Posted>()
 
-    class Message(val source: Int, val tag: Int, val byteSize: Long, val data: MemorySegment)
+    /**
+     * A queued message. A buffered one owns [data]; a waiting (rendezvous) one points at the
+     * sender's memory and resumes [sender] when a receive has copied it.
+     */
+    class Message(val source: Int, val tag: Int, val byteSize: Long, val data: MemorySegment) {
+        var sender: CancellableContinuation<Unit>? = null
+        var operation: String = ""
+        var recorderSeq: Long = 0
+        var startNanos: Long = 0
+    }
 
     class Posted(
         val source: Int,
@@ -46,13 +58,39 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         synchronized(lock) { }
     }
 
-    /** Delivers a message from [source]. Never suspends. */
+    /** Delivers a buffered message from [source]: copies it into a posted receive or queues a copy. Never suspends. */
     fun deliver(source: Int, tag: Int, data: MemorySegment) {
+        offer(source, tag, data, null)
+    }
+
+    /**
+     * The rendezvous send: copies [data] into a matching posted receive and resumes [cont] at once,
+     * or queues [data] itself (no copy) and resumes [cont] when a receive has taken it. Cancelling
+     * [cont] withdraws a message no receive has taken yet; one being copied finishes first (under
+     * [lock]), so the sender may release [data] once it has called [quiesce].
+     */
+    fun park(source: Int, tag: Int, data: MemorySegment, cont: CancellableContinuation<Unit>, operation: String, recorderSeq: Long) {
+        val cause = group.world.abortCause
+        if (cause != null) {
+            cont.resumeWith(Result.failure(group.communicators[source].abortedException(operation, recorderSeq, cause)))
+            return
+        }
+        offer(source, tag, data, cont, operation, recorderSeq)
+    }
+
+    private fun offer(
+        source: Int,
+        tag: Int,
+        data: MemorySegment,
+        sender: CancellableContinuation<Unit>?,
+        operation: String = "",
+        recorderSeq: Long = 0,
+    ) {
         val bytes = data.byteSize()
         var wake: ArrayList<Pair<Posted, Result<MessageInfo>>>? = null
+        var consumed = false
         synchronized(lock) {
             val info = MessageInfo(source, tag, bytes)
-            var consumed = false
             val it = posted.iterator()
             while (it.hasNext()) {
                 val p = it.next()
@@ -78,13 +116,22 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 consumed = true
                 break
             }
-            if (!consumed) {
+            if (!consumed && sender == null) {
                 val copy = allocate(bytes)
                 MemorySegment.copy(data, 0, copy, 0, bytes)
                 queue.addLast(Message(source, tag, bytes, copy))
+            } else if (!consumed && sender != null) {
+                val m = Message(source, tag, bytes, data)
+                m.sender = sender
+                m.operation = operation
+                m.recorderSeq = recorderSeq
+                m.startNanos = System.nanoTime()
+                queue.addLast(m)
+                sender.invokeOnCancellation { synchronized(lock) { queue.remove(m) } }
             }
         }
         wake?.forEach { (p, r) -> p.cont.resumeWith(r) }
+        if (consumed) sender?.resumeWith(Result.success(Unit))
     }
 
     private fun allocate(bytes: Long): MemorySegment =
@@ -95,11 +142,15 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
      * Takes the first matching queued message into [target] (or, for a probe with null target,
      * only reports it). Returns null when none is queued.
      */
-    fun tryTake(src: Int, tag: Int, target: Tensor?, operation: String): MessageInfo? = synchronized(lock) {
-        takeLocked(src, tag, target, operation)
+    fun tryTake(src: Int, tag: Int, target: Tensor?, operation: String): MessageInfo? {
+        var taken: Message? = null
+        val info = synchronized(lock) { takeLocked(src, tag, target, operation) { taken = it } }
+        taken?.sender?.resumeWith(Result.success(Unit))
+        return info
     }
 
-    private fun takeLocked(src: Int, tag: Int, target: Tensor?, operation: String): MessageInfo? {
+    /** Takes (or, for a probe, reports) the first matching queued message; [onTaken] gets a consumed one. */
+    private inline fun takeLocked(src: Int, tag: Int, target: Tensor?, operation: String, onTaken: (Message) -> Unit): MessageInfo? {
         val it = queue.iterator()
         while (it.hasNext()) {
             val m = it.next()
@@ -111,6 +162,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 }
                 MemorySegment.copy(m.data, 0, target.segment, 0, m.byteSize)
                 it.remove()
+                onTaken(m)
             }
             return MessageInfo(m.source, m.tag, m.byteSize)
         }
@@ -123,13 +175,14 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
      */
     fun postOrTake(src: Int, tag: Int, target: Tensor?, operation: String, recorderSeq: Long, cont: CancellableContinuation<MessageInfo>) {
         var immediate: Result<MessageInfo>? = null
+        var taken: Message? = null
         synchronized(lock) {
             val cause = group.world.abortCause
             if (cause != null) {
                 immediate = Result.failure(group.communicators[owner].abortedException(operation, recorderSeq, cause))
             } else {
                 try {
-                    val info = takeLocked(src, tag, target, operation)
+                    val info = takeLocked(src, tag, target, operation) { taken = it }
                     if (info != null) {
                         immediate = Result.success(info)
                     } else {
@@ -142,17 +195,34 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 }
             }
         }
+        taken?.sender?.resumeWith(Result.success(Unit))
         immediate?.let { cont.resumeWith(it) }
     }
 
     fun hasWaiterFor(rank: Int): Boolean = synchronized(lock) { posted.any { it.source == rank } }
 
+    /** The sends waiting here longer than [timeoutNanos] (-1: all of them) for this mailbox's owner to receive them. */
+    fun lateSends(now: Long, timeoutNanos: Long): List<Message> =
+        synchronized(lock) { queue.filter { it.sender != null && now - it.startNanos > timeoutNanos } }
+
+    /** True when a send is waiting here for this mailbox's owner to receive it. */
+    fun hasWaitingSend(): Boolean = synchronized(lock) { queue.any { it.sender != null } }
+
     fun failAll(generic: SlotFailure, timedOut: Any?, specific: SlotFailure?) {
         val failed = synchronized(lock) { ArrayList(posted).also { posted.clear() } }
+        val senders = synchronized(lock) {
+            val waiting = queue.filter { it.sender != null }
+            queue.removeAll(waiting)
+            waiting
+        }
         val comm = group.communicators[owner]
         for (p in failed) {
             val f = if (specific != null && p === timedOut) specific else generic
             p.cont.resumeWithException(comm.failureException(f, p.operation, p.recorderSeq))
+        }
+        for (m in senders) {
+            val f = if (specific != null && (timedOut as? Collection<*>)?.any { it === m } == true) specific else generic
+            m.sender!!.resumeWithException(group.communicators[m.source].failureException(f, m.operation, m.recorderSeq))
         }
     }
 
@@ -166,6 +236,13 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val reason = comm.errors.timeout(late.operation, late.recorderSeq, msg)
         return group.world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late)
     }
+
+    /** Why a send of [bytes] to [dst] waits, and what to change: named in every failure of a waiting send. */
+    fun rendezvousAdvice(bytes: Long, dst: Int): String =
+        "A send of $bytes bytes is above the eager limit of ${group.world.eagerLimit} bytes (option ${LocalBackendFactory.EAGER_LIMIT_OPTION}), " +
+            "so, as MPI's rendezvous protocol does, it completes only when rank $dst posts a matching receive. " +
+            "If every rank sends before it receives (a ring, an exchange), post the receive concurrently " +
+            "(launch the send beside the recv) or order the calls so that one side receives first."
 
     private companion object {
         const val HEAP_LIMIT = 1L shl 20
