@@ -1,7 +1,9 @@
 package dev.tpcomm.testkit
 
+import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.Tensor
 import io.kotest.property.Arb
@@ -30,7 +32,8 @@ import kotlin.time.Duration.Companion.seconds
  * A rank fails when its block throws (a Kotest assertion, any exception); the world is then aborted,
  * so the other ranks' pending collectives fail with a `CommunicationException` instead of waiting.
  * On failure, the same seed is re-run on each smaller configured world size, and a
- * [WorldPropertyException] reports the smallest world that still fails: which rank failed first and
+ * [WorldPropertyException] reports the smallest world that still fails: which rank failed (the
+ * lowest rank whose own code failed, not the first in time, so that one seed gives one report) and
  * with what, what the others ended with, and the seed to reproduce. A world still running after
  * `2 * timeout + 10 s` is cancelled and reported with its hung ranks (this needs the property's
  * waiting to be cancellable, as tpcomm's collectives and `delay` are; a rank stuck in
@@ -81,7 +84,21 @@ internal class WorldCheck(private val config: WorldCheckConfig) {
         val hung: List<Int>,
     ) {
         val failed: Boolean get() = failures.isNotEmpty() || hung.isNotEmpty()
-        val first: Pair<Int, Throwable>? get() = failures.entries.minByOrNull { it.value.first }?.let { it.key to it.value.second }
+        /**
+         * The failure the report leads with, chosen from what failed, never from timing (the same
+         * seed gives the same report): the lowest rank whose own code failed (an exception that is
+         * not a [CommunicationException]); else the lowest rank with a timeout or mismatch; else the
+         * lowest rank that failed at all; the launcher's own failure (rank -1) only when no rank failed.
+         */
+        val first: Pair<Int, Throwable>?
+            get() {
+                val ranks = failures.entries.filter { it.key >= 0 }.sortedBy { it.key }
+                val lead = ranks.firstOrNull { it.value.second !is CommunicationException }
+                    ?: ranks.firstOrNull { it.value.second is CommunicationTimeoutException || it.value.second is CollectiveMismatchException }
+                    ?: ranks.firstOrNull()
+                    ?: failures.entries.firstOrNull()
+                return lead?.let { it.key to it.value.second }
+            }
     }
 
     private val seed: Long = config.seed ?: System.getProperty("tpcomm.testkit.seed")?.toLongOrNull() ?: Random.nextLong()
@@ -155,7 +172,7 @@ internal class WorldCheck(private val config: WorldCheckConfig) {
         val first = o.first
         val lines = mutableListOf<String>()
         val headline = when {
-            first != null && first.first >= 0 -> "rank ${first.first} failed first: ${describe(first.second)}"
+            first != null && first.first >= 0 -> "rank ${first.first} failed: ${describe(first.second)}"
             first != null -> "the launcher failed: ${describe(first.second)}"
             else -> "ranks ${o.hung} hung (still running after ${config.timeout * 2 + 10.seconds})"
         }

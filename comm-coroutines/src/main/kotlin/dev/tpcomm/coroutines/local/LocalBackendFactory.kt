@@ -61,9 +61,10 @@ public class LocalBackendFactory : CommBackendFactory {
 
         /**
          * 256 bytes: the strictest of the MPI implementations tpcomm runs on, as measured on
-         * one host (docs/local.md, "Point-to-point and the eager limit"). Open MPI 4.1 (the `vader`
-         * shared-memory transport) returns from `MPI_Send` before the receive is posted only up
-         * to its `btl_vader_max_inline_send` of 256 bytes; MPICH 4.0 (`ch4:ucx`) up to 8 KiB.
+         * one host (docs/mpi.md, "Eager limits"; `scripts/mpi/eager_probe.c`). Open MPI 4.1 (the
+         * `vader` shared-memory transport) returns from `MPI_Send` before the receive is posted
+         * only up to its `btl_vader_max_inline_send` of 256 bytes; MPICH 4.0 (`ch4:ucx`) up to
+         * about 8 KiB.
          */
         public const val DEFAULT_EAGER_LIMIT: Long = 256
 
