@@ -15,9 +15,15 @@ import kotlin.time.toKotlinDuration
  * @property localRank rank among the processes of this host; GPU backends use it to pick the device.
  * @property timeout deadline of every call; past it the communicator aborts with
  * [CommunicationTimeoutException] on every rank.
- * @property checkConsistency native backends exchange each collective's signature (op, dtype,
- * shape, root) first and fail with [CollectiveMismatchException] on a mismatch; the local
- * backend always checks.
+ * @property checkConsistency whether ranks compare each collective's signature (operation, dtype,
+ * shape, op, root, dim) before any data moves, so that a mismatch is a [CollectiveMismatchException]
+ * naming the ranks and fields on every rank instead of an MPI error on some ranks and garbage on
+ * others. `null` (the default) is the backend's default: on for the in-process backend (which
+ * always checks, at no cost) and MPI (one 16-byte all-reduce of a digest before each collective;
+ * the full signatures move only when the digests differ; figures in docs/mpi.md), off for NCCL and
+ * RCCL (their check waits for the stream before each collective, which would undo the overlap
+ * with compute; not measured on a GPU). `true` turns it on, `false` off (MPI, NCCL, RCCL; the
+ * in-process backend ignores it); `TPCOMM_CHECK_CONSISTENCY` sets it in [fromEnvironment].
  * @property flightRecorderSize how many recent operations each communicator remembers for diagnostics.
  * @property rendezvous how GPU backends exchange their bootstrap id: `"mpi"`, `"file:///shared/path"`,
  * or null for automatic (MPI when launched by mpirun).
@@ -32,7 +38,7 @@ public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,
     public val rank: Int = 0,
     public val timeout: Duration = 10.minutes,
-    public val checkConsistency: Boolean = false,
+    public val checkConsistency: Boolean? = null,
     public val flightRecorderSize: Int = 256,
     public val localRank: Int = rank,
     public val rendezvous: String? = null,
@@ -71,8 +77,8 @@ public data class CommConfig @JvmOverloads constructor(
         /** Sets [CommConfig.timeout]. */
         public fun timeout(value: java.time.Duration): Builder = apply { config = config.copy(timeout = value.toKotlinDuration()) }
 
-        /** Sets [CommConfig.checkConsistency]. */
-        public fun checkConsistency(value: Boolean): Builder = apply { config = config.copy(checkConsistency = value) }
+        /** Sets [CommConfig.checkConsistency] (null: the backend's default). */
+        public fun checkConsistency(value: Boolean?): Builder = apply { config = config.copy(checkConsistency = value) }
 
         /** Sets [CommConfig.flightRecorderSize]. */
         public fun flightRecorderSize(value: Int): Builder = apply { config = config.copy(flightRecorderSize = value) }

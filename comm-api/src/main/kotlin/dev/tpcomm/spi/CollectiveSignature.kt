@@ -82,6 +82,26 @@ public object CollectiveSignature {
         extra: Long = 0,
     ): LongArray = LongArray(SIZE).also { encode(it, 0, op, tensor, reduceOp, root, dim, extra) }
 
+    /**
+     * A 64-bit digest of the signature at [offset] of [words] ([SIZE] longs), for a cheap agreement
+     * check: ranks reduce `[h, h.inv()]` with MAX and all agree exactly when every rank gets its own
+     * pair back (if two ranks differ, the one with the larger `h` has the smaller `h.inv()`), so
+     * every rank learns of a difference in one 16-byte all-reduce, and only then gathers the full
+     * signatures for [compare]'s message. Different signatures collide with probability about 2^-64.
+     */
+    @JvmStatic
+    public fun digest(words: LongArray, offset: Int = 0): Long {
+        var h = -0x61c8864680b583ebL // 0x9E3779B97F4A7C15
+        for (i in 0 until SIZE) {
+            h = (h xor words[offset + i]) * -0x4b47d5b1a5c56c9L // 0xB4B82E4A5A3A9367, odd
+            h = h xor (h ushr 29)
+        }
+        h = h xor (h ushr 33)
+        h *= -0xae502812aa7333L // 0xFF51AFD7ED558CCD (MurmurHash3's fmix64)
+        h = h xor (h ushr 33)
+        return h
+    }
+
     /** What the ranks disagreed on: [message] for the exception, [ranks] that differ from rank 0, the [fields] that differ. */
     public class Mismatch(
         /** The whole message, naming every differing rank, what it called, and the fields. */

@@ -705,8 +705,10 @@ public class NcclCommunicator internal constructor(
         }
 
         /**
-         * checkConsistency: all-gathers every rank's signature of this call (staged through device
-         * memory) and fails with [CollectiveMismatchException] naming the differing ranks and fields.
+         * checkConsistency (only when set to true: off by default on the GPU engine, since it waits
+         * for the stream before each collective): all-gathers every rank's signature of this call
+         * (staged through device memory) and fails with [CollectiveMismatchException] naming the
+         * differing ranks and fields.
          */
         fun checkSignature(sig: LongArray) {
             val n = sig.size * 8L
@@ -813,7 +815,7 @@ public class NcclCommunicator internal constructor(
             val owner = thread.p2pOwner
             if (owner != null && (!p2p || owner !== this)) owner.endP2pWindow()
             o.orderAfterProducer()
-            if (signature != null && config.checkConsistency && worldSize > 1) o.checkSignature(signature)
+            if (signature != null && config.checkConsistency == true && worldSize > 1) o.checkSignature(signature)
             if (p2p) o.openP2p(sending = o.name == "send")
             val result = o.issue()
             if (p2p) {

@@ -68,8 +68,9 @@ import kotlin.coroutines.cancellation.CancellationException
  * calls `MPI_Abort` so that every rank of the job ends (the process ends itself if MPI does not).
  * A caller's own deadline (`withTimeout`, `awaitAll(timeout)`) raises
  * [CommunicationTimeoutException] at that deadline in every progress mode and aborts the
- * communicator. A mismatch found by [CommConfig.checkConsistency] raises
- * [CollectiveMismatchException] on every rank; a peer's abort makes later calls throw
+ * communicator. A mismatched collective (ranks calling different operations, dtypes, shapes, ops,
+ * roots or dims) raises [CollectiveMismatchException] on every rank before any data moves: the
+ * check is on unless [CommConfig.checkConsistency] is false; a peer's abort makes later calls throw
  * [CommunicatorAbortedException]. Tensors are retained while MPI may touch them (a `close()`
  * meanwhile is deferred); buffers of operations that failed while MPI may still touch them are
  * kept for the life of the process.
@@ -121,6 +122,12 @@ public class MpiCommunicator internal constructor(
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
     private val signatures = MpiSignatureProtocol(worldSize, arena, "an MPI communicator of $worldSize ranks")
+
+    /** `CommConfig.checkConsistency`, on unless set to false: each collective's signature digest is all-reduced first. */
+    private val checksConsistency: Boolean = config.checkConsistency ?: true
+
+    /** MPI_MAX, for the signature digest pair. */
+    private val digestOp: Long = abi.op(ReduceOp.Max)
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
@@ -249,7 +256,7 @@ public class MpiCommunicator internal constructor(
         if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
-                inlineBlocking(entry, name, tensor) { binding.allreduce(inPlace, buf, n, t, o, handle) }
+                inlineBlocking(entry, name, tensor, signature(OP_ALLREDUCE, tensor, -1, -1, op)) { binding.allreduce(inPlace, buf, n, t, o, handle) }
             } else {
                 collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
                     { binding.allreduce(inPlace, buf, n, t, o, handle) },
@@ -272,7 +279,7 @@ public class MpiCommunicator internal constructor(
         val entry = start(name, tensor, root = root)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         if (fastPath()) {
-            inlineBlocking(entry, name, tensor) { binding.bcast(buf, n, t, root, handle) }
+            inlineBlocking(entry, name, tensor, signature(OP_BROADCAST, tensor, root, -1, null)) { binding.bcast(buf, n, t, root, handle) }
             return tensor
         }
         collective(entry, name, signature(OP_BROADCAST, tensor, root, -1, null), tensor,
@@ -699,15 +706,20 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ engine
 
     /**
-     * The small-message fast path: blocking mode, no consistency check, and the caller already on
-     * this communicator's thread, so the MPI call runs right here with no dispatch, lambda or
-     * continuation of its own (same semantics as [collective]).
+     * The small-message fast path: blocking mode and the caller already on this communicator's
+     * thread, so the MPI calls (the signature digest's all-reduce when [checksConsistency], then the
+     * operation) run right here with no dispatch, lambda or continuation of their own (same
+     * semantics as [collective]).
      */
-    private fun fastPath(): Boolean = blockingMode && !config.checkConsistency && dispatcher.isNativeThread && !dispatcher.isClosed
+    private fun fastPath(): Boolean = blockingMode && dispatcher.isNativeThread && !dispatcher.isClosed
 
-    private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, call: () -> Int) {
+    private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, call: () -> Int) {
         try {
             ensureUsable(operation, entry.sequence)
+            if (sig != null) {
+                exchangeSignatureBlocking(sig, operation, entry)
+                ensureUsable(operation, entry.sequence)
+            }
             runBlockingCall(operation, entry, keepAlive, call)
             entry.complete()
         } catch (e: Throwable) {
@@ -854,7 +866,12 @@ public class MpiCommunicator internal constructor(
 
     private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry) {
         signatures.load(sig)
-        val s = signatures.send.address(); val r = signatures.received.address(); val t = abi.int64Type
+        val t = abi.int64Type
+        val ds = signatures.digestSend.address(); val dr = signatures.digestReceived.address(); val max = digestOp
+        runBlockingCall("$operation(signature)", entry, null) { binding.allreduce(ds, dr, 2, t, max, handle) }
+        if (signatures.digestsAgree()) return
+        // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
+        val s = signatures.send.address(); val r = signatures.received.address()
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
         compareSignatures(operation, entry)
     }
@@ -862,8 +879,19 @@ public class MpiCommunicator internal constructor(
     private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
         signatures.load(sig)
         val req = scratchAddress + OFF_REQUEST
-        val flag = scratchAddress + OFF_FLAG
+        check(binding.iallreduce(signatures.digestSend.address(), signatures.digestReceived.address(), 2, abi.int64Type, digestOp, handle, req), operation, entry)
+        pollSignature(operation, entry, deadline, callerJob)
+        if (signatures.digestsAgree()) return
+        // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        pollSignature(operation, entry, deadline, callerJob)
+        compareSignatures(operation, entry)
+    }
+
+    /** Polls the signature request in the scratch slot until done (deadline, caller cancellation). */
+    private fun pollSignature(operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
+        val req = scratchAddress + OFF_REQUEST
+        val flag = scratchAddress + OFF_FLAG
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
@@ -874,7 +902,6 @@ public class MpiCommunicator internal constructor(
             }
             Thread.onSpinWait()
         }
-        compareSignatures(operation, entry)
     }
 
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
@@ -884,14 +911,16 @@ public class MpiCommunicator internal constructor(
     }
 
     private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
-        val m = signatures.compare(entry.sequence) ?: return
+        // The digests differed, so the full signatures do (a digest collision the other way round
+        // is impossible: equal signatures have equal digests).
+        val m = signatures.compare(entry.sequence) ?: error("$operation: the signature digests differ across ranks but the signatures do not")
         val e = errors.mismatch(operation, entry.sequence, m)
         markBroken(e)
         throw e
     }
 
     private fun signature(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
-        if (!config.checkConsistency) return null
+        if (!checksConsistency) return null
         return signatures.encode(op, t, root, dim, reduceOp)
     }
 

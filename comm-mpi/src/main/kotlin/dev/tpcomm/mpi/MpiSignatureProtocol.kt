@@ -9,11 +9,14 @@ import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 
 /**
- * The consistency check of one [MpiCommunicator] (`CommConfig.checkConsistency`) over the core's
- * one signature encoding ([CollectiveSignature]): before each collective every rank encodes what
- * it is about to call ([encode]), the communicator all-gathers [send] into [received] (MPI moves
- * the [SIG_LEN] longs), and [compare] names the ranks and fields that differ from rank 0's. The
- * buffers live in [arena] (native, allocated once).
+ * The consistency check of one [MpiCommunicator] (`CommConfig.checkConsistency`, on by default)
+ * over the core's one signature encoding ([CollectiveSignature]). Before each collective every rank
+ * encodes what it is about to call ([encode]) and the communicator all-reduces with MAX the 16-byte
+ * digest pair [digestSend] (`[h, h.inv()]`, [CollectiveSignature.digest]) into [digestReceived]:
+ * when [digestsAgree], the collective goes ahead. Otherwise every rank knows it (see
+ * [CollectiveSignature.digest]), all-gathers the full signatures ([send] into [received]) and
+ * [compare] names the ranks and fields that differ from rank 0's. The buffers live in [arena]
+ * (native, allocated once).
  */
 internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, private val description: String) {
     /** This rank's signature, as sent. */
@@ -22,14 +25,28 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, pr
     /** Every rank's signature after the all-gather, rank order. */
     val received: MemorySegment = arena.allocate(8L * SIG_LEN * worldSize, 64)
 
+    /** This rank's digest pair `[h, h.inv()]`, as sent to the MAX all-reduce. */
+    val digestSend: MemorySegment = arena.allocate(16, 64)
+
+    /** The element-wise MAX of every rank's digest pair. */
+    val digestReceived: MemorySegment = arena.allocate(16, 64)
+
     /** Encodes a call of [op] (one of the `OP_` codes); [dim] is normalised or -1, [root] -1 when none. */
     fun encode(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray =
         CollectiveSignature.of(OPS[op], t, reduceOp, root, dim)
 
-    /** Copies [sig] into [send]. */
+    /** Copies [sig] into [send] and its digest pair into [digestSend]. */
     fun load(sig: LongArray) {
         MemorySegment.copy(sig, 0, send, ValueLayout.JAVA_LONG, 0, SIG_LEN)
+        val h = CollectiveSignature.digest(sig)
+        digestSend.set(ValueLayout.JAVA_LONG, 0, h)
+        digestSend.set(ValueLayout.JAVA_LONG, 8, h.inv())
     }
+
+    /** True when the MAX of every rank's digest pair is this rank's own: every rank called the same. */
+    fun digestsAgree(): Boolean =
+        digestReceived.get(ValueLayout.JAVA_LONG, 0) == digestSend.get(ValueLayout.JAVA_LONG, 0) &&
+            digestReceived.get(ValueLayout.JAVA_LONG, 8) == digestSend.get(ValueLayout.JAVA_LONG, 8)
 
     /** Compares [received] with rank 0's signature for call [sequence]; null when every rank agrees. */
     fun compare(sequence: Long): CollectiveSignature.Mismatch? {

@@ -34,7 +34,9 @@ class MpiCommunicatorEngineTest : FunSpec({
         }
     }
 
-    fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0), mpi: MpiConfig = MpiConfig()): MpiCommunicator =
+    // The exact-call tests below are about each operation's own MPI call: the consistency check
+    // (on by default, one digest all-reduce first) is off there and tested on its own further down.
+    fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0, checkConsistency = false), mpi: MpiConfig = MpiConfig()): MpiCommunicator =
         mockCommunicator(b, config, mpi)
 
     test("below MPI_THREAD_MULTIPLE every communicator shares one MPI thread, closed with the last communicator") {
@@ -106,7 +108,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         val b = binding()
         every { b.iallreduce(any(), any(), any(), any(), any(), any(), any()) } returns 0
         every { b.test(any(), any(), any()) } returns 0 // never completes
-        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds), MpiConfig(abortOnTimeout = false))
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds, checkConsistency = false), MpiConfig(abortOnTimeout = false))
         val e = shouldThrow<CommunicationTimeoutException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
         e.flightRecorderDump shouldNotBe null
         e.flightRecorderDump!! shouldContain "allReduce"
@@ -120,15 +122,23 @@ class MpiCommunicatorEngineTest : FunSpec({
         val release = java.util.concurrent.CountDownLatch(1)
         every { b.barrier(any()) } answers { release.await(); 0 }
         every { b.abort(any(), any()) } answers { release.countDown(); 0 }
-        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds))
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds, checkConsistency = false))
         comm.barrier() // returns once the watchdog's MPI_Abort released the mocked barrier
         verify { b.abort(0x44000001L, MpiCommunicator.ABORT_CODE) }
         comm.isAborted shouldBe true
         comm.close()
     }
 
-    test("a signature that differs on another rank raises CollectiveMismatchException naming ranks and fields") {
+    test("a signature that differs on another rank raises CollectiveMismatchException naming ranks and fields, before the operation reaches MPI") {
         val b = binding()
+        // The digest all-reduce (2 longs, MAX) reports a larger digest elsewhere: rank 1 differs.
+        every { b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any()) } answers {
+            val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(16)
+            val max = MemorySegment.ofAddress(secondArg<Long>()).reinterpret(16)
+            max.set(ValueLayout.JAVA_LONG, 0, Long.MAX_VALUE)
+            max.set(ValueLayout.JAVA_LONG, 8, mine.get(ValueLayout.JAVA_LONG, 8))
+            0
+        }
         every { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), MpiCommunicator.SIG_LEN, any(), any()) } answers {
             val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(8L * MpiCommunicator.SIG_LEN)
             val all = MemorySegment.ofAddress(arg<Long>(3)).reinterpret(16L * MpiCommunicator.SIG_LEN)
@@ -137,13 +147,34 @@ class MpiCommunicatorEngineTest : FunSpec({
             all.setAtIndex(ValueLayout.JAVA_LONG, MpiCommunicator.SIG_LEN + 2L, DType.Int32.ordinal.toLong()) // rank 1's dtype
             0
         }
-        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = true))
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0)) // the default: checked
         val e = shouldThrow<CollectiveMismatchException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
         e.ranks shouldBe listOf(1)
         e.fields shouldContain "dtype"
         e.message shouldContain "Int32"
-        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.allreduce(any(), any(), 1, any(), any(), any()) } // the user's all-reduce never ran
         comm.close()
+    }
+
+    test("by default each collective is preceded by one 16-byte digest all-reduce; when the digests agree nothing else moves; false turns it off") {
+        val b = binding()
+        every { b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any()) } answers {
+            MemorySegment.copy(MemorySegment.ofAddress(firstArg<Long>()).reinterpret(16), 0, MemorySegment.ofAddress(secondArg<Long>()).reinterpret(16), 0, 16)
+            0
+        }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0))
+        comm.allReduce(Tensor.of(floatArrayOf(1f, 2f, 3f)))
+        io.mockk.verifyOrder {
+            b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any())
+            b.allreduce(-1L, any(), 3, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any())
+        }
+        verify(exactly = 0) { b.allgather(any(), any(), any(), any(), any(), any(), any()) }
+        comm.close()
+        val off = mockk<MpiBinding>(relaxed = true).also { every { it.abi } returns MpichAbi }
+        val unchecked = communicator(off, CommConfig(worldSize = 2, rank = 0, checkConsistency = false))
+        unchecked.allReduce(Tensor.of(floatArrayOf(1f, 2f, 3f)))
+        verify(exactly = 1) { off.allreduce(any(), any(), any(), any(), any(), any()) }
+        unchecked.close()
     }
 
     test("UInt8 Min on MPICH reduces as Int8 with the top bit flipped, and restores the input") {
