@@ -72,6 +72,9 @@ import java.util.UUID
  * backward and before the optimizer step, never concurrently with the rank's forward/backward pass
  * or optimizer.
  *
+ * @param parameters the model's parameters, `block.getParameters()` (the secondary constructor
+ * takes the block itself): every one is broadcast by [broadcastParameters], those that require a
+ * gradient are bucketed and averaged.
  * @throws IllegalArgumentException from the constructor if a parameter is not initialized, has a
  * DJL type tpcomm lacks or is not floating point, [bucketCapBytes] is not positive, or no parameter
  * requires a gradient.
@@ -151,7 +154,13 @@ public class DataParallel @JvmOverloads constructor(
         state = State(buckets)
         // The parameters' managers hold the buckets, whose memory the gradients will point at.
         managers = trainable.map { it.second.array.manager }.distinct()
-        for (m in managers) m.attachInternal(keepAliveId, state)
+        try {
+            for (m in managers) m.attachInternal(keepAliveId, state)
+        } catch (e: Throwable) {
+            for (m in managers) runCatching { m.detachInternal(keepAliveId) }
+            buckets.forEach { it.close() }
+            throw e
+        }
     }
 
     /**
