@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-MODULES=(comm-api comm-coroutines comm-gpu comm-mpi comm-nccl comm-rccl comm-java-interop comm-testkit)
+MODULES=(comm-api comm-coroutines comm-gpu comm-mpi comm-nccl comm-rccl comm-java-interop comm-testkit comm-djl)
 REPO="${MAVEN_REPO:-$HOME/.m2/repository}"
 ASM="$REPO/org/ow2/asm/asm/9.9/asm-9.9.jar"
 META="$REPO/org/jetbrains/kotlin/kotlin-metadata-jvm/2.4.10/kotlin-metadata-jvm-2.4.10.jar"
