@@ -106,7 +106,10 @@ public class Tensor private constructor(
      * Splits this tensor into [parts] equal tensors along [dim].
      *
      * Along dimension 0 (or any split where every outer dimension has size 1) the parts are views
-     * sharing this tensor's memory; along other dimensions they are copies.
+     * sharing this tensor's memory. Along other dimensions they cannot be (Tensor has no strides):
+     * the parts are **read-only copies**, so that an in-place operation on one (a collective such as
+     * `allReduce`, `setDouble`, `fill`) fails loudly instead of leaving this tensor unchanged
+     * without a word. Read them, or `copy()` one to get a writable copy on purpose.
      *
      * @throws IllegalArgumentException if [dim] is out of range or the size along [dim] is not
      * divisible by [parts].
@@ -126,14 +129,15 @@ public class Tensor private constructor(
         } else {
             requireHost("chunk along a dimension other than 0")
             val rowBytes = stride(d) * len * dtype.byteSize
+            val partBytes = byteSize / parts
             List(parts) { i ->
-                val out = zeros(dtype, *partShape)
+                val block = HostMemoryPool.DEFAULT.allocate(partBytes, false)
                 val src = segment
-                val dst = out.segment
+                val dst = block.segment
                 for (o in 0 until outer) {
                     MemorySegment.copy(src, (o * parts + i) * rowBytes, dst, o * rowBytes, rowBytes)
                 }
-                out
+                Tensor(dtype, partShape, Device.Host, dst.asReadOnly(), 0L, block, null)
             }
         }
     }

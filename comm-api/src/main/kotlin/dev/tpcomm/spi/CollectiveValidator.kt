@@ -51,7 +51,9 @@ public class CollectiveValidator(
                     "allocate it off the heap (Tensor.zeros, Tensor.copy, or Tensor.wrap of a segment from an Arena)"
             }
             require(!(written && s.isReadOnly)) {
-                "$operation: the $role is read-only but this call writes it; pass a writable tensor (for example tensor.copy())"
+                "$operation: the $role is read-only but this call writes it; pass a writable tensor (for example tensor.copy()). " +
+                    "(If it is a chunk along a dimension other than 0: such chunks are read-only copies, since Tensor has no strides, " +
+                    "so writing one could not change the chunked tensor; reduce a tensor of its own and copy the result back.)"
             }
         }
         require(tensor.numel <= maxCount) {

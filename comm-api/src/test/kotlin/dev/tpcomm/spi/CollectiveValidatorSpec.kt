@@ -27,7 +27,9 @@ class CollectiveValidatorSpec : FunSpec({
         val ro = Tensor.wrap(Tensor.zeros(DType.Int32, 6).segment.asReadOnly(), DType.Int32, 6)
         for (v in listOf(native, jvm)) {
             shouldThrow<IllegalArgumentException> { v.allReduce(ro, ReduceOp.Sum) }.message shouldBe
-                "allReduce: the tensor is read-only but this call writes it; pass a writable tensor (for example tensor.copy())"
+                "allReduce: the tensor is read-only but this call writes it; pass a writable tensor (for example tensor.copy()). " +
+                "(If it is a chunk along a dimension other than 0: such chunks are read-only copies, since Tensor has no strides, " +
+                "so writing one could not change the chunked tensor; reduce a tensor of its own and copy the result back.)"
             shouldNotThrowAny { v.send(ro, 1, 0) }
         }
     }
