@@ -69,7 +69,9 @@ internal object MessageCases {
             if (p === TensorPlacement.Host) {
                 val ro = Tensor.wrap(Tensor.zeros(dt, 4).segment.asReadOnly(), dt, 4)
                 expectMessage(ctx, "allReduce of a read-only tensor",
-                    "allReduce: the tensor is read-only but this call writes it; pass a writable tensor (for example tensor.copy())") {
+                    "allReduce: the tensor is read-only but this call writes it; pass a writable tensor (for example tensor.copy()). " +
+                        "(If it is a chunk along a dimension other than 0: such chunks are read-only copies, since Tensor has no strides, " +
+                        "so writing one could not change the chunked tensor; reduce a tensor of its own and copy the result back.)") {
                     comm.allReduce(ro)
                 }
             }
