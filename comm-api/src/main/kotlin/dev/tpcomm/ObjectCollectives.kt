@@ -1,5 +1,6 @@
 package dev.tpcomm
 
+import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import kotlinx.serialization.KSerializer
@@ -15,7 +16,7 @@ import java.lang.foreign.ValueLayout
  *
  * What peers send is checked before it is used: a length outside `0..`[MAX_LENGTH] or bytes that
  * do not decode as the expected type give a [CommunicationException] naming this rank, the
- * operation (`allGatherObject`, `broadcastObject`), the peer and what it sent (built by the core's
+ * operation (`allGatherObject`, `broadcastObject`, `gatherObject`, `scatterObject`, `recvObject`), the peer and what it sent (built by the core's
  * [FailureState]), never a raw `NegativeArraySizeException`, `IndexOutOfBoundsException` or
  * serialization exception. Every rank receives the same lengths, so in an all-gather every rank
  * refuses the same way; in a broadcast the receivers refuse and the root fails at its next call.
@@ -48,11 +49,17 @@ internal object ObjectCollectives {
      */
     private const val ENCODING_FAILED: Long = -2L
 
+    /** The length a root announces when its own arguments were wrong (a scatter's list): its call throws [IllegalArgumentException]. */
+    private const val BAD_ARGUMENT: Long = -3L
+
     /** Refuses a [length] announced by [who] that no encoded value can have. */
     private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
         if (length in 0..MAX_LENGTH) return
         if (length == ENCODING_FAILED) {
             throw errors(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
+        }
+        if (length == BAD_ARGUMENT) {
+            throw errors(comm).failure(operation, -1, "$who passed a wrong argument to $operation (its own IllegalArgumentException says what); no value was exchanged")
         }
         throw errors(comm).failure(
             operation, -1,
@@ -115,6 +122,97 @@ internal object ObjectCollectives {
         comm.broadcast(payload, root)
         return decode(comm, op, "the root rank $root", decodeBytes(payload, 0, n), serializer)
     }
+
+    suspend fun <T> gather(comm: Communicator, value: T, root: Int, serializer: KSerializer<T>): List<T>? {
+        val op = "gatherObject"
+        CollectiveChecks.root(root, comm.worldSize, op)
+        val encoded = runCatching { json.encodeToString(serializer, value).encodeToByteArray() }
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        // Every rank learns every length (8 bytes per rank), so all refuse a bad one alike and know the padding.
+        val lengths = comm.allGather(Tensor.of(longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)))
+        encoded.exceptionOrNull()?.let { throw it }
+        val all = lengths.toLongArray()
+        for (r in all.indices) checkLength(comm, op, "rank $r", all[r])
+        val max = all.max().toInt()
+        // [1, max], gathered into [n, max] (two dimensions: n x max may exceed an Int).
+        val padded = Tensor.zeros(DType.UInt8, 1, max)
+        MemorySegment.copy(bytes, 0, padded.segment, ValueLayout.JAVA_BYTE, 0, bytes.size)
+        val gathered = comm.gather(padded, root) ?: return null
+        return List(comm.worldSize) { r ->
+            decode(comm, op, "rank $r", decodeBytes(gathered, r.toLong() * max, all[r].toInt()), serializer)
+        }
+    }
+
+    suspend fun <T> scatter(comm: Communicator, values: List<T>?, root: Int, serializer: KSerializer<T>): T {
+        val op = "scatterObject"
+        val n = comm.worldSize
+        CollectiveChecks.root(root, n, op)
+        val isRoot = comm.rank == root
+        val badArgument: String? = when {
+            !isRoot -> null
+            values == null -> "$op: the root (rank $root) must pass a list of $n values, got null"
+            values.size != n -> "$op: the root (rank $root) must pass one value per rank ($n), got ${values.size}"
+            else -> null
+        }
+        // The root announces a bad argument or an encoding failure in the length exchange, so the
+        // other ranks fail at once instead of waiting for payloads that never come.
+        val encoded = if (isRoot && badArgument == null) runCatching { values!!.map { json.encodeToString(serializer, it).encodeToByteArray() } } else null
+        val lengths = Tensor.zeros(DType.Int64, n)
+        if (isRoot) {
+            for (r in 0 until n) {
+                val length = when {
+                    badArgument != null -> BAD_ARGUMENT
+                    encoded!!.isFailure -> ENCODING_FAILED
+                    else -> encoded.getOrThrow()[r].size.toLong()
+                }
+                lengths.setLong(r.toLong(), length)
+            }
+        }
+        comm.broadcast(lengths, root)
+        badArgument?.let { throw IllegalArgumentException(it) }
+        encoded?.exceptionOrNull()?.let { throw it }
+        val all = lengths.toLongArray()
+        for (r in all.indices) checkLength(comm, op, "the root rank $root", all[r])
+        val max = all.max().toInt()
+        val input = if (isRoot) {
+            val payloads = encoded!!.getOrThrow()
+            // [n, max]: row r is rank r's padded encoding (two dimensions: n x max may exceed an Int).
+            Tensor.zeros(DType.UInt8, n, max).also { t ->
+                for (r in 0 until n) MemorySegment.copy(payloads[r], 0, t.segment, ValueLayout.JAVA_BYTE, r.toLong() * max, payloads[r].size)
+            }
+        } else {
+            null
+        }
+        val output = Tensor.zeros(DType.UInt8, 1, max)
+        comm.scatter(output, input, root)
+        return decode(comm, op, "the root rank $root", decodeBytes(output, 0, all[comm.rank].toInt()), serializer)
+    }
+
+    suspend fun <T> send(comm: Communicator, value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+        val op = "sendObject"
+        CollectiveChecks.peer(dst, comm.worldSize, op, allowAny = false)
+        CollectiveChecks.tag(tag, op, allowAny = false)
+        val encoded = runCatching { json.encodeToString(serializer, value).encodeToByteArray() }
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        comm.send(Tensor.of(longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)), dst, tag)
+        encoded.exceptionOrNull()?.let { throw it }
+        comm.send(encode(bytes), dst, tag)
+    }
+
+    suspend fun <T> recv(comm: Communicator, src: Int, tag: Int, serializer: KSerializer<T>): T {
+        val op = "recvObject"
+        CollectiveChecks.peer(src, comm.worldSize, op, allowAny = true)
+        CollectiveChecks.tag(tag, op, allowAny = true)
+        val length = Tensor.zeros(DType.Int64, 1)
+        val info = comm.recv(length, src, tag)
+        val who = "rank ${info.source}"
+        val announced = length.getLong(0)
+        checkLength(comm, op, who, announced)
+        val payload = Tensor.zeros(DType.UInt8, announced.toInt())
+        // The payload follows its length from the same rank with the same tag (per-pair, per-tag order).
+        comm.recv(payload, info.source, info.tag)
+        return decode(comm, op, who, decodeBytes(payload, 0, announced.toInt()), serializer)
+    }
 }
 
 /** [Communicator.allGatherObject] with the serializer found from [T]. */
@@ -124,3 +222,19 @@ public suspend inline fun <reified T> Communicator.allGatherObject(value: T): Li
 /** [Communicator.broadcastObject] with the serializer found from [T]. */
 public suspend inline fun <reified T> Communicator.broadcastObject(value: T?, root: Int): T =
     broadcastObject(value, root, serializer<T>())
+
+/** [Communicator.gatherObject] with the serializer found from [T]. */
+public suspend inline fun <reified T> Communicator.gatherObject(value: T, root: Int): List<T>? =
+    gatherObject(value, root, serializer<T>())
+
+/** [Communicator.scatterObject] with the serializer found from [T]. */
+public suspend inline fun <reified T> Communicator.scatterObject(values: List<T>?, root: Int): T =
+    scatterObject(values, root, serializer<T>())
+
+/** [Communicator.sendObject] with the serializer found from [T]. */
+public suspend inline fun <reified T> Communicator.sendObject(value: T, dst: Int, tag: Int = 0): Unit =
+    sendObject(value, dst, tag, serializer<T>())
+
+/** [Communicator.recvObject] with the serializer found from [T]. */
+public suspend inline fun <reified T> Communicator.recvObject(src: Int, tag: Int = 0): T =
+    recvObject(src, tag, serializer<T>())
