@@ -9,6 +9,7 @@ import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.Backoff
@@ -434,18 +435,20 @@ public class NcclCommunicator internal constructor(
 
     /**
      * Issues every send and receive of [ops] as **one** NCCL group, in the given order, and returns
-     * when all of them completed: the exact way to write any exchange whose transfers must progress
-     * together (a ring, a pairwise swap, a pipeline stage sending to and receiving from both
-     * neighbours), as PyTorch's `batch_isend_irecv`. Separate [send]/[recv] calls are only grouped
-     * when they arrive within a few milliseconds of each other (docs/gpu.md); a batch does not depend
-     * on timing. Messages between two ranks match in order, as for [send] and [recv]; the peers must
-     * issue the matching calls (in a batch or not). Each element is checked as [send] or [recv] checks
-     * it ([IllegalArgumentException], nothing issued); failure and cancellation as for a collective.
+     * when all of them completed (the [Communicator.sendRecv] contract): the exact way to write any
+     * exchange whose transfers must progress together, as PyTorch's `batch_isend_irecv`. Separate
+     * [send]/[recv] calls are only grouped when they arrive within a few milliseconds of each other
+     * (docs/gpu.md); a batch does not depend on timing. Tags must be 0 (a receive may say
+     * [Communicator.ANY_TAG]), peers explicit ranks other than this one. Every element is checked
+     * first (the common validator, then as [send] or [recv] checks it: [IllegalArgumentException],
+     * nothing issued); the whole batch is one `sendRecv` operation in the flight record; failure and
+     * cancellation as for a collective.
      */
-    public suspend fun sendRecv(ops: List<PointToPoint>) {
+    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         val name = "sendRecv"
-        require(ops.isNotEmpty()) { "$name: give at least one PointToPoint.send or PointToPoint.recv" }
-        for (o in ops) checkP2p(o.tensor, o.peer, 0, name, sending = o.isSend)
+        validator.sendRecv(ops)
+        for ((i, o) in ops.withIndex()) checkP2p(o.tensor, o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
+        if (ops.isEmpty()) return emptyList()
         val first = ops.first()
         run(name, first.tensor, peer = first.peer) {
             thread.p2pOwner?.endP2pWindow()
@@ -459,6 +462,7 @@ public class NcclCommunicator internal constructor(
                 }
             }
         }
+        return ops.map { MessageInfo(it.peer, 0, it.tensor.byteSize) }
     }
 
     /**

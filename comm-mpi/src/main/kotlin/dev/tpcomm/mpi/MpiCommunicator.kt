@@ -8,6 +8,7 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
@@ -18,6 +19,7 @@ import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
@@ -576,6 +578,25 @@ public class MpiCommunicator internal constructor(
             ).also { entry.fail(it) }
         }
         return MessageInfo(status.source, status.tag, status.byteCount)
+    }
+
+    /**
+     * Every element checked first (host tensors by the common validator; device tensors, which
+     * [send]/[recv] stage or pass as device pointers, for peer and tag), then issued at once as its
+     * own non-blocking [send] or [recv] ([PointToPointBatch]): `MPI_Isend`/`MPI_Irecv` progressed
+     * together by this communicator's thread, so the batch completes in any order.
+     */
+    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
+        if (ops.none { it.tensor.device.isGpu }) {
+            validator.sendRecv(ops)
+        } else {
+            for ((i, o) in ops.withIndex()) {
+                val name = CollectiveValidator.sendRecvElement(i, o)
+                CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
+                validator.tag(o.tag, name, allowAny = !o.isSend)
+            }
+        }
+        return PointToPointBatch.run(this, ops)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
