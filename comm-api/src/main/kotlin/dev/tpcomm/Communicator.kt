@@ -1,6 +1,7 @@
 package dev.tpcomm
 
 import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.ObjectProtocol
 import kotlinx.serialization.KSerializer
 
 /**
@@ -178,11 +179,11 @@ public interface Communicator : AutoCloseable {
 
     /** Every rank's [value], in rank order, encoded with kotlinx-serialization (never Java serialization). */
     public suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
-        ObjectCollectives.allGather(this, value, serializer)
+        ObjectProtocol.allGather(this, HostObjectTransport(this), value, serializer)
 
     /** [root]'s [value] on every rank (encoded with kotlinx-serialization); non-roots may pass null. */
     public suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T =
-        ObjectCollectives.broadcast(this, value, root, serializer)
+        ObjectProtocol.broadcast(this, HostObjectTransport(this), value, root, serializer)
 
     /**
      * On [root], every rank's [value] in rank order; null on the other ranks (PyTorch's
@@ -201,7 +202,7 @@ public interface Communicator : AutoCloseable {
      * Cancellation and deadlines as for the collectives it uses.
      */
     public suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? =
-        ObjectCollectives.gather(this, value, root, serializer)
+        ObjectProtocol.gather(this, HostObjectTransport(this), value, root, serializer)
 
     /**
      * Element `rank` of [root]'s [values] on every rank (PyTorch's `scatter_object_list`). [values]
@@ -219,7 +220,7 @@ public interface Communicator : AutoCloseable {
      * collectives it uses.
      */
     public suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T =
-        ObjectCollectives.scatter(this, values, root, serializer)
+        ObjectProtocol.scatter(this, HostObjectTransport(this), values, root, serializer)
 
     /**
      * Sends [value] to rank [dst] with [tag], encoded with kotlinx-serialization: two messages, the
@@ -233,7 +234,7 @@ public interface Communicator : AutoCloseable {
      * call throws the serializer's exception. Bad arguments, failure and cancellation as for [send].
      */
     public suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
-        ObjectCollectives.send(this, value, dst, tag, serializer)
+        ObjectProtocol.send(this, HostObjectTransport(this), value, dst, tag, serializer)
     }
 
     /**
@@ -242,7 +243,7 @@ public interface Communicator : AutoCloseable {
      * [CommunicationException] naming the sender; bad arguments, failure and cancellation as for [recv].
      */
     public suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
-        ObjectCollectives.recv(this, src, tag, serializer)
+        ObjectProtocol.recv(this, HostObjectTransport(this), src, tag, serializer)
 
     public companion object {
         /** Source wildcard for [recv] and [probe]. */

@@ -155,11 +155,14 @@ internal object CollectiveCases {
             if (n > 1 && ctx.options.pointToPoint) {
                 val next = (me + 1) % n
                 val prev = (me + n - 1) % n
-                val got = coroutineScope {
-                    val sent = async(start = CoroutineStart.UNDISPATCHED) { comm.sendObject(ConformanceRecord.of(me, ctx.seed), next) }
-                    val got = comm.recvObject<ConformanceRecord>(prev)
-                    sent.await()
-                    got
+                // Even ranks send first, odd ranks receive first: deadlock-free also where an object message
+                // completes only when received (NCCL/RCCL), for any world size.
+                val mine = ConformanceRecord.of(me, ctx.seed)
+                val got = if (me % 2 == 0) {
+                    comm.sendObject(mine, next)
+                    comm.recvObject<ConformanceRecord>(prev)
+                } else {
+                    comm.recvObject<ConformanceRecord>(prev).also { comm.sendObject(mine, next) }
                 }
                 ctx.expect(got == ConformanceRecord.of(prev, ctx.seed)) { "recvObject from $prev returned $got" }
             }
