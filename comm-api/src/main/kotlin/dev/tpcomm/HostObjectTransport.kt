@@ -6,8 +6,9 @@ import java.lang.foreign.ValueLayout
 
 /**
  * The default [ObjectTransport]: byte tensors in host memory through [comm]'s own collectives and
- * messages (the local and MPI backends). Rows are two-dimensional tensors (`[1, size]`, gathered
- * into `[worldSize, size]`), so `worldSize` x size may exceed an `Int`.
+ * messages (the local and MPI backends): lengths as `Int64` tensors, bytes as `UInt8` tensors
+ * (a gather's and a scatter's rows two-dimensional, `[1, size]` into `[worldSize, size]`, so that
+ * `worldSize` x size may exceed an `Int`).
  */
 internal class HostObjectTransport(private val comm: Communicator) : ObjectTransport {
     private fun tensorOf(bytes: ByteArray): Tensor {
@@ -20,11 +21,38 @@ internal class HostObjectTransport(private val comm: Communicator) : ObjectTrans
         ByteArray(size).also { MemorySegment.copy(t.segment, ValueLayout.JAVA_BYTE, r.toLong() * size, it, 0, size) }
     }
 
-    override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> =
-        rows(comm.allGather(tensorOf(bytes)), bytes.size)
+    override suspend fun allGatherLength(operation: String, length: Long): LongArray =
+        comm.allGather(Tensor.of(longArrayOf(length))).toLongArray()
 
-    override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray =
-        rows(comm.broadcast(tensorOf(bytes), root), bytes.size)[0]
+    override suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray =
+        comm.broadcast(Tensor.of(lengths), root).toLongArray()
+
+    override suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int) {
+        comm.send(Tensor.of(longArrayOf(length)), dst, tag)
+    }
+
+    override suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo> {
+        val t = Tensor.zeros(DType.Int64, 1)
+        val info = comm.recv(t, src, tag)
+        return t.getLong(0) to info
+    }
+
+    /** One-dimensional rows, gathered into `worldSize` x size bytes (the wire format of allGatherObject since it exists). */
+    override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> {
+        val t = Tensor.zeros(DType.UInt8, bytes.size)
+        MemorySegment.copy(bytes, 0, t.segment, ValueLayout.JAVA_BYTE, 0, bytes.size)
+        val all = comm.allGather(t)
+        return List(comm.worldSize) { r ->
+            ByteArray(bytes.size).also { MemorySegment.copy(all.segment, ValueLayout.JAVA_BYTE, r.toLong() * bytes.size, it, 0, bytes.size) }
+        }
+    }
+
+    override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray {
+        val t = Tensor.zeros(DType.UInt8, bytes.size)
+        MemorySegment.copy(bytes, 0, t.segment, ValueLayout.JAVA_BYTE, 0, bytes.size)
+        comm.broadcast(t, root)
+        return t.segment.toArray(ValueLayout.JAVA_BYTE)
+    }
 
     override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? =
         comm.gather(tensorOf(bytes), root)?.let { rows(it, bytes.size) }

@@ -6,7 +6,6 @@ import dev.tpcomm.InternalTpcommApi
 import kotlinx.serialization.KSerializer
 import kotlinx.serialization.SerializationException
 import kotlinx.serialization.json.Json
-import java.nio.ByteBuffer
 
 /**
  * The object collectives of every backend ([Communicator.allGatherObject], `broadcastObject`,
@@ -38,14 +37,6 @@ public object ObjectProtocol {
     private const val BAD_ARGUMENT: Long = -3L
 
     private fun errors(comm: Communicator) = CommunicationErrors(comm.rank, comm.backendName)
-
-    private fun longBytes(vararg values: Long): ByteArray =
-        ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
-
-    private fun longsOf(bytes: ByteArray): LongArray {
-        val b = ByteBuffer.wrap(bytes)
-        return LongArray(bytes.size / 8) { b.getLong() }
-    }
 
     private fun padded(bytes: ByteArray, size: Int): ByteArray = if (bytes.size == size) bytes else bytes.copyOf(size)
 
@@ -90,7 +81,7 @@ public object ObjectProtocol {
         val op = "allGatherObject"
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
-        val lengths = transport.allGather(op, longBytes(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)).map { longsOf(it)[0] }
+        val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
         encoded.exceptionOrNull()?.let { throw it }
         for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
         val max = lengths.max().toInt()
@@ -108,7 +99,7 @@ public object ObjectProtocol {
         @Suppress("UNCHECKED_CAST")
         val encoded = if (comm.rank == root) encode(value as T, serializer) else Result.success(ByteArray(0))
         val bytes = encoded.getOrElse { ByteArray(0) }
-        val announced = longsOf(transport.broadcast(op, longBytes(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED), root))[0]
+        val announced = transport.broadcastLengths(op, longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED), root)[0]
         encoded.exceptionOrNull()?.let { throw it }
         checkLength(comm, op, "the root rank $root", announced)
         val n = announced.toInt()
@@ -122,7 +113,7 @@ public object ObjectProtocol {
         CollectiveChecks.root(root, comm.worldSize, op)
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
-        val lengths = transport.allGather(op, longBytes(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)).map { longsOf(it)[0] }
+        val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
         encoded.exceptionOrNull()?.let { throw it }
         for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
         val max = lengths.max().toInt()
@@ -152,7 +143,7 @@ public object ObjectProtocol {
                 else -> encoded.getOrThrow()[r].size.toLong()
             }
         }
-        val lengths = longsOf(transport.broadcast(op, longBytes(*announced), root))
+        val lengths = transport.broadcastLengths(op, announced, root)
         badArgument?.let { throw IllegalArgumentException(it) }
         encoded?.exceptionOrNull()?.let { throw it }
         for (r in lengths.indices) checkLength(comm, op, "the root rank $root", lengths[r])
@@ -169,7 +160,7 @@ public object ObjectProtocol {
         CollectiveChecks.tag(tag, op, allowAny = false)
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
-        transport.send(op, longBytes(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED), dst, tag)
+        transport.sendLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED, dst, tag)
         encoded.exceptionOrNull()?.let { throw it }
         transport.send(op, bytes, dst, tag)
     }
@@ -179,9 +170,8 @@ public object ObjectProtocol {
         val op = "recvObject"
         CollectiveChecks.peer(src, comm.worldSize, op, allowAny = true)
         CollectiveChecks.tag(tag, op, allowAny = true)
-        val (header, info) = transport.recv(op, 8, src, tag)
+        val (announced, info) = transport.recvLength(op, src, tag)
         val who = "rank ${info.source}"
-        val announced = longsOf(header)[0]
         checkLength(comm, op, who, announced)
         // The payload follows its length from the same rank with the same tag (per-pair, per-tag order).
         val (payload, _) = transport.recv(op, announced.toInt(), info.source, info.tag)

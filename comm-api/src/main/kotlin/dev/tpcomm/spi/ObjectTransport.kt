@@ -17,6 +17,18 @@ import dev.tpcomm.MessageInfo
  */
 @InternalTpcommApi
 public interface ObjectTransport {
+    /** Every rank's [length], in rank order. */
+    public suspend fun allGatherLength(operation: String, length: Long): LongArray
+
+    /** [root]'s [lengths] on every rank; every rank passes an array of the root's size. */
+    public suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray
+
+    /** Sends [length] to [dst] with [tag] (the header of an object message). */
+    public suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int)
+
+    /** Receives a length sent by [sendLength] from [src] (or [Communicator.ANY_SOURCE]) with [tag] (or [Communicator.ANY_TAG]). */
+    public suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo>
+
     /** Every rank's [bytes] (all ranks pass the same size), one row per rank in rank order. */
     public suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray>
 

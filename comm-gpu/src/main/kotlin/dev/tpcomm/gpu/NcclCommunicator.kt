@@ -382,6 +382,19 @@ public class NcclCommunicator internal constructor(
 
     /** The object collectives' bytes, staged through temporary device buffers on this communicator's stream. */
     private val objects = object : ObjectTransport {
+        override suspend fun allGatherLength(operation: String, length: Long): LongArray =
+            allGather(operation, longBytes(length)).map { longsOf(it)[0] }.toLongArray()
+
+        override suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray =
+            longsOf(broadcast(operation, longBytes(*lengths), root))
+
+        override suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int) {
+            send(operation, longBytes(length), dst, tag)
+        }
+
+        override suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo> =
+            recv(operation, 8, src, tag).let { (bytes, info) -> longsOf(bytes)[0] to info }
+
         override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> {
             val all = stagedAllGather(operation, bytes)
             return List(worldSize) { r -> all.copyOfRange(r * bytes.size, (r + 1) * bytes.size) }
@@ -1249,6 +1262,11 @@ public class NcclCommunicator internal constructor(
 
         /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
         private const val BYTES = NcclDataType.UINT8
+
+        private fun longBytes(vararg values: Long): ByteArray =
+            java.nio.ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
+
+        private fun longsOf(bytes: ByteArray): LongArray = java.nio.ByteBuffer.wrap(bytes).let { b -> LongArray(bytes.size / 8) { b.getLong() } }
         private val CLEANER: Cleaner = Cleaner.create()
 
         /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
