@@ -812,6 +812,27 @@ public class MpiCommunicator internal constructor(
         }
     }
 
+    /**
+     * Receives that still probe for their message, in issue order (MPI thread only). A receive
+     * posts its `MPI_Irecv` only when no earlier one that could take the same message (same source
+     * and tag, or a wildcard on either side) still probes, so receives match messages in the order
+     * they were issued, as posted MPI receives do, whatever order the progress loop polls them in.
+     */
+    internal val probingReceives = java.util.ArrayDeque<MpiPending>()
+
+    /** Whether an earlier receive of [probingReceives] could take the message [p] would probe (MPI thread only). */
+    internal fun waitsForEarlierReceive(p: MpiPending): Boolean {
+        val mine = p.result ?: return false
+        for (q in probingReceives) {
+            if (q === p) return false
+            val other = q.result ?: continue
+            val source = mine.probeSource == other.probeSource || mine.probeSource == abi.anySource || other.probeSource == abi.anySource
+            val tag = mine.probeTag == other.probeTag || mine.probeTag == abi.anyTag || other.probeTag == abi.anyTag
+            if (source && tag) return true
+        }
+        return false
+    }
+
     /** Issues a non-blocking point-to-point call (or a probe) and waits for its status. */
     private suspend fun pointToPoint(
         entry: FlightRecorder.Entry,
@@ -834,7 +855,10 @@ public class MpiCommunicator internal constructor(
                     val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
                     p.result = result
                     p.receive = receive
-                    if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
+                    if (receive != null) {
+                        p.expectedBytes = (keepAlive as Tensor).byteSize
+                        probingReceives.addLast(p) // here, on the MPI thread, in issue order
+                    }
                     if (kind == MpiPending.Kind.Request) {
                         check(start(p.request), operation, entry)
                     } else {
