@@ -1,6 +1,7 @@
 package dev.tpcomm
 
 import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.ObjectProtocol
 import kotlinx.serialization.KSerializer
 
 /**
@@ -124,6 +125,37 @@ public interface Communicator : AutoCloseable {
     public suspend fun recv(tensor: Tensor, src: Int, tag: Int = 0): MessageInfo
 
     /**
+     * Issues every send and receive of [ops] at once, in list order, and returns when all of them
+     * completed: PyTorch's `batch_isend_irecv`, the way to write any exchange whose transfers must
+     * progress together (a ring, a pairwise swap, a pipeline stage sending to and receiving from both
+     * neighbours). Returns one [MessageInfo] per element, in order: for a receive what [recv] returns,
+     * for a send its destination, tag and byte size.
+     *
+     * **Deadlock-free in any order.** No element waits for another before it is posted, so the batch
+     * completes whatever the order of its elements on each rank (a send listed before the receive it
+     * waits for included), also for messages above a backend's eager limit, which complete only when
+     * matched. The peers must issue the matching calls, in a batch or as plain [send]/[recv]. Messages
+     * between two ranks with one tag match in the order they were issued, as for [send] and [recv]. On
+     * NCCL and RCCL the batch is one `ncclGroupStart`/`ncclGroupEnd` group (tags must be 0, no
+     * [ANY_SOURCE]); on the other backends each element is issued as its own [send] or [recv].
+     *
+     * **Arguments.** Every element is checked as [send] or [recv] checks it, and a receive buffer that
+     * shares memory with another element's tensor is refused, all before anything is issued
+     * ([IllegalArgumentException] naming the element; nothing moves, the communicator stays usable).
+     * An empty list returns an empty list at once.
+     *
+     * **Failure and cancellation** as for [send] and [recv]: when an element fails, the batch throws
+     * that failure (the other elements are cancelled); past the deadline it throws
+     * [CommunicationTimeoutException]; cancelling the caller cancels every element still in flight.
+     * The flight recorder keeps each element as its own operation (`send`/`recv`, or one `sendRecv`
+     * on NCCL/RCCL). Thread-safe, as every method.
+     */
+    public suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
+        dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false).sendRecv(ops)
+        return dev.tpcomm.spi.PointToPointBatch.run(this, ops)
+    }
+
+    /**
      * Waits for a message from [src] (or [ANY_SOURCE]) with [tag] (or [ANY_TAG]) without receiving
      * it, and says its source, tag and size, so a receiver can allocate a buffer of that size.
      */
@@ -147,11 +179,71 @@ public interface Communicator : AutoCloseable {
 
     /** Every rank's [value], in rank order, encoded with kotlinx-serialization (never Java serialization). */
     public suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
-        ObjectCollectives.allGather(this, value, serializer)
+        ObjectProtocol.allGather(this, HostObjectTransport(this), value, serializer)
 
     /** [root]'s [value] on every rank (encoded with kotlinx-serialization); non-roots may pass null. */
     public suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T =
-        ObjectCollectives.broadcast(this, value, root, serializer)
+        ObjectProtocol.broadcast(this, HostObjectTransport(this), value, root, serializer)
+
+    /**
+     * On [root], every rank's [value] in rank order; null on the other ranks (PyTorch's
+     * `gather_object`). Values are encoded with kotlinx-serialization (never Java serialization).
+     *
+     * **Cost.** One [allGather] of one `Int64` per rank (the encoded lengths, 8 bytes x `worldSize`
+     * on every rank), then one [gather] of the encodings padded to the longest: [root] receives
+     * `worldSize` x the longest encoding, the other ranks send one padded encoding each. Gather
+     * traffic, not `worldSize` all-gathers; with very uneven sizes the padding is the overhead.
+     *
+     * **Failure** as for [allGatherObject]: every rank sees every length, so when a rank cannot encode
+     * its value (its own call throws the serializer's exception) or announces a length no encoding can
+     * have, every rank fails at once with a [CommunicationException] naming that rank, before the
+     * payloads move. Bytes that do not decode fail on [root] only, with a [CommunicationException]
+     * naming the sender. [root] out of range: [IllegalArgumentException] on every rank, nothing moves.
+     * Cancellation and deadlines as for the collectives it uses.
+     */
+    public suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? =
+        ObjectProtocol.gather(this, HostObjectTransport(this), value, root, serializer)
+
+    /**
+     * Element `rank` of [root]'s [values] on every rank (PyTorch's `scatter_object_list`). [values]
+     * is read on [root] only, where it must hold exactly `worldSize` values; other ranks may pass null.
+     *
+     * **Cost.** One [broadcast] of one `Int64` per rank (the encoded lengths), then one [scatter] of
+     * the encodings padded to the longest: [root] sends `worldSize` x the longest encoding.
+     *
+     * **Failure.** A null [values] or one of the wrong size is an [IllegalArgumentException] on
+     * [root] and a [CommunicationException] naming the root on the other ranks, at once (the root
+     * announces it in the length exchange; no payload moves). A value the root cannot encode: the
+     * root throws the serializer's exception and the others a [CommunicationException] naming the
+     * root. Bytes that do not decode fail on the receiving rank. [root] out of range:
+     * [IllegalArgumentException] on every rank, nothing moves. Cancellation and deadlines as for the
+     * collectives it uses.
+     */
+    public suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T =
+        ObjectProtocol.scatter(this, HostObjectTransport(this), values, root, serializer)
+
+    /**
+     * Sends [value] to rank [dst] with [tag], encoded with kotlinx-serialization: two messages, the
+     * encoded length (one `Int64`) then the bytes, matched by [recvObject] on [dst] (PyTorch's
+     * `send_object_list`). Returns once both were sent.
+     *
+     * Messages between two ranks with one tag arrive in the order sent, so successive
+     * `sendObject`/`recvObject` pairs match; do not run two `sendObject` calls to one rank with one
+     * tag concurrently (their messages could interleave). When [value] cannot be encoded, the
+     * receiver is told (it fails at once with a [CommunicationException] naming this rank) and this
+     * call throws the serializer's exception. Bad arguments, failure and cancellation as for [send].
+     */
+    public suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+        ObjectProtocol.send(this, HostObjectTransport(this), value, dst, tag, serializer)
+    }
+
+    /**
+     * Receives a value sent by [sendObject] from [src] (or [ANY_SOURCE]) with [tag] (or [ANY_TAG]).
+     * A length no encoding can have or bytes that do not decode as [T] are a
+     * [CommunicationException] naming the sender; bad arguments, failure and cancellation as for [recv].
+     */
+    public suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
+        ObjectProtocol.recv(this, HostObjectTransport(this), src, tag, serializer)
 
     public companion object {
         /** Source wildcard for [recv] and [probe]. */

@@ -3,6 +3,7 @@ package dev.tpcomm.spi
 import dev.tpcomm.Communicator
 import dev.tpcomm.Device
 import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 
@@ -175,6 +176,30 @@ public class CollectiveValidator(
         tensor(tensor, "recv", "tensor", written = true)
     }
 
+    /**
+     * [Communicator.sendRecv]: every element as [send] or [recv] checks it, named
+     * `sendRecv (element i, a send|a receive)`; a receive tensor that shares memory with another
+     * element's tensor is refused (the batch's transfers run concurrently).
+     */
+    public fun sendRecv(ops: List<PointToPoint>) {
+        for ((i, o) in ops.withIndex()) {
+            val name = sendRecvElement(i, o)
+            CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
+            tag(o.tag, name, allowAny = !o.isSend)
+            tensor(o.tensor, name, "tensor", written = !o.isSend)
+        }
+        for ((i, o) in ops.withIndex()) {
+            if (o.isSend) continue
+            for ((j, other) in ops.withIndex()) {
+                if (j == i || (!other.isSend && j < i)) continue
+                require(!overlaps(o.tensor, other.tensor)) {
+                    "${sendRecvElement(i, o)}: its tensor shares memory with the tensor of element $j; " +
+                        "the transfers of a batch run concurrently, so give every receive a buffer of its own"
+                }
+            }
+        }
+    }
+
     /** [Communicator.probe]. */
     public fun probe(src: Int, tag: Int) {
         CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
@@ -209,20 +234,26 @@ public class CollectiveValidator(
     }
 
     private fun disjoint(output: Tensor, input: Tensor, operation: String) {
-        if (output.device != input.device || output.byteSize == 0L || input.byteSize == 0L) return
-        val overlap = if (output.device.isGpu) {
-            val a = output.address
-            val b = input.address
-            a < b + input.byteSize && b < a + output.byteSize
-        } else {
-            output.segment.asOverlappingSlice(input.segment).isPresent
-        }
-        require(!overlap) {
+        require(!overlaps(output, input)) {
             "$operation: the output and the input share memory; pass an output that does not overlap the input (this call is out of place)"
         }
     }
 
+    private fun overlaps(a: Tensor, b: Tensor): Boolean {
+        if (a.device != b.device || a.byteSize == 0L || b.byteSize == 0L) return false
+        return if (a.device.isGpu) {
+            a.address < b.address + b.byteSize && b.address < a.address + a.byteSize
+        } else {
+            a.segment.asOverlappingSlice(b.segment).isPresent
+        }
+    }
+
     public companion object {
+        /** The operation name of element [index] of a [Communicator.sendRecv] batch in messages. */
+        @JvmStatic
+        public fun sendRecvElement(index: Int, op: PointToPoint): String =
+            "sendRecv (element $index, a ${if (op.isSend) "send" else "receive"})"
+
         /** [dim] of [t] counted from the front (negative counts from the end); no range check. */
         @JvmStatic
         public fun normalise(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim

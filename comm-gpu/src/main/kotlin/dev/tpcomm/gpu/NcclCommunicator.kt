@@ -9,6 +9,7 @@ import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.Backoff
@@ -22,6 +23,8 @@ import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.ObjectProtocol
+import dev.tpcomm.spi.ObjectTransport
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
@@ -40,7 +43,6 @@ import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.launch
 import kotlinx.serialization.KSerializer
-import kotlinx.serialization.json.Json
 
 /**
  * A [Communicator] over NCCL's API ([NcclApi]) and a GPU runtime ([DeviceRuntime]): the
@@ -344,28 +346,128 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Every rank's [value] in rank order. Objects live on the host, so this encodes them as JSON
-     * (kotlinx-serialization) and moves the bytes through temporary device buffers on this
-     * communicator's stream (the only host staging this class does): lengths first, then the padded payloads.
+     * Every rank's [value] in rank order. Objects live on the host, so the common protocol
+     * ([ObjectProtocol]: lengths first, checked, then the padded payloads) moves their JSON bytes
+     * through temporary device buffers on this communicator's stream ([objects]: the only host
+     * staging this class does).
      */
-    override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> {
-        val bytes = JSON.encodeToString(serializer, value).encodeToByteArray()
-        val lengths = stagedAllGather("allGatherObject", longBytes(bytes.size.toLong()))
-        val sizes = List(worldSize) { r -> readLong(lengths, r * 8) }
-        val max = sizes.max().toInt()
-        val all = stagedAllGather("allGatherObject", bytes.copyOf(max))
-        return List(worldSize) { r -> JSON.decodeFromString(serializer, String(all, r * max, sizes[r].toInt(), Charsets.UTF_8)) }
+    override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
+        ObjectProtocol.allGather(this, objects, value, serializer)
+
+    /** [root]'s [value] on every rank, moved as for [allGatherObject]. */
+    override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T =
+        ObjectProtocol.broadcast(this, objects, value, root, serializer)
+
+    /** On [root], every rank's [value]; moved as for [allGatherObject] (a grouped ncclSend/ncclRecv gather of the padded bytes). */
+    override suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? =
+        ObjectProtocol.gather(this, objects, value, root, serializer)
+
+    /** Element `rank` of [root]'s [values]; moved as for [allGatherObject] (a grouped ncclSend/ncclRecv scatter of the padded bytes). */
+    override suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T =
+        ObjectProtocol.scatter(this, objects, values, root, serializer)
+
+    /**
+     * Sends [value] to [dst] (tag 0 only) as two messages, length then bytes, each staged through a
+     * device buffer and sent in a group of its own: unlike [send], each message completes only
+     * when [dst] receives it and holds this device's thread meanwhile, so order object exchanges
+     * between two ranks (one sends first, the other receives first).
+     */
+    override suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+        ObjectProtocol.send(this, objects, value, dst, tag, serializer)
     }
 
-    /** [root]'s [value] on every rank, moved as JSON bytes through temporary device buffers (see [allGatherObject]). */
-    override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T {
-        CollectiveChecks.root(root, worldSize, "broadcastObject")
-        if (rank == root) requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
-        @Suppress("UNCHECKED_CAST")
-        val bytes = if (rank == root) JSON.encodeToString(serializer, value as T).encodeToByteArray() else ByteArray(0)
-        val length = readLong(stagedBroadcast("broadcastObject", longBytes(bytes.size.toLong()), root), 0)
-        val payload = stagedBroadcast("broadcastObject", if (rank == root) bytes else ByteArray(length.toInt()), root)
-        return JSON.decodeFromString(serializer, String(payload, Charsets.UTF_8))
+    /** Receives what [sendObject] sent from [src] (tag 0 or ANY_TAG; no ANY_SOURCE); see there. */
+    override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
+        ObjectProtocol.recv(this, objects, src, tag, serializer)
+
+    /** The object collectives' bytes, staged through temporary device buffers on this communicator's stream. */
+    private val objects = object : ObjectTransport {
+        override suspend fun allGatherLength(operation: String, length: Long): LongArray =
+            allGather(operation, longBytes(length)).map { longsOf(it)[0] }.toLongArray()
+
+        override suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray =
+            longsOf(broadcast(operation, longBytes(*lengths), root))
+
+        override suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int) {
+            send(operation, longBytes(length), dst, tag)
+        }
+
+        override suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo> =
+            recv(operation, 8, src, tag).let { (bytes, info) -> longsOf(bytes)[0] to info }
+
+        override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> {
+            val all = stagedAllGather(operation, bytes)
+            return List(worldSize) { r -> all.copyOfRange(r * bytes.size, (r + 1) * bytes.size) }
+        }
+
+        override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray = stagedBroadcast(operation, bytes, root)
+
+        override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? = run(operation, null, root = root) {
+            val n = bytes.size.toLong()
+            val dev = temp(n * worldSize)
+            val seg = staging(n * worldSize)
+            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, rank * n, bytes.size)
+            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            group {
+                if (rank == root) {
+                    for (r in 0 until worldSize) if (r != rank) nccl(api.recv(dev + r * n, n, BYTES, r, comm, stream), "ncclRecv")
+                } else {
+                    nccl(api.send(dev + rank * n, n, BYTES, root, comm, stream), "ncclSend")
+                }
+            }
+            if (rank == root) cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            if (rank == root) List(worldSize) { r -> seg.asSlice(r * n, n).toArray(ValueLayout.JAVA_BYTE) } else null
+        }
+
+        override suspend fun scatter(operation: String, rows: List<ByteArray>?, size: Int, root: Int): ByteArray = run(operation, null, root = root) {
+            val n = size.toLong()
+            val dev = temp(n * worldSize)
+            val seg = staging(n * worldSize)
+            if (rank == root) {
+                for ((r, row) in rows!!.withIndex()) MemorySegment.copy(row, 0, seg, ValueLayout.JAVA_BYTE, r * n, row.size)
+                cuda(runtime.memcpyAsync(dev, seg.address(), n * worldSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            }
+            group {
+                if (rank == root) {
+                    for (r in 0 until worldSize) if (r != rank) nccl(api.send(dev + r * n, n, BYTES, r, comm, stream), "ncclSend")
+                } else {
+                    nccl(api.recv(dev + rank * n, n, BYTES, root, comm, stream), "ncclRecv")
+                }
+            }
+            cuda(runtime.memcpyAsync(seg.address(), dev + rank * n, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
+        }
+
+        override suspend fun send(operation: String, bytes: ByteArray, dst: Int, tag: Int) {
+            checkObjectPeer(operation, dst, tag, sending = true)
+            run(operation, null, peer = dst) {
+                thread.p2pOwner?.endP2pWindow()
+                val n = bytes.size.toLong()
+                val dev = temp(n)
+                val seg = staging(n)
+                MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
+                cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+                group { nccl(api.send(dev, n, BYTES, dst, comm, stream), "ncclSend") }
+                awaitStream(this)
+            }
+        }
+
+        override suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo> {
+            checkObjectPeer(operation, src, tag, sending = false)
+            val bytes = run(operation, null, peer = src) {
+                thread.p2pOwner?.endP2pWindow()
+                val n = size.toLong()
+                val dev = temp(n)
+                val seg = staging(n)
+                group { nccl(api.recv(dev, n, BYTES, src, comm, stream), "ncclRecv") }
+                cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+                awaitStream(this)
+                seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
+            }
+            return bytes to MessageInfo(src, 0, size.toLong())
+        }
     }
 
     private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null) {
@@ -390,6 +492,15 @@ public class NcclCommunicator internal constructor(
         cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
         awaitStream(this)
         seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
+    }
+
+    /** What [checkP2p] refuses of a peer and tag, for the object messages (which have no tensor). */
+    private fun checkObjectPeer(operation: String, peer: Int, tag: Int, sending: Boolean) {
+        require(tag == 0 || (!sending && tag == Communicator.ANY_TAG)) {
+            "$operation: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0"
+        }
+        require(peer != Communicator.ANY_SOURCE) { "$operation: $backendName cannot receive from ANY_SOURCE (NCCL needs the sender's rank); pass the sender's rank" }
+        require(peer != rank) { "$operation: rank $rank cannot ${if (sending) "send to" else "receive from"} itself on $backendName" }
     }
 
     override suspend fun barrier() {
@@ -434,18 +545,20 @@ public class NcclCommunicator internal constructor(
 
     /**
      * Issues every send and receive of [ops] as **one** NCCL group, in the given order, and returns
-     * when all of them completed: the exact way to write any exchange whose transfers must progress
-     * together (a ring, a pairwise swap, a pipeline stage sending to and receiving from both
-     * neighbours), as PyTorch's `batch_isend_irecv`. Separate [send]/[recv] calls are only grouped
-     * when they arrive within a few milliseconds of each other (docs/gpu.md); a batch does not depend
-     * on timing. Messages between two ranks match in order, as for [send] and [recv]; the peers must
-     * issue the matching calls (in a batch or not). Each element is checked as [send] or [recv] checks
-     * it ([IllegalArgumentException], nothing issued); failure and cancellation as for a collective.
+     * when all of them completed (the [Communicator.sendRecv] contract): the exact way to write any
+     * exchange whose transfers must progress together, as PyTorch's `batch_isend_irecv`. Separate
+     * [send]/[recv] calls are only grouped when they arrive within a few milliseconds of each other
+     * (docs/gpu.md); a batch does not depend on timing. Tags must be 0 (a receive may say
+     * [Communicator.ANY_TAG]), peers explicit ranks other than this one. Every element is checked
+     * first (the common validator, then as [send] or [recv] checks it: [IllegalArgumentException],
+     * nothing issued); the whole batch is one `sendRecv` operation in the flight record; failure and
+     * cancellation as for a collective.
      */
-    public suspend fun sendRecv(ops: List<PointToPoint>) {
+    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         val name = "sendRecv"
-        require(ops.isNotEmpty()) { "$name: give at least one PointToPoint.send or PointToPoint.recv" }
-        for (o in ops) checkP2p(o.tensor, o.peer, 0, name, sending = o.isSend)
+        validator.sendRecv(ops)
+        for ((i, o) in ops.withIndex()) checkP2p(o.tensor, o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
+        if (ops.isEmpty()) return emptyList()
         val first = ops.first()
         run(name, first.tensor, peer = first.peer) {
             thread.p2pOwner?.endP2pWindow()
@@ -459,6 +572,7 @@ public class NcclCommunicator internal constructor(
                 }
             }
         }
+        return ops.map { MessageInfo(it.peer, 0, it.tensor.byteSize) }
     }
 
     /**
@@ -1150,15 +1264,11 @@ public class NcclCommunicator internal constructor(
 
         /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
         private const val BYTES = NcclDataType.UINT8
-        private val JSON = Json { encodeDefaults = true }
 
-        private fun longBytes(v: Long): ByteArray = ByteArray(8) { i -> (v ushr (8 * i)).toByte() }
+        private fun longBytes(vararg values: Long): ByteArray =
+            java.nio.ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
 
-        private fun readLong(b: ByteArray, offset: Int): Long {
-            var v = 0L
-            for (i in 7 downTo 0) v = (v shl 8) or (b[offset + i].toLong() and 0xFF)
-            return v
-        }
+        private fun longsOf(bytes: ByteArray): LongArray = java.nio.ByteBuffer.wrap(bytes).let { b -> LongArray(bytes.size / 8) { b.getLong() } }
         private val CLEANER: Cleaner = Cleaner.create()
 
         /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */

@@ -2,6 +2,7 @@
 
 package dev.tpcomm.gpu
 
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.DType

@@ -5,6 +5,7 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
@@ -48,7 +49,8 @@ import kotlinx.serialization.KSerializer
  * cancelled the same way, the interrupt flag is set again, and [CommunicatorAbortedException] is
  * thrown.
  *
- * **Objects.** `allGatherObject` and `broadcastObject` move any value, not only tensors. From Java,
+ * **Objects.** `allGatherObject`, `broadcastObject`, `gatherObject`, `scatterObject` and
+ * `sendObject`/`recvObject` move any value, not only tensors. From Java,
  * pass the value's `Class` (for classes kotlinx.serialization knows: Kotlin `@Serializable`
  * classes, `String`, boxed primitives) or an [ObjectCodec] (any Java record or POJO, with the
  * serializer you already use). A codec that throws on one rank makes every rank fail with
@@ -217,6 +219,84 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         issue { ObjectExchange.broadcast(comm, value, root, codec(codec, "broadcastObject")) }
 
     /**
+     * Issues every send and receive of [ops] at once and resolves, to one [MessageInfo] per element,
+     * when all completed: deadlock-free in any order (PyTorch's `batch_isend_irecv`). Make the
+     * elements with `PointToPoint.send(tensor, dst[, tag])` and `PointToPoint.recv(tensor, src[, tag])`.
+     * See [Communicator.sendRecv].
+     */
+    public fun sendRecv(ops: List<PointToPoint>?): CompletableFuture<List<MessageInfo>> = issue { comm.sendRecv(opsOf(ops)) }
+
+    /**
+     * Collective: on [root], every rank's [value] in rank order; null on the other ranks. Encoded
+     * with [serializer] (kotlinx-serialization; from Kotlin code). See [Communicator.gatherObject].
+     */
+    public fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>?): CompletableFuture<List<T>?> =
+        issue { comm.gatherObject(value, root, serializer(serializer, "gatherObject")) }
+
+    /**
+     * Collective: on [root], every rank's [value] in rank order (null on the other ranks), for a class
+     * kotlinx.serialization knows, found from [type] (generic classes are refused with
+     * [IllegalArgumentException] before anything is sent, as for [allGatherObject]). Costs a gather,
+     * not an all-gather. When a rank's value cannot be encoded, that rank and the root complete with
+     * [ObjectCodecException] naming it; bytes that do not decode fail on the root.
+     */
+    public fun <T> gatherObject(value: T, root: Int, type: Class<T>?): CompletableFuture<List<T>?> =
+        issue { ObjectExchange.gather(comm, value, root, codecOf(type, "gatherObject")) }
+
+    /** [gatherObject] with your [codec] (any Java record or POJO); failures as for the `Class` overload. */
+    public fun <T> gatherObject(value: T, root: Int, codec: ObjectCodec<T>?): CompletableFuture<List<T>?> =
+        issue { ObjectExchange.gather(comm, value, root, codec(codec, "gatherObject")) }
+
+    /**
+     * Collective: element `rank` of [root]'s [values] on every rank (other ranks pass null). Encoded
+     * with [serializer] (from Kotlin code). See [Communicator.scatterObject].
+     */
+    public fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>?): CompletableFuture<T> =
+        issue { comm.scatterObject(values, root, serializer(serializer, "scatterObject")) }
+
+    /**
+     * Collective: element `rank` of [root]'s [values] on every rank (other ranks pass null), for a
+     * class kotlinx.serialization knows, found from [type]. A null list or one without exactly
+     * `worldSize` values on the root completes every rank's future with [IllegalArgumentException]
+     * (no rank waits); a value the root's codec cannot encode, or bytes that do not decode, with
+     * [ObjectCodecException].
+     */
+    public fun <T> scatterObject(values: List<T>?, root: Int, type: Class<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.scatter(comm, values, root, codecOf(type, "scatterObject")) }
+
+    /** [scatterObject] with your [codec]; failures as for the `Class` overload. */
+    public fun <T> scatterObject(values: List<T>?, root: Int, codec: ObjectCodec<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.scatter(comm, values, root, codec(codec, "scatterObject")) }
+
+    /** Sends [value] to [dst] with [tag], encoded with [serializer] (from Kotlin code). See [Communicator.sendObject]. */
+    public fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>?): CompletableFuture<Void?> =
+        issue { comm.sendObject(value, dst, tag, serializer(serializer, "sendObject")); null }
+
+    /**
+     * Sends [value] to [dst] with [tag] for a class kotlinx.serialization knows, found from [type];
+     * [recvObject] on [dst] receives it. When the codec cannot encode it, this future and the
+     * receiver's complete with [ObjectCodecException] (the receiver is told; it does not wait).
+     */
+    public fun <T> sendObject(value: T, dst: Int, tag: Int, type: Class<T>?): CompletableFuture<Void?> =
+        issue { ObjectExchange.send(comm, value, dst, tag, codecOf(type, "sendObject")); null }
+
+    /** [sendObject] with your [codec]. */
+    public fun <T> sendObject(value: T, dst: Int, tag: Int, codec: ObjectCodec<T>?): CompletableFuture<Void?> =
+        issue { ObjectExchange.send(comm, value, dst, tag, codec(codec, "sendObject")); null }
+
+    /** Receives a value sent by [sendObject] from [src] (or [Communicator.ANY_SOURCE]) with [tag], decoded with [serializer]. See [Communicator.recvObject]. */
+    public fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>?): CompletableFuture<T> =
+        issue { comm.recvObject(src, tag, serializer(serializer, "recvObject")) }
+
+    /** Receives a value sent by the `Class` overload of [sendObject]; [ObjectCodecException] when it cannot be encoded or decoded. */
+    public fun <T> recvObject(src: Int, tag: Int, type: Class<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.recv(comm, src, tag, codecOf(type, "recvObject")) }
+
+    /** Receives a value sent by the [ObjectCodec] overload of [sendObject]. */
+    public fun <T> recvObject(src: Int, tag: Int, codec: ObjectCodec<T>?): CompletableFuture<T> =
+        issue { ObjectExchange.recv(comm, src, tag, codec(codec, "recvObject")) }
+
+    /**
      * All-reduces many tensors with few collectives (tensor fusion): grouped by dtype, packed into
      * buffers of at most [thresholdBytes], one all-reduce per buffer; resolves to [tensors], each
      * reduced in place. See `dev.tpcomm.coroutines.allReduceCoalesced`.
@@ -326,6 +406,57 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     public fun <T> broadcastObjectBlocking(value: T?, root: Int, codec: ObjectCodec<T>?): T =
         block("broadcastObject") { ObjectExchange.broadcast(comm, value, root, codec(codec, "broadcastObject")) }
 
+    /** [sendRecv], waiting. */
+    public fun sendRecvBlocking(ops: List<PointToPoint>?): List<MessageInfo> = block("sendRecv") { comm.sendRecv(opsOf(ops)) }
+
+    /** [gatherObject] with a [KSerializer], waiting; null on ranks other than [root]. */
+    public fun <T> gatherObjectBlocking(value: T, root: Int, serializer: KSerializer<T>?): List<T>? =
+        block("gatherObject") { comm.gatherObject(value, root, serializer(serializer, "gatherObject")) }
+
+    /** [gatherObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
+    public fun <T> gatherObjectBlocking(value: T, root: Int, type: Class<T>?): List<T>? =
+        block("gatherObject") { ObjectExchange.gather(comm, value, root, codecOf(type, "gatherObject")) }
+
+    /** [gatherObject] with an [ObjectCodec], waiting. */
+    public fun <T> gatherObjectBlocking(value: T, root: Int, codec: ObjectCodec<T>?): List<T>? =
+        block("gatherObject") { ObjectExchange.gather(comm, value, root, codec(codec, "gatherObject")) }
+
+    /** [scatterObject] with a [KSerializer], waiting. */
+    public fun <T> scatterObjectBlocking(values: List<T>?, root: Int, serializer: KSerializer<T>?): T =
+        block("scatterObject") { comm.scatterObject(values, root, serializer(serializer, "scatterObject")) }
+
+    /** [scatterObject] with a `Class`, waiting; throws [ObjectCodecException], [IllegalArgumentException] or the [CommunicationException] itself. */
+    public fun <T> scatterObjectBlocking(values: List<T>?, root: Int, type: Class<T>?): T =
+        block("scatterObject") { ObjectExchange.scatter(comm, values, root, codecOf(type, "scatterObject")) }
+
+    /** [scatterObject] with an [ObjectCodec], waiting. */
+    public fun <T> scatterObjectBlocking(values: List<T>?, root: Int, codec: ObjectCodec<T>?): T =
+        block("scatterObject") { ObjectExchange.scatter(comm, values, root, codec(codec, "scatterObject")) }
+
+    /** [sendObject] with a [KSerializer], waiting. */
+    public fun <T> sendObjectBlocking(value: T, dst: Int, tag: Int, serializer: KSerializer<T>?): Unit =
+        block("sendObject") { comm.sendObject(value, dst, tag, serializer(serializer, "sendObject")) }
+
+    /** [sendObject] with a `Class`, waiting. */
+    public fun <T> sendObjectBlocking(value: T, dst: Int, tag: Int, type: Class<T>?): Unit =
+        block("sendObject") { ObjectExchange.send(comm, value, dst, tag, codecOf(type, "sendObject")) }
+
+    /** [sendObject] with an [ObjectCodec], waiting. */
+    public fun <T> sendObjectBlocking(value: T, dst: Int, tag: Int, codec: ObjectCodec<T>?): Unit =
+        block("sendObject") { ObjectExchange.send(comm, value, dst, tag, codec(codec, "sendObject")) }
+
+    /** [recvObject] with a [KSerializer], waiting. */
+    public fun <T> recvObjectBlocking(src: Int, tag: Int, serializer: KSerializer<T>?): T =
+        block("recvObject") { comm.recvObject(src, tag, serializer(serializer, "recvObject")) }
+
+    /** [recvObject] with a `Class`, waiting. */
+    public fun <T> recvObjectBlocking(src: Int, tag: Int, type: Class<T>?): T =
+        block("recvObject") { ObjectExchange.recv(comm, src, tag, codecOf(type, "recvObject")) }
+
+    /** [recvObject] with an [ObjectCodec], waiting. */
+    public fun <T> recvObjectBlocking(src: Int, tag: Int, codec: ObjectCodec<T>?): T =
+        block("recvObject") { ObjectExchange.recv(comm, src, tag, codec(codec, "recvObject")) }
+
     /** [allReduceCoalesced], waiting. */
     @JvmOverloads
     public fun allReduceCoalescedBlocking(
@@ -357,6 +488,12 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         required(tensors, operation, "tensors", "a list of tensors (it may be empty)").onEachIndexed { i, x ->
             @Suppress("SENSELESS_COMPARISON")
             require((x as Tensor?) != null) { "$operation: tensors[$i] is null; pass a list of tensors without nulls" }
+        }
+
+    private fun opsOf(ops: List<PointToPoint>?): List<PointToPoint> =
+        required(ops, "sendRecv", "ops", "a list of PointToPoint.send / PointToPoint.recv (it may be empty)").onEachIndexed { i, x ->
+            @Suppress("SENSELESS_COMPARISON")
+            require((x as PointToPoint?) != null) { "sendRecv: ops[$i] is null; pass a list of PointToPoint elements without nulls" }
         }
 
     private fun <T> serializer(serializer: KSerializer<T>?, operation: String): KSerializer<T> =

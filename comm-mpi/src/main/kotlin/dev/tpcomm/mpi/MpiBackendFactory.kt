@@ -95,6 +95,67 @@ public class MpiBackendFactory @JvmOverloads constructor(
         throw e
     }
 
+    /**
+     * A communicator over the ranks of an MPI communicator your program already has: [handle] is
+     * its `MPI_Comm` as the library tpcomm loads represents it (Open MPI: the `ompi_communicator_t`
+     * pointer; MPICH and its ABI family: the integer handle), e.g. `MPI_COMM_WORLD`
+     * ([worldHandle]) or a communicator another library made. Collective over the ranks of [handle]:
+     * every one of them must call it.
+     *
+     * **Ownership.** tpcomm never frees, modifies or finalizes what it did not create. It makes
+     * its own duplicate of [handle] (`MPI_Comm_dup`; its messages never mix with yours), sets its
+     * error handler on that duplicate only, and frees the duplicate when the returned communicator
+     * is closed; [handle] stays yours, usable after [MpiCommunicator.close] and freed (if at all) by
+     * you. When your program initialised MPI, tpcomm uses that initialisation and never calls
+     * `MPI_Finalize` (you do); if tpcomm initialised it (a [create] or a `wrap` before your
+     * `MPI_Init`), the last tpcomm communicator to close finalizes it, as after [create].
+     *
+     * The library must be the one your program uses (tpcomm picks it as [create] does:
+     * `TPCOMM_MPI_LIBRARY` or the default search), with MPI initialised at `MPI_THREAD_MULTIPLE`
+     * when calls may come from several threads. Rank and size come from [handle];
+     * [CommConfig.worldSize] and [CommConfig.rank] of [config] are ignored; its timeout, consistency
+     * checks, flight recorder and MPI options apply.
+     *
+     * @throws IllegalArgumentException when [handle] is `MPI_COMM_NULL`.
+     * @throws BackendUnavailableException when no MPI library can be opened.
+     * @throws CommunicationTimeoutException when the duplicate was not made within
+     * [CommConfig.timeout] (a rank of [handle] did not call `wrap`); the process is not ended.
+     * @throws IllegalStateException when MPI refuses the duplicate (e.g. [handle] is not a valid communicator).
+     */
+    @JvmOverloads
+    public suspend fun wrap(handle: Long, config: CommConfig = CommConfig()): MpiCommunicator {
+        val mpiConfig = MpiConfig.from(config.options, env)
+        val abi = MpiLibrary.load(mpiConfig.library, env).abi
+        require(handle != abi.commNull) { "wrap: the handle is MPI_COMM_NULL; pass a communicator this rank belongs to" }
+        val made = CompletableDeferred<MpiCommunicator>()
+        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-wrap").start {
+            try {
+                made.complete(runBlocking {
+                    val runtime = MpiRuntime.initialize(mpiConfig, env)
+                    wrap(runtime, runtime.binding, 0L, config, mpiConfig, "wrapped", duplicateOf = handle)
+                })
+            } catch (t: Throwable) {
+                made.completeExceptionally(t)
+            }
+        }
+        val comm = withTimeoutOrNull(config.timeout) { made.await() }
+        if (comm != null) return comm
+        made.cancel()
+        throw CommunicationErrors(config.rank, "mpi").timeout(
+            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
+            "wrap: MPI_Comm_dup of the given communicator did not complete within ${config.timeout}: it is collective, and a rank of " +
+                "that communicator has not called wrap (it starts late, is stuck, or died)",
+        )
+    }
+
+    /**
+     * The handle of `MPI_COMM_WORLD` in the library tpcomm loads (opened, not initialised), for
+     * [wrap]: Open MPI's `&ompi_mpi_comm_world`, MPICH's `0x44000000`.
+     *
+     * @throws BackendUnavailableException when no MPI library can be opened.
+     */
+    public fun worldHandle(): Long = MpiLibrary.load(MpiConfig.from(emptyMap(), env).library, env).abi.commWorld
+
     internal companion object {
         private val counter = AtomicInteger()
 
@@ -118,6 +179,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
             name: String,
             /** The private duplicate of [existing] for abort notices, when the caller already made it (split, duplicate); 0 to make it here. */
             existingControl: Long = 0L,
+            /** With [existing] 0: the user's communicator to duplicate instead of `MPI_COMM_WORLD` (public [wrap]); 0 for the world. */
+            duplicateOf: Long = 0L,
         ): MpiCommunicator {
             runtime.retain()
             val (dispatcher, ownsDispatcher) = runtime.dispatcherFor("$name-${counter.incrementAndGet()}")
@@ -129,10 +192,12 @@ public class MpiBackendFactory @JvmOverloads constructor(
                         // Errors MPICH raises on no communicator (request completion in MPI_Test,
                         // generated bindings calling MPIR_Err_return_comm(NULL, ...)) use
                         // MPI_COMM_WORLD's handler: make them return codes too, not aborts.
-                        if (existing == 0L) binding.commSetErrhandler(abi.commWorld, abi.errorsReturn)
+                        // A user's communicator (duplicateOf) leaves MPI_COMM_WORLD's handler as the program set it.
+                        if (existing == 0L && duplicateOf == 0L) binding.commSetErrhandler(abi.commWorld, abi.errorsReturn)
                         val handle = if (existing != 0L) existing else {
-                            val rc = binding.commDup(abi.commWorld, out.address())
-                            check(rc == 0) { "MPI_Comm_dup(MPI_COMM_WORLD) failed: ${MpiErrors.describe(binding, rc)}" }
+                            val source = if (duplicateOf != 0L) duplicateOf else abi.commWorld
+                            val rc = binding.commDup(source, out.address())
+                            check(rc == 0) { "MPI_Comm_dup(${if (duplicateOf != 0L) "the given communicator" else "MPI_COMM_WORLD"}) failed: ${MpiErrors.describe(binding, rc)}" }
                             abi.readHandle(out, 0)
                         }
                         check(binding.commSetErrhandler(handle, abi.errorsReturn) == 0) { "MPI_Comm_set_errhandler failed" }
@@ -157,15 +222,15 @@ public class MpiBackendFactory @JvmOverloads constructor(
                         Triple(longArrayOf(handle, control, tagUb.toLong()), rank, size)
                     }
                 }
-                if (existing == 0L && config.worldSize > 1) {
+                if (existing == 0L && duplicateOf == 0L && config.worldSize > 1) {
                     require(config.worldSize == size && config.rank == rank) {
                         "CommConfig says rank ${config.rank} of ${config.worldSize}, but MPI_COMM_WORLD has this process as rank $rank of $size; " +
                             "pass CommConfig.fromEnvironment() (or leave worldSize at 1) when running under mpirun"
                     }
                 }
-                if (existing == 0L) runtime.worldRank = rank
+                if (existing == 0L && duplicateOf == 0L) runtime.worldRank = rank
                 runtime.noteTimeout(config.timeout.inWholeNanoseconds)
-                val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1) config.localRank else rank)
+                val commConfig = config.copy(worldSize = size, rank = rank, localRank = if (config.worldSize > 1 && duplicateOf == 0L) config.localRank else rank)
                 return MpiCommunicator(runtime, binding, handles[0], handles[1], rank, size, commConfig, mpiConfig, dispatcher, ownsDispatcher, name, handles[2].toInt())
             } catch (t: Throwable) {
                 if (ownsDispatcher) dispatcher.close()

@@ -8,6 +8,7 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
@@ -18,6 +19,7 @@ import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
@@ -585,6 +587,25 @@ public class MpiCommunicator internal constructor(
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
+    /**
+     * Every element checked first (host tensors by the common validator; device tensors, which
+     * [send]/[recv] stage or pass as device pointers, for peer and tag), then issued at once as its
+     * own non-blocking [send] or [recv] ([PointToPointBatch]): `MPI_Isend`/`MPI_Irecv` progressed
+     * together by this communicator's thread, so the batch completes in any order.
+     */
+    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
+        if (ops.none { it.tensor.device.isGpu }) {
+            validator.sendRecv(ops)
+        } else {
+            for ((i, o) in ops.withIndex()) {
+                val name = CollectiveValidator.sendRecvElement(i, o)
+                CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
+                validator.tag(o.tag, name, allowAny = !o.isSend)
+            }
+        }
+        return PointToPointBatch.run(this, ops)
+    }
+
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         val name = "probe"
         validator.probe(src, tag)
@@ -803,6 +824,27 @@ public class MpiCommunicator internal constructor(
         }
     }
 
+    /**
+     * Receives that still probe for their message, in issue order (MPI thread only). A receive
+     * posts its `MPI_Irecv` only when no earlier one that could take the same message (same source
+     * and tag, or a wildcard on either side) still probes, so receives match messages in the order
+     * they were issued, as posted MPI receives do, whatever order the progress loop polls them in.
+     */
+    internal val probingReceives = java.util.ArrayDeque<MpiPending>()
+
+    /** Whether an earlier receive of [probingReceives] could take the message [p] would probe (MPI thread only). */
+    internal fun waitsForEarlierReceive(p: MpiPending): Boolean {
+        val mine = p.result ?: return false
+        for (q in probingReceives) {
+            if (q === p) return false
+            val other = q.result ?: continue
+            val source = mine.probeSource == other.probeSource || mine.probeSource == abi.anySource || other.probeSource == abi.anySource
+            val tag = mine.probeTag == other.probeTag || mine.probeTag == abi.anyTag || other.probeTag == abi.anyTag
+            if (source && tag) return true
+        }
+        return false
+    }
+
     /** Issues a non-blocking point-to-point call (or a probe) and waits for its status. */
     private suspend fun pointToPoint(
         entry: FlightRecorder.Entry,
@@ -825,7 +867,10 @@ public class MpiCommunicator internal constructor(
                     val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
                     p.result = result
                     p.receive = receive
-                    if (receive != null) p.expectedBytes = (keepAlive as Tensor).byteSize
+                    if (receive != null) {
+                        p.expectedBytes = (keepAlive as Tensor).byteSize
+                        probingReceives.addLast(p) // here, on the MPI thread, in issue order
+                    }
                     if (kind == MpiPending.Kind.Request) {
                         check(start(p.request), operation, entry)
                     } else {

@@ -76,9 +76,17 @@ internal class MpiPending(
                 Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
                 Kind.Probe -> {
                     val r = result!!
-                    comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
                     val post = receive
+                    // Receives match in the order they were issued: one waits while an earlier receive
+                    // that could take the same message still probes (the progress loop's order is not
+                    // the issue order: each caller hops onto this thread on its own).
+                    if (post != null && comm.waitsForEarlierReceive(this)) {
+                        if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
+                        return false
+                    }
+                    comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
                     if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
+                        comm.probingReceives.remove(this)
                         val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
                         if (s.byteCount != expectedBytes) {
                             r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
@@ -109,6 +117,7 @@ internal class MpiPending(
             if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
             return false
         } catch (t: Throwable) {
+            comm.probingReceives.remove(this)
             // MPI may still use this operation's buffers: keep them for the life of the process.
             comm.runtime.pin(this)
             throw t

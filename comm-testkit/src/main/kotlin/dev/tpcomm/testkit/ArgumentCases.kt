@@ -2,6 +2,7 @@ package dev.tpcomm.testkit
 
 import dev.tpcomm.Communicator
 import dev.tpcomm.DType
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 
@@ -133,6 +134,31 @@ internal object ArgumentCases {
             refused(comm, ctx, "recv(src = $n)", listOf(t)) { comm.recv(t, n) }
             refused(comm, ctx, "recv(tag = -5)", listOf(t)) { comm.recv(t, 0, -5) }
             stillUsable(comm, ctx, "refused peers and tags")
+        },
+            ConformanceCase("arguments: a sendRecv batch with one bad element issues nothing", CaseKind.Collective, minWorldSize = 2,
+            skipReason = { o, _ -> if (!o.pointToPoint) "the backend does not support point-to-point" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            val me = comm.rank
+            val p = ctx.options.placement
+            val dt = anyDtype(ctx)
+            val next = (me + 1) % n
+            val prev = (me + n - 1) % n
+            // A valid send listed before the bad element: had it been issued, the next exchange would
+            // receive this stray message (other data) instead of its own.
+            val stray = p.toBackend(TestData.input(ctx.seed, 600, me, dt, listOf(4)))
+            val buf = input(ctx, dt, 4)
+            refused(comm, ctx, "sendRecv with a send to rank $n", listOf(stray, buf)) {
+                comm.sendRecv(listOf(PointToPoint.send(stray, next), PointToPoint.recv(buf, prev), PointToPoint.send(stray, n)))
+            }
+            refused(comm, ctx, "sendRecv with two receives into one buffer", listOf(stray, buf)) {
+                comm.sendRecv(listOf(PointToPoint.send(stray, next), PointToPoint.recv(buf, prev), PointToPoint.recv(buf, next)))
+            }
+            val out = p.toBackend(TestData.input(ctx.seed, 601, me, dt, listOf(4)))
+            val got = p.toBackend(Tensor.zeros(dt, 4))
+            comm.sendRecv(listOf(PointToPoint.recv(got, prev), PointToPoint.send(out, next)))
+            TestData.exactMismatch(TestData.input(ctx.seed, 601, prev, dt, listOf(4)), p.toHost(got))
+                ?.let { ctx.fail("the exchange after the refused batches received another message (was an element of a refused batch issued?): $it") }
+            stillUsable(comm, ctx, "refused sendRecv batches")
         },
     )
 }

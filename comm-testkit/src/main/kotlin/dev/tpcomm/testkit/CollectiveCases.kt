@@ -5,8 +5,14 @@ import dev.tpcomm.DType
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.allGatherObject
 import dev.tpcomm.broadcastObject
+import dev.tpcomm.gatherObject
+import dev.tpcomm.recvObject
+import dev.tpcomm.scatterObject
+import dev.tpcomm.sendObject
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.async
 import kotlinx.coroutines.coroutineScope
@@ -132,6 +138,51 @@ internal object CollectiveCases {
             }
             val strings = comm.allGatherObject(listOf("a".repeat(comm.rank), ""))
             ctx.expect(strings == List(n) { listOf("a".repeat(it), "") }) { "allGatherObject of lists returned $strings" }
+        },
+        collective("object collectives: gatherObject, scatterObject and sendObject/recvObject of different sizes", skip = { o, _ -> if (!o.objectCollectives) "the backend does not support object collectives" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            val me = comm.rank
+            // Records of very different sizes per rank (the name grows with the rank).
+            val expected = List(n) { ConformanceRecord.of(it, ctx.seed) }
+            for (root in 0 until n) {
+                val got = comm.gatherObject(ConformanceRecord.of(me, ctx.seed), root)
+                if (me == root) ctx.expect(got == expected) { "gatherObject to root $root returned $got" }
+                else ctx.expect(got == null) { "gatherObject to root $root returned $got on non-root $me" }
+                val values = if (me == root) List(n) { ConformanceRecord.of(it + root, ctx.seed) } else null
+                val mine = comm.scatterObject(values, root)
+                ctx.expect(mine == ConformanceRecord.of(me + root, ctx.seed)) { "scatterObject from root $root returned $mine on rank $me" }
+            }
+            if (n > 1 && ctx.options.pointToPoint) {
+                val next = (me + 1) % n
+                val prev = (me + n - 1) % n
+                // Even ranks send first, odd ranks receive first: deadlock-free also where an object message
+                // completes only when received (NCCL/RCCL), for any world size.
+                val mine = ConformanceRecord.of(me, ctx.seed)
+                val got = if (me % 2 == 0) {
+                    comm.sendObject(mine, next)
+                    comm.recvObject<ConformanceRecord>(prev)
+                } else {
+                    comm.recvObject<ConformanceRecord>(prev).also { comm.sendObject(mine, next) }
+                }
+                ctx.expect(got == ConformanceRecord.of(prev, ctx.seed)) { "recvObject from $prev returned $got" }
+            }
+            comm.barrier()
+        },
+        collective("object collectives: a scatterObject with the wrong number of values fails on the root and names the root elsewhere", skip = { o, _ -> if (!o.objectCollectives) "the backend does not support object collectives" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            val root = n - 1
+            val r = attempt { comm.scatterObject(if (comm.rank == root) List(n + 1) { "v$it" } else null, root) }
+            val e = r.error
+            if (comm.rank == root) {
+                ctx.expect(e is IllegalArgumentException && e.message!!.contains("one value per rank")) { "scatterObject with ${n + 1} values on the root: expected IllegalArgumentException, got ${e?.describe() ?: "a value"}" }
+            } else {
+                ctx.expect(e is CommunicationException && e.operation == "scatterObject" && e.message!!.contains("rank $root")) {
+                    "scatterObject whose root passed ${n + 1} values: expected a CommunicationException naming the root, got ${e?.describe() ?: "a value"}"
+                }
+            }
+            // Nothing was left half-done: the communicator still works.
+            val all = comm.allGatherObject(comm.rank)
+            ctx.expect(all == List(n) { it }) { "allGatherObject after the refused scatterObject returned $all" }
         },
     ) + GroupCases.all + PointToPointCases.all + ArgumentCases.all
 }
@@ -277,6 +328,57 @@ internal object PointToPointCases {
                     TestData.exactMismatch(TestData.input(ctx.seed, salt, prev, dtype, listOf(64, 3)), p.toHost(buf))
                         ?.let { ctx.fail("ring $dtype round $round: $it") }
                 }
+            }
+            comm.barrier()
+        },
+        ConformanceCase("sendRecv: a batched ring exchange completes in any order, messages above the eager limit included", CaseKind.Collective, 2, ::skipUntagged) { comm, ctx ->
+            // Every rank sends to both neighbours and receives from both in one batch; odd ranks list
+            // their receives first, even ranks their sends first, and a large round exceeds the
+            // libraries' eager limits (such sends complete only when matched): a backend that issued
+            // the elements one after another would deadlock here.
+            val n = comm.worldSize
+            val me = comm.rank
+            val p = ctx.options.placement
+            val next = (me + 1) % n
+            val prev = (me + n - 1) % n
+            val rounds = ctx.options.dtypes.sortedBy { it.ordinal }.map { it to listOf(5, 3) } +
+                listOf((if (DType.Int32 in ctx.options.dtypes) DType.Int32 else ctx.options.dtypes.minBy { it.ordinal }) to listOf(ctx.options.maxElements * 16))
+            for ((k, round) in rounds.withIndex()) {
+                val (dtype, shape) = round
+                fun data(rank: Int, direction: Int) = TestData.input(ctx.seed, 400L + 2 * k + direction, rank, dtype, shape)
+                val fromPrev = p.toBackend(Tensor.zeros(dtype, shape))
+                val fromNext = p.toBackend(Tensor.zeros(dtype, shape))
+                // With two ranks both neighbours are one rank: its messages match in the order listed, so
+                // the sends (to next, then to prev) and the receives (from prev, then from next) keep their own order.
+                val sends = listOf(PointToPoint.send(p.toBackend(data(me, 0)), next), PointToPoint.send(p.toBackend(data(me, 1)), prev))
+                val recvs = listOf(PointToPoint.recv(fromPrev, prev), PointToPoint.recv(fromNext, next))
+                val infos = comm.sendRecv(if (me % 2 == 1) recvs + sends else sends + recvs)
+                val recvInfos = if (me % 2 == 1) infos.take(2) else infos.drop(2)
+                ctx.expect(infos.size == 4) { "sendRecv of 4 elements returned ${infos.size} MessageInfo" }
+                ctx.expect(recvInfos.map { it.source } == listOf(prev, next) && recvInfos.all { it.byteSize == fromPrev.byteSize }) {
+                    "sendRecv $dtype$shape: the receives returned $recvInfos"
+                }
+                TestData.exactMismatch(data(prev, 0), p.toHost(fromPrev))?.let { ctx.fail("sendRecv $dtype$shape, from prev $prev: $it") }
+                TestData.exactMismatch(data(next, 1), p.toHost(fromNext))?.let { ctx.fail("sendRecv $dtype$shape, from next $next: $it") }
+            }
+            ctx.expect(comm.sendRecv(emptyList()).isEmpty()) { "an empty sendRecv batch returned something" }
+            comm.barrier()
+        },
+        ConformanceCase("sendRecv: every pair in one batch each, with tags and ANY_SOURCE, listed in reverse", CaseKind.Collective, 2, ::skip) { comm, ctx ->
+            val n = comm.worldSize
+            val me = comm.rank
+            val p = ctx.options.placement
+            fun data(src: Int, dst: Int) = TestData.input(ctx.seed, 500L + dst, src, DType.Int64, listOf(src + 2))
+            val peers = (0 until n).filter { it != me }
+            val bufs = peers.associateWith { src -> p.toBackend(Tensor.zeros(DType.Int64, src + 2)) }
+            // Tag = sender, so each receive names its message by tag alone (ANY_SOURCE).
+            val ops = peers.map { dst -> PointToPoint.send(p.toBackend(data(me, dst)), dst, me + 1) } +
+                peers.map { src -> PointToPoint.recv(bufs.getValue(src), Communicator.ANY_SOURCE, src + 1) }
+            val infos = comm.sendRecv(ops.reversed()).reversed()
+            for ((i, src) in peers.withIndex()) {
+                val info = infos[peers.size + i]
+                ctx.expect(info == MessageInfo(src, src + 1, 8L * (src + 2))) { "sendRecv: the receive of tag ${src + 1} returned $info" }
+                TestData.exactMismatch(data(src, me), p.toHost(bufs.getValue(src)))?.let { ctx.fail("sendRecv from $src: $it") }
             }
             comm.barrier()
         },

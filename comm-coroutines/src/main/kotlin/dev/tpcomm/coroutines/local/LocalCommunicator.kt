@@ -6,6 +6,7 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
@@ -14,6 +15,7 @@ import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
@@ -484,6 +486,12 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         validator.recv(tensor, src, tag)
         val entry = issueP2p("recv", tensor, src, tag)
         return receive("recv", src, tag, tensor, entry)
+    }
+
+    /** Every element checked first, then issued at once as its own [send] or [recv] ([PointToPointBatch]). */
+    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
+        validator.sendRecv(ops)
+        return PointToPointBatch.run(this, ops)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {

@@ -26,7 +26,8 @@ import kotlin.time.Duration.Companion.seconds
 object MpiConformanceMain {
     /**
      * Cases to leave out (`-Dtpcomm.mpi.excludeCases=name|name`), for diagnosing a job; none by
-     * default. `-Dtpcomm.mpi.onlyCases=name|name` runs only the named cases.
+     * default. `-Dtpcomm.mpi.onlyCases=name|name` (or the environment variable `TPCOMM_MPI_ONLY_CASES`,
+     * which the launchers pass to the ranks) runs only the named cases.
      */
     val EXCLUDED: Set<String> = (System.getProperty("tpcomm.mpi.excludeCases") ?: "")
         .split('|').map { it.trim() }.filter { it.isNotEmpty() }.toSet()
@@ -60,7 +61,7 @@ object MpiConformanceMain {
                 val p = parent as MpiCommunicator
                 p.duplicate(p.config.copy(timeout = timeout), p.mpiConfig.copy(abortOnTimeout = false, progress = MpiProgress.NonBlocking))
             }
-            val only = System.getProperty("tpcomm.mpi.onlyCases")?.split('|')?.map { it.trim() }?.filter { it.isNotEmpty() }?.toSet()
+            val only = (System.getProperty("tpcomm.mpi.onlyCases") ?: System.getenv("TPCOMM_MPI_ONLY_CASES"))?.split('|')?.map { it.trim() }?.filter { it.isNotEmpty() }?.toSet()
             val filter: (dev.tpcomm.testkit.ConformanceCase) -> Boolean = {
                 SpmdConformanceRunner.notSoak(it) && it.name !in EXCLUDED && (only == null || it.name in only) &&
                     !(COLLECTIVE_ONLY && it.kind == dev.tpcomm.testkit.CaseKind.Failure)

@@ -1,0 +1,180 @@
+package dev.tpcomm.spi
+
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.Communicator
+import dev.tpcomm.InternalTpcommApi
+import kotlinx.serialization.KSerializer
+import kotlinx.serialization.SerializationException
+import kotlinx.serialization.json.Json
+
+/**
+ * The object collectives of every backend ([Communicator.allGatherObject], `broadcastObject`,
+ * `gatherObject`, `scatterObject`, `sendObject`/`recvObject`) over an [ObjectTransport]: values are
+ * encoded as UTF-8 JSON with kotlinx-serialization, lengths exchanged first, then the payloads
+ * (padded to the longest where a collective needs equal sizes).
+ *
+ * What peers send is checked before it is used: a length outside `0..`[MAX_LENGTH] or bytes that
+ * do not decode as the expected type give a [CommunicationException] naming this rank, the
+ * operation, the peer and what it sent (built by the core's [CommunicationErrors]), never a raw
+ * `NegativeArraySizeException`, `IndexOutOfBoundsException` or serialization exception. A rank
+ * whose serializer fails, or a root whose arguments are wrong, still takes part in the length
+ * exchange with a marker, so its peers fail at once with a named exception instead of waiting for a
+ * payload that never comes. Whoever sees a length refuses it: in an all-gather and a gather every
+ * rank (all lengths are all-gathered), in a broadcast and a scatter every rank (the root's lengths
+ * are broadcast), for a message its receiver. These failures leave the communicator usable.
+ */
+@InternalTpcommApi
+public object ObjectProtocol {
+    private val json = Json { encodeDefaults = true }
+
+    /** The largest encoded value a rank may send: a JVM byte array's limit. */
+    public const val MAX_LENGTH: Long = Int.MAX_VALUE - 8L
+
+    /** The length a rank announces when its own serializer failed (its own call throws the serializer's exception). */
+    private const val ENCODING_FAILED: Long = -2L
+
+    /** The length a root announces when its own arguments were wrong (a scatter's list): its call throws [IllegalArgumentException]. */
+    private const val BAD_ARGUMENT: Long = -3L
+
+    private fun errors(comm: Communicator) = CommunicationErrors(comm.rank, comm.backendName)
+
+    private fun padded(bytes: ByteArray, size: Int): ByteArray = if (bytes.size == size) bytes else bytes.copyOf(size)
+
+    /** Refuses a [length] announced by [who] that no encoded value can have. */
+    private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
+        if (length in 0..MAX_LENGTH) return
+        if (length == ENCODING_FAILED) {
+            throw errors(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
+        }
+        if (length == BAD_ARGUMENT) {
+            throw errors(comm).failure(operation, -1, "$who passed a wrong argument to $operation (its own IllegalArgumentException says what); no value was exchanged")
+        }
+        throw errors(comm).failure(
+            operation, -1,
+            "$who announced a value of $length bytes, which is not in 0..$MAX_LENGTH; " +
+                "every rank must call $operation at this position of its program (a peer called another collective, or runs another version)",
+        )
+    }
+
+    private fun <T> decode(comm: Communicator, operation: String, who: String, bytes: ByteArray, length: Int, serializer: KSerializer<T>): T = try {
+        json.decodeFromString(serializer, bytes.decodeToString(0, length))
+    } catch (e: SerializationException) {
+        throw errors(comm).failure(
+            operation, -1,
+            "the $length bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}; " +
+                "every rank must pass a value of the same type to $operation",
+            e,
+        )
+    } catch (e: IllegalArgumentException) {
+        throw errors(comm).failure(
+            operation, -1,
+            "the $length bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}",
+            e,
+        )
+    }
+
+    private fun <T> encode(value: T, serializer: KSerializer<T>): Result<ByteArray> =
+        runCatching { json.encodeToString(serializer, value).encodeToByteArray() }
+
+    /** [Communicator.allGatherObject]. */
+    public suspend fun <T> allGather(comm: Communicator, transport: ObjectTransport, value: T, serializer: KSerializer<T>): List<T> {
+        val op = "allGatherObject"
+        val encoded = encode(value, serializer)
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
+        encoded.exceptionOrNull()?.let { throw it }
+        for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
+        val max = lengths.max().toInt()
+        val rows = transport.allGather(op, padded(bytes, max))
+        return List(comm.worldSize) { r -> decode(comm, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
+    }
+
+    /** [Communicator.broadcastObject]. */
+    public suspend fun <T> broadcast(comm: Communicator, transport: ObjectTransport, value: T?, root: Int, serializer: KSerializer<T>): T {
+        val op = "broadcastObject"
+        require(root in 0 until comm.worldSize) { "broadcastObject: root $root is out of range; use a rank in 0 until ${comm.worldSize}" }
+        if (comm.rank == root) {
+            requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
+        }
+        @Suppress("UNCHECKED_CAST")
+        val encoded = if (comm.rank == root) encode(value as T, serializer) else Result.success(ByteArray(0))
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        val announced = transport.broadcastLengths(op, longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED), root)[0]
+        encoded.exceptionOrNull()?.let { throw it }
+        checkLength(comm, op, "the root rank $root", announced)
+        val n = announced.toInt()
+        val payload = transport.broadcast(op, if (comm.rank == root) bytes else ByteArray(n), root)
+        return decode(comm, op, "the root rank $root", payload, n, serializer)
+    }
+
+    /** [Communicator.gatherObject]: the lengths all-gathered (every rank refuses a bad one alike and knows the padding), then one padded gather. */
+    public suspend fun <T> gather(comm: Communicator, transport: ObjectTransport, value: T, root: Int, serializer: KSerializer<T>): List<T>? {
+        val op = "gatherObject"
+        CollectiveChecks.root(root, comm.worldSize, op)
+        val encoded = encode(value, serializer)
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
+        encoded.exceptionOrNull()?.let { throw it }
+        for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
+        val max = lengths.max().toInt()
+        val rows = transport.gather(op, padded(bytes, max), root) ?: return null
+        return List(comm.worldSize) { r -> decode(comm, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
+    }
+
+    /** [Communicator.scatterObject]: the root's lengths broadcast (with a marker for a bad argument or a failed encoding), then one padded scatter. */
+    public suspend fun <T> scatter(comm: Communicator, transport: ObjectTransport, values: List<T>?, root: Int, serializer: KSerializer<T>): T {
+        val op = "scatterObject"
+        val n = comm.worldSize
+        CollectiveChecks.root(root, n, op)
+        val isRoot = comm.rank == root
+        val badArgument: String? = when {
+            !isRoot -> null
+            values == null -> "$op: the root (rank $root) must pass a list of $n values, got null"
+            values.size != n -> "$op: the root (rank $root) must pass one value per rank ($n), got ${values.size}"
+            else -> null
+        }
+        val encoded: Result<List<ByteArray>>? =
+            if (isRoot && badArgument == null) runCatching { values!!.map { encode(it, serializer).getOrThrow() } } else null
+        val announced = LongArray(n) { r ->
+            when {
+                !isRoot -> 0L
+                badArgument != null -> BAD_ARGUMENT
+                encoded!!.isFailure -> ENCODING_FAILED
+                else -> encoded.getOrThrow()[r].size.toLong()
+            }
+        }
+        val lengths = transport.broadcastLengths(op, announced, root)
+        badArgument?.let { throw IllegalArgumentException(it) }
+        encoded?.exceptionOrNull()?.let { throw it }
+        for (r in lengths.indices) checkLength(comm, op, "the root rank $root", lengths[r])
+        val max = lengths.max().toInt()
+        val rows = encoded?.getOrThrow()?.map { padded(it, max) }
+        val mine = transport.scatter(op, rows, max, root)
+        return decode(comm, op, "the root rank $root", mine, lengths[comm.rank].toInt(), serializer)
+    }
+
+    /** [Communicator.sendObject]: the length (or a marker when the encoding failed), then the bytes. */
+    public suspend fun <T> send(comm: Communicator, transport: ObjectTransport, value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+        val op = "sendObject"
+        CollectiveChecks.peer(dst, comm.worldSize, op, allowAny = false)
+        CollectiveChecks.tag(tag, op, allowAny = false)
+        val encoded = encode(value, serializer)
+        val bytes = encoded.getOrElse { ByteArray(0) }
+        transport.sendLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED, dst, tag)
+        encoded.exceptionOrNull()?.let { throw it }
+        transport.send(op, bytes, dst, tag)
+    }
+
+    /** [Communicator.recvObject]: the length, then exactly that many bytes from the same rank with the same tag. */
+    public suspend fun <T> recv(comm: Communicator, transport: ObjectTransport, src: Int, tag: Int, serializer: KSerializer<T>): T {
+        val op = "recvObject"
+        CollectiveChecks.peer(src, comm.worldSize, op, allowAny = true)
+        CollectiveChecks.tag(tag, op, allowAny = true)
+        val (announced, info) = transport.recvLength(op, src, tag)
+        val who = "rank ${info.source}"
+        checkLength(comm, op, who, announced)
+        // The payload follows its length from the same rank with the same tag (per-pair, per-tag order).
+        val (payload, _) = transport.recv(op, announced.toInt(), info.source, info.tag)
+        return decode(comm, op, who, payload, announced.toInt(), serializer)
+    }
+}
