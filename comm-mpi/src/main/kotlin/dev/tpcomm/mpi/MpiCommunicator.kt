@@ -178,6 +178,20 @@ public class MpiCommunicator internal constructor(
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
         }
+        override fun pollPeerNotices() {
+            // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
+            // thread tests the notices before its calls.
+            if (worldSize == 1 || !runtime.multiThreaded || closed.get() || failure.isAborted) return
+            val from = notices.pollFromOtherThread()
+            if (from >= 0) peerAborted(from, notices.reason)
+        }
+        override fun programFailed(description: String) {
+            if (closed.get() || failure.isAborted) return
+            markBroken(
+                errors.aborted(PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
+                reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
+            )
+        }
     }
 
     init {
@@ -969,15 +983,48 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
+    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true, reason: Int = MpiAbortNotices.REASON_FAILED) {
         if (failure.abort(cause)) {
             recorder.recordAbort(cause)
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
-                if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
+                // Under MPI_THREAD_MULTIPLE any thread may send, so the notice leaves now even when the
+                // communicator's thread is blocked in a collective (the watchdog's timeout path);
+                // below it only that thread may call MPI.
+                if (dispatcher.isNativeThread || runtime.multiThreaded) {
+                    notices.send(reason)
+                } else {
+                    dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send(reason) })
+                }
             }
         }
     }
+
+    /**
+     * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Watched.pollPeerNotices]):
+     * the communicator is aborted, naming [from], and its flight recorder dumped. When this rank is
+     * blocked inside a collective that can now never complete, it says so and applies the job
+     * policy at once, as at its deadline ([timedOut]): with [MpiConfig.abortOnTimeout] the job ends.
+     * An idle communicator is only marked: its next call throws [CommunicatorAbortedException].
+     */
+    private fun peerAborted(from: Int, reason: Int) {
+        val blocked = activeCallCell.get() != 0L
+        val operation = if (blocked) currentOperation else PEER_NOTICE
+        val sequence = if (blocked) currentSequence else CommunicationErrors.NO_SEQUENCE
+        val e = errors.aborted(operation, sequence, peerAbortMessage(from, reason))
+        markBroken(e, notifyPeers = false)
+        if (!blocked) return
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}" + if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "")
+        System.err.flush()
+        if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
+    }
+
+    private fun peerAbortMessage(from: Int, reason: Int): String =
+        if (reason == MpiAbortNotices.REASON_PROGRAM_FAILED) {
+            "rank $from failed (an exception escaped its program, or it exited with a non-zero status; its output names the cause)"
+        } else {
+            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
+        }
 
     /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
     internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
@@ -985,7 +1032,7 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = errors.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
+        val e = errors.aborted(operation, entry.sequence, peerAbortMessage(from, notices.reason))
         markBroken(e, notifyPeers = false)
         throw e
     }
@@ -1105,6 +1152,12 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
+
+        /** The operation named by the abort of a communicator whose process's program failed ([MpiRuntime.programFailed]). */
+        const val PROGRAM_FAILED: String = "program"
+
+        /** The operation named when a peer's notice aborts a communicator between calls. */
+        const val PEER_NOTICE: String = "between calls"
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
         const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
         const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST
