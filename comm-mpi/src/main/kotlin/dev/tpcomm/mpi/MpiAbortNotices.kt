@@ -86,7 +86,7 @@ internal class MpiAbortNotices(
      * new messages in. Returns MPI's error code.
      */
     fun postReceive(): Int = lock.withLock {
-        if (receivePosted) return 0
+        if (receivePosted || retired) return 0
         receivePosted = true
         binding.irecv(buffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, request.address())
     }
@@ -102,6 +102,7 @@ internal class MpiAbortNotices(
         if (from >= 0) return from
         if (!lock.tryLock()) return -1
         try {
+            if (retired) return -1
             if (!receivePosted) {
                 receivePosted = true
                 if (binding.irecv(buffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, request.address()) != 0) return -1
@@ -123,6 +124,18 @@ internal class MpiAbortNotices(
         reason = buffer.get(ValueLayout.JAVA_INT, 0)
         from = source
         return source
+    }
+
+    /** Set by [retire]: the communicator is being freed; no receive is posted any more. */
+    private var retired = false
+
+    /**
+     * Before the communicator is freed: no receive is posted from now on (by any thread), and a
+     * posted one is cancelled ([cancelReceive]).
+     */
+    fun retire() = lock.withLock {
+        retired = true
+        if (receivePosted) cancelReceive()
     }
 
     /** Cancels the posted receive and waits (at most [PUSH_NANOS]) until MPI lets go of it. */

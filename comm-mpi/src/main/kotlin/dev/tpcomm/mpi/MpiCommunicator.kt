@@ -178,6 +178,7 @@ public class MpiCommunicator internal constructor(
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
         }
+        override val writesDumps: Boolean get() = recorder.dumpDirectory != null
         override fun pollPeerNotices() {
             // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
             // thread tests the notices before its calls.
@@ -690,7 +691,7 @@ public class MpiCommunicator internal constructor(
                 runBlocking {
                     dispatcher.execute {
                         if (free) {
-                            if (notices.receivePosted) notices.cancelReceive()
+                            notices.retire()
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                             abi.writeHandle(scratch, OFF_HANDLE, controlHandle)

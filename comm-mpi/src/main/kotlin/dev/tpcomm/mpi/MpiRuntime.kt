@@ -286,8 +286,11 @@ internal class MpiRuntime(
         if (!aborting.compareAndSet(false, true)) return // another thread of this process is ending the job
         runCatching { FlightRecorder.writeShutdownDumps() }
         if (multiThreaded) {
+            // The peers print the exception naming this rank within one notice period; writing a
+            // dump file takes longer (a cold JVM serialises its first JSON).
+            val grace = if (watchdog.communicators().any { it.writesDumps }) DUMP_GRACE_MILLIS else NOTICE_GRACE_MILLIS
             try {
-                Thread.sleep(DUMP_GRACE_MILLIS)
+                Thread.sleep(grace)
             } catch (_: InterruptedException) {
             }
         }
@@ -361,11 +364,15 @@ internal class MpiRuntime(
         const val ABORT_GRACE_MILLIS: Long = 2_000
 
         /**
-         * How long [abort] waits before `MPI_Abort`, so that the peers (told by the abort notice,
-         * seen by their watchdog within 50 ms) write their flight-recorder dumps before the job is
-         * ended. Only under `MPI_THREAD_MULTIPLE`, where the peers' watchdog can see the notice.
+         * How long [abort] waits before `MPI_Abort` when this process writes flight-recorder dumps,
+         * so that the peers (told by the abort notice, which their notice thread sees within 50 ms)
+         * write theirs before the job is ended. Only under `MPI_THREAD_MULTIPLE`, where the peers
+         * can see the notice while blocked or busy.
          */
-        const val DUMP_GRACE_MILLIS: Long = 1_500
+        const val DUMP_GRACE_MILLIS: Long = 1_000
+
+        /** [DUMP_GRACE_MILLIS] when this process writes no dump files: long enough for the peers to print what they were told. */
+        const val NOTICE_GRACE_MILLIS: Long = 300
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
