@@ -178,7 +178,6 @@ public class MpiCommunicator internal constructor(
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
         }
-        override val writesDumps: Boolean get() = recorder.dumpDirectory != null
         override fun pollPeerNotices() {
             // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
             // thread tests the notices before its calls.

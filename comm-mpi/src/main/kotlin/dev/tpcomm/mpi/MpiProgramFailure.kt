@@ -19,7 +19,9 @@ import java.util.logging.Logger
  * - **`System.exit(N)` with N != 0.** The JDK logs `Runtime.exit` calls to the `System.Logger`
  *   named `java.lang.Runtime` at level DEBUG (JDK 21+, `java.lang.Shutdown.logRuntimeExit`, JDK-8301627):
  *   a `java.util.logging` handler on that logger records the status before the shutdown hooks run,
- *   and [MpiRuntime.onShutdown] then ends the job instead of waiting in the barrier. Where the
+ *   and [MpiRuntime.onShutdown] then ends the job instead of waiting in the barrier (not for a
+ *   signal, which exits through the same path from `java.lang.Terminator`: the launcher's SIGTERM
+ *   keeps its own handling). Where the
  *   application replaced the `System.Logger` backend (an `LoggerFinder` of its own), the status is
  *   not seen and a non-zero exit is treated as a clean one: the launcher ends the job when the
  *   process exits (docs/mpi.md).
@@ -66,6 +68,10 @@ internal object MpiProgramFailure {
             }
             logger.addHandler(object : Handler() {
                 override fun publish(record: LogRecord) {
+                    // A signal (the launcher's SIGTERM) exits through the same path with 128 + the
+                    // signal's number, from java.lang.Terminator: the launcher is ending this rank,
+                    // not the program failing on its own.
+                    if (record.thrown?.stackTrace?.any { it.className == "java.lang.Terminator" || it.className.startsWith("jdk.internal.misc.Signal") } == true) return
                     val text = record.thrown?.message ?: record.message ?: return
                     val status = STATUS.find(text)?.groupValues?.get(1)?.toIntOrNull() ?: return
                     if (status != 0 && exitStatus == 0) exitStatus = status

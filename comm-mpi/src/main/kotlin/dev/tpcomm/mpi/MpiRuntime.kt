@@ -286,11 +286,8 @@ internal class MpiRuntime(
         if (!aborting.compareAndSet(false, true)) return // another thread of this process is ending the job
         runCatching { FlightRecorder.writeShutdownDumps() }
         if (multiThreaded) {
-            // The peers print the exception naming this rank within one notice period; writing a
-            // dump file takes longer (a cold JVM serialises its first JSON).
-            val grace = if (watchdog.communicators().any { it.writesDumps }) DUMP_GRACE_MILLIS else NOTICE_GRACE_MILLIS
             try {
-                Thread.sleep(grace)
+                Thread.sleep(DUMP_GRACE_MILLIS)
             } catch (_: InterruptedException) {
             }
         }
@@ -364,15 +361,13 @@ internal class MpiRuntime(
         const val ABORT_GRACE_MILLIS: Long = 2_000
 
         /**
-         * How long [abort] waits before `MPI_Abort` when this process writes flight-recorder dumps,
-         * so that the peers (told by the abort notice, which their notice thread sees within 50 ms)
-         * write theirs before the job is ended. Only under `MPI_THREAD_MULTIPLE`, where the peers
+         * How long [abort] waits before `MPI_Abort`, so that the peers (told by the abort notice,
+         * which their notice thread sees within 50 ms) print the exception naming this rank and
+         * write their flight-recorder dumps before the job is ended (0.3 s was too short for the
+         * prints: on MPICH a peer of 3 loaded JVMs was ended before it printed). Only under `MPI_THREAD_MULTIPLE`, where the peers
          * can see the notice while blocked or busy.
          */
         const val DUMP_GRACE_MILLIS: Long = 1_000
-
-        /** [DUMP_GRACE_MILLIS] when this process writes no dump files: long enough for the peers to print what they were told. */
-        const val NOTICE_GRACE_MILLIS: Long = 300
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()

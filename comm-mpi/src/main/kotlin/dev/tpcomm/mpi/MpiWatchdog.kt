@@ -40,9 +40,6 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
          */
         fun pollPeerNotices()
 
-        /** Whether this communicator's flight recorder writes dump files (a dump directory is set). */
-        val writesDumps: Boolean
-
         /**
          * This process's program failed ([MpiRuntime.programFailed]): break the communicator and tell
          * its peers, naming [description]. Called on the failing thread, before `MPI_Abort`.
