@@ -190,6 +190,7 @@ public class MpiCommunicator internal constructor(
             markBroken(
                 errors.aborted(PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
+                now = true,
             )
         }
     }
@@ -983,15 +984,21 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true, reason: Int = MpiAbortNotices.REASON_FAILED) {
+    /**
+     * Aborts this communicator with [cause] (first cause wins) and tells the peers. The notice is
+     * sent from the communicator's thread, after the call it may be blocked in; with [now] (the
+     * job is about to end: a deadline with `MPI_Abort`, or the program failed) and under
+     * `MPI_THREAD_MULTIPLE`, from this thread at once. Not at once for a caller's deadline or a
+     * cancellation: this rank's blocking call is still inside MPI and completes when the peers
+     * join it, which a notice received first would make them refuse (the call, and the job with
+     * it, would then only end at the communicator's deadline).
+     */
+    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true, reason: Int = MpiAbortNotices.REASON_FAILED, now: Boolean = false) {
         if (failure.abort(cause)) {
             recorder.recordAbort(cause)
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
-                // Under MPI_THREAD_MULTIPLE any thread may send, so the notice leaves now even when the
-                // communicator's thread is blocked in a collective (the watchdog's timeout path);
-                // below it only that thread may call MPI.
-                if (dispatcher.isNativeThread || runtime.multiThreaded) {
+                if (dispatcher.isNativeThread || (now && runtime.multiThreaded)) {
                     notices.send(reason)
                 } else {
                     dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send(reason) })
@@ -1045,7 +1052,7 @@ public class MpiCommunicator internal constructor(
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
         )
         val dump = e.flightRecorderDump
-        markBroken(e)
+        markBroken(e, now = mpiConfig.abortOnTimeout)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
