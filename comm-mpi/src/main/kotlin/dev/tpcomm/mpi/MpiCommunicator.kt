@@ -1161,10 +1161,10 @@ public class MpiCommunicator internal constructor(
         const val ABORT_CODE: Int = 14
 
         /** The operation named by the abort of a communicator whose process's program failed ([MpiRuntime.programFailed]). */
-        const val PROGRAM_FAILED: String = "program"
+        private const val PROGRAM_FAILED: String = "program"
 
         /** The operation named when a peer's notice aborts a communicator between calls. */
-        const val PEER_NOTICE: String = "between calls"
+        private const val PEER_NOTICE: String = "between calls"
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
         const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
         const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST
