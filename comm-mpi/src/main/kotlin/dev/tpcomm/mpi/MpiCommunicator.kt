@@ -1010,9 +1010,11 @@ public class MpiCommunicator internal constructor(
     /**
      * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Watched.pollPeerNotices]):
      * the communicator is aborted, naming [from], and its flight recorder dumped. When this rank is
-     * blocked inside a collective that can now never complete, it says so and applies the job
-     * policy at once, as at its deadline ([timedOut]): with [MpiConfig.abortOnTimeout] the job ends.
-     * An idle communicator is only marked: its next call throws [CommunicatorAbortedException].
+     * blocked inside a collective that can now never complete, it also prints the exception; the
+     * call stays under the watchdog, and the job ends by [from]'s own `MPI_Abort` (which waits
+     * for this print and dump: a second `MPI_Abort` from here could end the other peers before
+     * theirs) or, failing that, at this call's deadline ([timedOut]). An idle communicator is only
+     * marked: its next call throws [CommunicatorAbortedException].
      */
     private fun peerAborted(from: Int, reason: Int) {
         val blocked = activeCallCell.get() != 0L
@@ -1021,9 +1023,8 @@ public class MpiCommunicator internal constructor(
         val e = errors.aborted(operation, sequence, peerAbortMessage(from, reason))
         markBroken(e, notifyPeers = false)
         if (!blocked) return
-        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}" + if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "")
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
         System.err.flush()
-        if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
     }
 
     private fun peerAbortMessage(from: Int, reason: Int): String =

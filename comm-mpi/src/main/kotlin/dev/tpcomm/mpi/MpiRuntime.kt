@@ -275,7 +275,7 @@ internal class MpiRuntime(
      * process ends itself with `Runtime.halt(code)`: the launcher then sees a rank exit with
      * [code] and ends the others. Returns only when [halt] is replaced (tests with a mocked MPI).
      */
-    fun abort(comm: Long, code: Int) {
+    fun abort(comm: Long, code: Int, graceMillis: Long = DUMP_GRACE_MILLIS) {
         System.err.flush()
         System.out.flush()
         // MPI_Abort ends the other ranks at once (Open MPI's mpirun sends SIGTERM and SIGKILL
@@ -287,7 +287,7 @@ internal class MpiRuntime(
         runCatching { FlightRecorder.writeShutdownDumps() }
         if (multiThreaded) {
             try {
-                Thread.sleep(DUMP_GRACE_MILLIS)
+                Thread.sleep(graceMillis)
             } catch (_: InterruptedException) {
             }
         }
@@ -338,7 +338,7 @@ internal class MpiRuntime(
                 System.err.println("tpcomm-mpi: rank $worldRank: could not tell the peers: $t")
             }
         }
-        abort(binding.abi.commWorld, code)
+        abort(binding.abi.commWorld, code, PROGRAM_FAILURE_GRACE_MILLIS)
     }
 
     /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */
@@ -368,6 +368,13 @@ internal class MpiRuntime(
          * can see the notice while blocked or busy.
          */
         const val DUMP_GRACE_MILLIS: Long = 1_000
+
+        /**
+         * [DUMP_GRACE_MILLIS] after a failed program ([programFailed]): no deadline presses, and
+         * every peer must have printed the exception naming this rank (with 1 s, one MPICH peer of 3
+         * loaded JVMs was ended before it printed, in 1 of 4 jobs).
+         */
+        const val PROGRAM_FAILURE_GRACE_MILLIS: Long = 2_000
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
