@@ -59,8 +59,9 @@ fi
 # --enable-native-access: MPI/RCCL through java.lang.foreign and JavaCPP's JNI are restricted (JEP 472).
 # --add-modules=jdk.incubator.vector: the in-process backend's SIMD reduction kernels.
 # shellcheck disable=SC2086
+# -Dtpcomm.command: the name the program's --help and messages use (this launcher's own).
 exec "\$java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -XX:+UseParallelGC -Xss4m \${TPCOMM_JAVA_OPTS:-} \\
-  -cp "\$home/lib/*" $main "\$@" 2> >(grep --line-buffered -v 'WARNING: Using incubator modules' >&2)
+  -Dtpcomm.command="\$(basename "\$0")" -cp "\$home/lib/*" $main "\$@" 2> >(grep --line-buffered -v 'WARNING: Using incubator modules' >&2)
 EOF
   chmod +x "$file"
 }

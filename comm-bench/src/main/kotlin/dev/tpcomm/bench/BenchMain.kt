@@ -21,20 +21,23 @@ import kotlin.time.Duration.Companion.seconds
 
 /**
  * The comm-bench command line (see [BenchOptions.USAGE]). Exit code 0 when every point was
- * measured and correct, 1 when a point had wrong elements, 2 on bad arguments, 3 when a
- * collective failed.
+ * measured and correct, 1 when a point had wrong elements, 2 on bad arguments (an unknown or
+ * unavailable backend included), 3 when a collective failed. Messages and `--help` use the
+ * launcher's name (`-Dtpcomm.command`, set by the binary distribution's `bin/tpcomm-bench`).
  */
 public fun main(args: Array<String>) {
+    val command = CommandName.of("comm-bench")
     val code = try {
         runBench(args.toList(), System.out, System.err)
     } catch (e: IllegalArgumentException) {
-        System.err.println("comm-bench: ${e.message}")
+        System.err.println("$command: ${e.message}")
         2
     } catch (e: BackendUnavailableException) {
-        System.err.println("comm-bench: ${e.message}")
-        3
+        // An unknown or unavailable backend is a bad argument here: one line, exit 2.
+        System.err.println("$command: ${CommandName.oneLine(e.message)}")
+        2
     } catch (e: CommunicationException) {
-        System.err.println("comm-bench: a collective failed: ${e.message}")
+        System.err.println("$command: a collective failed: ${e.message}")
         3
     }
     System.out.flush()
@@ -45,7 +48,7 @@ public fun main(args: Array<String>) {
 public fun runBench(args: List<String>, out: PrintStream, err: PrintStream): Int {
     val options = BenchOptions.parse(args)
     if (options == null) {
-        out.println(BenchOptions.USAGE)
+        out.println(CommandName.usage(BenchOptions.USAGE, "scripts/bench.sh"))
         return 0
     }
     // Read the peers' files before measuring, so a bad path fails at once.

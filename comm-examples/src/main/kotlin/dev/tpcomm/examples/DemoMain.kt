@@ -16,19 +16,22 @@ import kotlin.system.exitProcess
 /**
  * `scripts/demo.sh`: the tensor-parallel MLP demo (see [DemoOptions.USAGE]). Exit code 0 when the
  * tensor-parallel model matches the dense one (max relative error below 1e-5), 1 when it does
- * not, 2 on bad arguments, 3 when the backend is unavailable or a collective failed.
+ * not, 2 on bad arguments (an unknown or unavailable backend included), 3 when a collective failed.
+ * Messages and `--help` use the launcher's name (`-Dtpcomm.command`, set by the binary
+ * distribution's `bin/tpcomm-demo`), else `demo`.
  */
 public fun main(args: Array<String>) {
     val code = try {
         runDemo(args.toList())
     } catch (e: IllegalArgumentException) {
-        System.err.println("demo: ${e.message}")
+        System.err.println("$COMMAND: ${e.message}")
         2
     } catch (e: BackendUnavailableException) {
-        System.err.println("demo: ${e.message}")
-        3
+        // An unknown or unavailable backend is a bad argument: one line, exit 2.
+        System.err.println("$COMMAND: " + e.message.orEmpty().lines().map { it.trim() }.filter { it.isNotEmpty() }.joinToString(" "))
+        2
     } catch (e: CommunicationException) {
-        System.err.println("demo: a collective failed: ${e.message}")
+        System.err.println("$COMMAND: a collective failed: ${e.message}")
         3
     }
     System.out.flush()
@@ -39,7 +42,7 @@ public fun main(args: Array<String>) {
 public fun runDemo(args: List<String>): Int {
     val options = DemoOptions.parse(args)
     if (options == null) {
-        println(DemoOptions.USAGE)
+        println(if (COMMAND == "demo") DemoOptions.USAGE else DemoOptions.USAGE.replaceFirst("scripts/demo.sh", COMMAND))
         return 0
     }
     val outcome: DemoOutcome = when {
@@ -81,3 +84,6 @@ private fun launchMpi(options: DemoOptions, args: List<String>): Int {
     Runtime.getRuntime().addShutdownHook(Thread { if (p.isAlive) p.destroy() })
     return p.waitFor()
 }
+
+/** The name messages and `--help` use: the distribution launcher's (`-Dtpcomm.command`), else `demo`. */
+private val COMMAND: String = System.getProperty("tpcomm.command")?.takeIf { it.isNotBlank() } ?: "demo"

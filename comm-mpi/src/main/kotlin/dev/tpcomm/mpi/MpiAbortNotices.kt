@@ -4,16 +4,24 @@ import dev.tpcomm.DType
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
+import java.util.concurrent.locks.ReentrantLock
+import kotlin.concurrent.withLock
 
 /**
  * The abort-notice protocol of one [MpiCommunicator]: when the communicator breaks, it sends one
- * tiny message (tag [ABORT_TAG]) to every other rank on a private duplicate communicator
- * ([controlHandle]); each rank keeps one receive posted there and tests it before and while its
- * operations run, so a peer's failure ends its pending and later calls (in `NonBlocking` mode)
+ * tiny message (tag [ABORT_TAG], carrying a [reason] code) to every other rank on a private
+ * duplicate communicator ([controlHandle]); each rank keeps one receive posted there and tests it
+ * before and while its operations run, so a peer's failure ends its pending and later calls
  * instead of letting them complete with operations the broken rank abandoned.
  *
- * Every method runs on the communicator's thread. The buffers live in [arena], which the
- * communicator pins for the life of the process once it broke (MPI may still hold the requests).
+ * Under `MPI_THREAD_MULTIPLE` the deadline watchdog also tests the receive ([pollFromOtherThread])
+ * while the communicator's thread is blocked in a collective or idle, so a rank blocked in a
+ * blocking collective, or busy outside MPI, learns of a peer's failure within one watchdog period
+ * (issue 20: a failing rank ends the job promptly, and every rank dumps its flight recorder before
+ * the job is aborted). Every method takes one lock, so two threads never touch the same request;
+ * below `MPI_THREAD_MULTIPLE` only the communicator's thread calls them. The buffers live in
+ * [arena], which the communicator pins for the life of the process once it broke (MPI may still
+ * hold the requests).
  */
 internal class MpiAbortNotices(
     private val binding: MpiBinding,
@@ -23,24 +31,35 @@ internal class MpiAbortNotices(
     arena: Arena,
 ) {
     private val abi: MpiAbi = binding.abi
+    private val lock = ReentrantLock()
     private val scratch: MemorySegment = arena.allocate(128L, 64)
+    private val sendFlag: MemorySegment = arena.allocate(8L, 8)
     private val requests: MemorySegment = arena.allocate(8L * worldSize, 8)
     private val request: MemorySegment = arena.allocate(8L, 8)
     private val buffer: MemorySegment = arena.allocate(8L, 8)
-    private val payload: MemorySegment = arena.allocate(8L, 8) // the content is irrelevant
+    private val payload: MemorySegment = arena.allocate(8L, 8)
     @Volatile private var sent = false
 
     /** Whether the notice receive was posted (then it must be cancelled before the communicator is freed). */
-    var receivePosted: Boolean = false
+    @Volatile var receivePosted: Boolean = false
+        private set
+
+    /** The rank whose notice arrived, once one did (the receive completes once); -1 before. */
+    @Volatile private var from: Int = -1
+
+    /** The [reason] code the arrived notice carried ([REASON_FAILED] before one arrived). */
+    @Volatile var reason: Int = REASON_FAILED
         private set
 
     /**
-     * Tells every other rank that this communicator broke, and drives the sends for at most
-     * [PUSH_NANOS] (some transports only move data inside MPI calls). Once only.
+     * Tells every other rank that this communicator broke, with [reason] ([REASON_FAILED] or
+     * [REASON_PROGRAM_FAILED]), and drives the sends for at most [PUSH_NANOS] (some transports only
+     * move data inside MPI calls). Once only.
      */
-    fun send() {
+    fun send(reason: Int = REASON_FAILED) = lock.withLock {
         if (sent) return
         sent = true
+        payload.set(ValueLayout.JAVA_INT, 0, reason)
         var slot = 0L
         for (peer in 0 until worldSize) {
             if (peer == rank) continue
@@ -48,14 +67,14 @@ internal class MpiAbortNotices(
             slot += 8
         }
         val until = System.nanoTime() + PUSH_NANOS
-        val flag = scratch.address() + OFF_FLAG
+        val flag = sendFlag.address()
         var pending = slot / 8
         var i = 0L
         while (pending > 0 && System.nanoTime() - until < 0) {
             val offset = (i % (slot / 8)) * 8
             if (abi.readHandle(requests, offset) != abi.requestNull) {
                 binding.test(requests.address() + offset, flag, abi.statusIgnore)
-                if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) pending--
+                if (sendFlag.get(ValueLayout.JAVA_INT, 0) != 0) pending--
             }
             i++
         }
@@ -66,21 +85,62 @@ internal class MpiAbortNotices(
      * MPI makes, unlike `MPI_Iprobe`, which MPICH answers from its unexpected queue before pulling
      * new messages in. Returns MPI's error code.
      */
-    fun postReceive(): Int {
+    fun postReceive(): Int = lock.withLock {
+        if (receivePosted || retired) return 0
         receivePosted = true
-        return binding.irecv(buffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, request.address())
+        binding.irecv(buffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, request.address())
     }
 
     /** The rank whose notice arrived, or -1 when none did (the receive must be posted). */
-    fun arrived(): Int {
+    fun arrived(): Int = lock.withLock { testLocked() }
+
+    /**
+     * [arrived] for a thread other than the communicator's (`MPI_THREAD_MULTIPLE` only): posts the
+     * receive if needed, and gives up at once (-1) while the communicator's thread holds the lock.
+     */
+    fun pollFromOtherThread(): Int {
+        if (from >= 0) return from
+        if (!lock.tryLock()) return -1
+        try {
+            if (retired) return -1
+            if (!receivePosted) {
+                receivePosted = true
+                if (binding.irecv(buffer.address(), 1, abi.datatype(DType.Int32), abi.anySource, ABORT_TAG, controlHandle, request.address()) != 0) return -1
+            }
+            return testLocked()
+        } finally {
+            lock.unlock()
+        }
+    }
+
+    private fun testLocked(): Int {
+        // Once completed, the request is MPI_REQUEST_NULL and MPI_Test would report an empty status.
+        if (from >= 0) return from
         val flag = scratch.address() + OFF_FLAG
         if (binding.test(request.address(), flag, scratch.address() + OFF_STATUS) != 0) return -1
         if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) == 0) return -1
-        return abi.statusLayout.parse(scratch.asSlice(OFF_STATUS, abi.statusLayout.size)).source
+        val source = abi.statusLayout.parse(scratch.asSlice(OFF_STATUS, abi.statusLayout.size)).source
+        if (source < 0) return -1
+        reason = buffer.get(ValueLayout.JAVA_INT, 0)
+        from = source
+        return source
+    }
+
+    /** Set by [retire]: the communicator is being freed; no receive is posted any more. */
+    private var retired = false
+
+    /**
+     * Before the communicator is freed: no receive is posted from now on (by any thread), and a
+     * posted one is cancelled ([cancelReceive]).
+     */
+    fun retire() = lock.withLock {
+        retired = true
+        if (receivePosted) cancelReceive()
     }
 
     /** Cancels the posted receive and waits (at most [PUSH_NANOS]) until MPI lets go of it. */
-    fun cancelReceive() {
+    fun cancelReceive() = lock.withLock {
+        if (from >= 0) return
         binding.cancel(request.address())
         val until = System.nanoTime() + PUSH_NANOS
         val flag = scratch.address() + OFF_FLAG
@@ -93,6 +153,12 @@ internal class MpiAbortNotices(
     companion object {
         /** The tag of notices on the control communicator. */
         const val ABORT_TAG: Int = 7
+
+        /** A notice's reason: the communicator failed (timeout, mismatch, MPI error, cancellation). */
+        const val REASON_FAILED: Int = 0
+
+        /** A notice's reason: the sender's program failed (an exception escaped `main`, or it exited non-zero). */
+        const val REASON_PROGRAM_FAILED: Int = 1
 
         /** How long [send] and [cancelReceive] drive MPI at most. */
         const val PUSH_NANOS: Long = 200_000_000

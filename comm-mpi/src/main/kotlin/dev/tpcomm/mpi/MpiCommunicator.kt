@@ -187,6 +187,21 @@ public class MpiCommunicator internal constructor(
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
         }
+        override fun pollPeerNotices() {
+            // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
+            // thread tests the notices before its calls.
+            if (worldSize == 1 || !runtime.multiThreaded || closed.get() || failure.isAborted) return
+            val from = notices.pollFromOtherThread()
+            if (from >= 0) peerAborted(from, notices.reason)
+        }
+        override fun programFailed(description: String) {
+            if (closed.get() || failure.isAborted) return
+            markBroken(
+                errors.aborted(PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
+                reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
+                now = true,
+            )
+        }
     }
 
     init {
@@ -704,7 +719,7 @@ public class MpiCommunicator internal constructor(
                 runBlocking {
                     dispatcher.execute {
                         if (free) {
-                            if (notices.receivePosted) notices.cancelReceive()
+                            notices.retire()
                             abi.writeHandle(scratch, OFF_HANDLE, handle)
                             binding.commFree(scratchAddress + OFF_HANDLE)
                             abi.writeHandle(scratch, OFF_HANDLE, controlHandle)
@@ -1043,15 +1058,55 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true) {
+    /**
+     * Aborts this communicator with [cause] (first cause wins) and tells the peers. The notice is
+     * sent from the communicator's thread, after the call it may be blocked in; with [now] (the
+     * job is about to end: a deadline with `MPI_Abort`, or the program failed) and under
+     * `MPI_THREAD_MULTIPLE`, from this thread at once. Not at once for a caller's deadline or a
+     * cancellation: this rank's blocking call is still inside MPI and completes when the peers
+     * join it, which a notice received first would make them refuse (the call, and the job with
+     * it, would then only end at the communicator's deadline).
+     */
+    private fun markBroken(cause: Throwable, notifyPeers: Boolean = true, reason: Int = MpiAbortNotices.REASON_FAILED, now: Boolean = false) {
         if (failure.abort(cause)) {
             recorder.recordAbort(cause)
             runtime.broken = true
             if (notifyPeers && worldSize > 1 && !closed.get()) {
-                if (dispatcher.isNativeThread) notices.send() else dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send() })
+                if (dispatcher.isNativeThread || (now && runtime.multiThreaded)) {
+                    notices.send(reason)
+                } else {
+                    dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send(reason) })
+                }
             }
         }
     }
+
+    /**
+     * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Watched.pollPeerNotices]):
+     * the communicator is aborted, naming [from], and its flight recorder dumped. When this rank is
+     * blocked inside a collective that can now never complete, it also prints the exception; the
+     * call stays under the watchdog, and the job ends by [from]'s own `MPI_Abort` (which waits
+     * for this print and dump: a second `MPI_Abort` from here could end the other peers before
+     * theirs) or, failing that, at this call's deadline ([timedOut]). An idle communicator is only
+     * marked: its next call throws [CommunicatorAbortedException].
+     */
+    private fun peerAborted(from: Int, reason: Int) {
+        val blocked = activeCallCell.get() != 0L
+        val operation = if (blocked) currentOperation else PEER_NOTICE
+        val sequence = if (blocked) currentSequence else CommunicationErrors.NO_SEQUENCE
+        val e = errors.aborted(operation, sequence, peerAbortMessage(from, reason))
+        markBroken(e, notifyPeers = false)
+        if (!blocked) return
+        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
+        System.err.flush()
+    }
+
+    private fun peerAbortMessage(from: Int, reason: Int): String =
+        if (reason == MpiAbortNotices.REASON_PROGRAM_FAILED) {
+            "rank $from failed (an exception escaped its program, or it exited with a non-zero status; its output names the cause)"
+        } else {
+            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
+        }
 
     /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
     internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
@@ -1059,7 +1114,7 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = errors.aborted(operation, entry.sequence, "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)")
+        val e = errors.aborted(operation, entry.sequence, peerAbortMessage(from, notices.reason))
         markBroken(e, notifyPeers = false)
         throw e
     }
@@ -1072,7 +1127,7 @@ public class MpiCommunicator internal constructor(
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
         )
         val dump = e.flightRecorderDump
-        markBroken(e)
+        markBroken(e, now = mpiConfig.abortOnTimeout)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
@@ -1179,6 +1234,12 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
+
+        /** The operation named by the abort of a communicator whose process's program failed ([MpiRuntime.programFailed]). */
+        private const val PROGRAM_FAILED: String = "program"
+
+        /** The operation named when a peer's notice aborts a communicator between calls. */
+        private const val PEER_NOTICE: String = "between calls"
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
         const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
         const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST

@@ -54,6 +54,13 @@ internal class MpiRuntime(
     val sharesOneThread: Boolean get() = providedThreadLevel < MpiThreadLevel.Multiple.value
 
     /**
+     * Whether any thread may call MPI (`MPI_THREAD_MULTIPLE` was provided): then the watchdog tests
+     * peers' abort notices and a failing thread sends its own, while communicators' threads are
+     * blocked in collectives.
+     */
+    val multiThreaded: Boolean get() = providedThreadLevel >= MpiThreadLevel.Multiple.value
+
+    /**
      * The thread a new communicator runs its MPI calls on, and whether the communicator owns it
      * (closes it when it closes): its own thread under `MPI_THREAD_MULTIPLE`, otherwise the
      * process's one MPI thread.
@@ -241,6 +248,13 @@ internal class MpiRuntime(
      * exit code [MpiCommunicator.ABORT_CODE]. Otherwise finalize ([finalizeOnce]).
      */
     fun onShutdown() {
+        val status = MpiProgramFailure.exitStatus
+        if (status != 0 && !finalized) {
+            // System.exit(N) with N != 0: the program failed. Waiting in the barrier before
+            // MPI_Finalize would hold the job until the other ranks' timeout; end it now.
+            programFailed("it called System.exit($status)", status)
+            return
+        }
         val busy = if (finalized) emptyList() else watchdog.activeCalls()
         if (busy.isNotEmpty()) {
             System.err.println(
@@ -261,9 +275,22 @@ internal class MpiRuntime(
      * process ends itself with `Runtime.halt(code)`: the launcher then sees a rank exit with
      * [code] and ends the others. Returns only when [halt] is replaced (tests with a mocked MPI).
      */
-    fun abort(comm: Long, code: Int) {
+    fun abort(comm: Long, code: Int, graceMillis: Long = DUMP_GRACE_MILLIS) {
         System.err.flush()
         System.out.flush()
+        // MPI_Abort ends the other ranks at once (Open MPI's mpirun sends SIGTERM and SIGKILL
+        // shortly after, MPICH's hydra SIGKILL; docs/mpi.md), so every rank's flight recorder must
+        // be on disk first: this rank's now, and the peers', which their watchdog writes within
+        // one period of this rank's abort notice (sent when the communicator broke), during
+        // DUMP_GRACE_MILLIS. Only one thread of the process goes through here.
+        if (!aborting.compareAndSet(false, true)) return // another thread of this process is ending the job
+        runCatching { FlightRecorder.writeShutdownDumps() }
+        if (multiThreaded) {
+            try {
+                Thread.sleep(graceMillis)
+            } catch (_: InterruptedException) {
+            }
+        }
         Thread.ofPlatform().daemon(true).name("tpcomm-mpi-abort-guard").start {
             try {
                 Thread.sleep(ABORT_GRACE_MILLIS)
@@ -287,6 +314,33 @@ internal class MpiRuntime(
 
     @Volatile private var halted = false
 
+    private val aborting = java.util.concurrent.atomic.AtomicBoolean(false)
+
+    /**
+     * This process's program failed: an exception escaped `main` ([MpiProgramFailure] sees it) or
+     * it exited with status [code] != 0. Says so in one line (the cause itself was printed once
+     * by the JVM), aborts every communicator of the process and tells the peers (their watchdog
+     * names this rank: `CommunicatorAbortedException: ... rank R failed ...`), then ends the job
+     * with `MPI_Abort(MPI_COMM_WORLD, code)` ([abort]: the dumps are written first). Nothing is
+     * done once MPI was finalized. Returns only when [halt] is replaced.
+     */
+    fun programFailed(description: String, code: Int) {
+        if (finalized || halted || aborting.get()) return
+        System.err.println(
+            "tpcomm-mpi: rank $worldRank: the program failed ($description); aborting the job now (MPI_Abort, exit code $code) " +
+                "instead of letting the other ranks wait for their timeout",
+        )
+        System.err.flush()
+        for (c in watchdog.communicators()) {
+            try {
+                c.programFailed(description)
+            } catch (t: Throwable) {
+                System.err.println("tpcomm-mpi: rank $worldRank: could not tell the peers: $t")
+            }
+        }
+        abort(binding.abi.commWorld, code, PROGRAM_FAILURE_GRACE_MILLIS)
+    }
+
     /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */
     @Volatile var halt: (Int) -> Unit = { Runtime.getRuntime().halt(it) }
 
@@ -305,6 +359,22 @@ internal class MpiRuntime(
 
         /** How long `MPI_Abort` may take to end the process before it ends itself. */
         const val ABORT_GRACE_MILLIS: Long = 2_000
+
+        /**
+         * How long [abort] waits before `MPI_Abort`, so that the peers (told by the abort notice,
+         * which their notice thread sees within 50 ms) print the exception naming this rank and
+         * write their flight-recorder dumps before the job is ended (0.3 s was too short for the
+         * prints: on MPICH a peer of 3 loaded JVMs was ended before it printed). Only under `MPI_THREAD_MULTIPLE`, where the peers
+         * can see the notice while blocked or busy.
+         */
+        const val DUMP_GRACE_MILLIS: Long = 1_000
+
+        /**
+         * [DUMP_GRACE_MILLIS] after a failed program ([programFailed]): no deadline presses, and
+         * every peer must have printed the exception naming this rank (with 1 s, one MPICH peer of 3
+         * loaded JVMs was ended before it printed, in 1 of 4 jobs).
+         */
+        const val PROGRAM_FAILURE_GRACE_MILLIS: Long = 2_000
 
         @Volatile private var instance: MpiRuntime? = null
         private val initLock = Any()
@@ -367,6 +437,7 @@ internal class MpiRuntime(
                 // MPI may grant more than was asked: at MPI_THREAD_MULTIPLE every communicator has its own thread.
                 if (mpiThread != null && !runtime.sharesOneThread) mpiThread.close()
                 Runtime.getRuntime().addShutdownHook(Thread({ runtime.onShutdown() }, "tpcomm-mpi-shutdown"))
+                MpiProgramFailure.install { description, code -> runtime.programFailed(description, code) }
                 instance = runtime
                 return runtime
             }

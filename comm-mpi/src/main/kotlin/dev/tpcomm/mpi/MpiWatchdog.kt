@@ -33,6 +33,18 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
 
         /** The operation in progress (blocking call or non-blocking operations in flight), for messages; null when none. */
         fun describeActiveCall(): String?
+
+        /**
+         * Called on the notice thread every period: tests for a peer's abort notice when MPI allows
+         * a second thread ([MpiAbortNotices.pollFromOtherThread]).
+         */
+        fun pollPeerNotices()
+
+        /**
+         * This process's program failed ([MpiRuntime.programFailed]): break the communicator and tell
+         * its peers, naming [description]. Called on the failing thread, before `MPI_Abort`.
+         */
+        fun programFailed(description: String)
     }
 
     /** What the watchdog thread knows about one communicator's call in progress. */
@@ -55,11 +67,43 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
         watched += w
         if (registration == null) synchronized(this) {
             if (registration == null) registration = DeadlineWatchdog.register(::scan, periodMillis)
+            if (noticeThread == null && !closed) {
+                noticeThread = Thread.ofPlatform().daemon(true).name("tpcomm-mpi-notices").start(::pollNotices)
+            }
         }
     }
 
+    /**
+     * A thread of its own that tests every communicator's abort notices each period (what
+     * [Watched.pollPeerNotices] does under `MPI_THREAD_MULTIPLE`). Not the deadline thread: an MPI
+     * call there could wait on the library's lock while another thread is blocked in a collective
+     * (MPICH's global critical section), and deadlines must never wait for MPI.
+     */
+    private fun pollNotices() {
+        while (!closed) {
+            for (w in watched) {
+                try {
+                    w.pollPeerNotices()
+                } catch (t: Throwable) {
+                    t.printStackTrace()
+                }
+            }
+            try {
+                Thread.sleep(periodMillis)
+            } catch (_: InterruptedException) {
+                return
+            }
+        }
+    }
+
+    @Volatile private var closed = false
+    private var noticeThread: Thread? = null
+
     /** What the registered communicators have in progress right now (for the shutdown message). */
     fun activeCalls(): List<String> = watched.mapNotNull { it.describeActiveCall() }
+
+    /** Every registered communicator, for [MpiRuntime.programFailed]. */
+    fun communicators(): List<Watched> = watched.toList()
 
     fun unregister(w: Watched) {
         watched -= w
@@ -91,10 +135,14 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
         }
     }
 
+    /** Stops the deadline scans and the notice thread, waiting (briefly) until it made its last MPI call: `MPI_Finalize` follows. */
     override fun close() {
-        synchronized(this) {
+        val poller = synchronized(this) {
+            closed = true
             registration?.close()
             registration = null
+            noticeThread
         }
+        if (poller != null && poller !== Thread.currentThread()) poller.join(1_000)
     }
 }

@@ -17,7 +17,10 @@ import kotlin.system.exitProcess
  * `--reports DIR` (no XML without it); `--cases REGEX` (run only cases whose name matches);
  * `--soak` (include the soak); `--scratch create|split|none` (how failure cases get a fresh
  * communicator: another [Comm.create] with the short timeout — the default —, a split of the
- * main communicator, or not at all, reporting them skipped). Budgets come from the
+ * main communicator, or not at all, reporting them skipped); `--scratch-option KEY=VALUE`
+ * (repeatable: a backend option, [CommConfig.options], of the communicators `--scratch create`
+ * makes, e.g. `mpi.abortOnTimeout=false` so that a failure case's timeout aborts only its own
+ * communicator, not the job). Budgets come from the
  * `-Dtpcomm.testkit.*` system properties ([ConformanceOptions.withSystemProperties]).
  */
 public object SpmdConformanceMain {
@@ -39,6 +42,7 @@ public object SpmdConformanceMain {
         val cases: Regex? = null,
         val soak: Boolean = false,
         val scratch: String = "create",
+        val scratchOptions: Map<String, String> = emptyMap(),
     )
 
     internal fun parse(args: Array<String>): Arguments {
@@ -47,15 +51,21 @@ public object SpmdConformanceMain {
         fun value(name: String): String = args.getOrNull(++i) ?: throw IllegalArgumentException("$name needs a value")
         while (i < args.size) {
             when (val arg = args[i]) {
-                "--backend" -> a = Arguments(value(arg), a.suite, a.reports, a.cases, a.soak, a.scratch)
-                "--suite" -> a = Arguments(a.backend, value(arg), a.reports, a.cases, a.soak, a.scratch)
-                "--reports" -> a = Arguments(a.backend, a.suite, Path.of(value(arg)), a.cases, a.soak, a.scratch)
-                "--cases" -> a = Arguments(a.backend, a.suite, a.reports, Regex(value(arg)), a.soak, a.scratch)
-                "--soak" -> a = Arguments(a.backend, a.suite, a.reports, a.cases, true, a.scratch)
+                "--backend" -> a = Arguments(value(arg), a.suite, a.reports, a.cases, a.soak, a.scratch, a.scratchOptions)
+                "--suite" -> a = Arguments(a.backend, value(arg), a.reports, a.cases, a.soak, a.scratch, a.scratchOptions)
+                "--reports" -> a = Arguments(a.backend, a.suite, Path.of(value(arg)), a.cases, a.soak, a.scratch, a.scratchOptions)
+                "--cases" -> a = Arguments(a.backend, a.suite, a.reports, Regex(value(arg)), a.soak, a.scratch, a.scratchOptions)
+                "--soak" -> a = Arguments(a.backend, a.suite, a.reports, a.cases, true, a.scratch, a.scratchOptions)
                 "--scratch" -> {
                     val s = value(arg)
                     require(s in setOf("create", "split", "none")) { "--scratch must be create, split or none, got '$s'" }
-                    a = Arguments(a.backend, a.suite, a.reports, a.cases, a.soak, s)
+                    a = Arguments(a.backend, a.suite, a.reports, a.cases, a.soak, s, a.scratchOptions)
+                }
+                "--scratch-option" -> {
+                    val kv = value(arg)
+                    val eq = kv.indexOf('=')
+                    require(eq > 0) { "--scratch-option takes KEY=VALUE, got '$kv'" }
+                    a = Arguments(a.backend, a.suite, a.reports, a.cases, a.soak, a.scratch, a.scratchOptions + (kv.substring(0, eq) to kv.substring(eq + 1)))
                 }
                 else -> throw IllegalArgumentException("unknown argument '$arg'; see the KDoc of dev.tpcomm.testkit.SpmdConformanceMain")
             }
@@ -70,7 +80,9 @@ public object SpmdConformanceMain {
         val base = CommConfig.fromEnvironment().copy(checkConsistency = true)
         val comm = Comm.create(a.backend, base.copy(timeout = options.timeout))
         val scratch = when (a.scratch) {
-            "create" -> ScratchCommunicatorFactory { _, timeout -> Comm.create(a.backend, base.copy(timeout = timeout)) }
+            "create" -> ScratchCommunicatorFactory { _, timeout ->
+                Comm.create(a.backend, base.copy(timeout = timeout, options = base.options + a.scratchOptions))
+            }
             "split" -> ScratchCommunicatorFactory.Split
             else -> null
         }

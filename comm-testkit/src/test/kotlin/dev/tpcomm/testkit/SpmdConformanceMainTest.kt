@@ -21,5 +21,15 @@ class SpmdConformanceMainTest : FunSpec({
         shouldThrow<IllegalArgumentException> { SpmdConformanceMain.parse(arrayOf("--scratch", "maybe")) }.message shouldContain "create, split or none"
         shouldThrow<IllegalArgumentException> { SpmdConformanceMain.parse(arrayOf("--bogus")) }.message shouldContain "unknown argument"
         shouldThrow<IllegalArgumentException> { SpmdConformanceMain.parse(arrayOf("--backend")) }.message shouldContain "needs a value"
+        shouldThrow<IllegalArgumentException> { SpmdConformanceMain.parse(arrayOf("--scratch-option", "novalue")) }.message shouldContain "KEY=VALUE"
+    }
+
+    test("--scratch-option collects backend options for the scratch communicators (tpcomm-check's MPI failure cases)") {
+        val a = SpmdConformanceMain.parse(
+            arrayOf("--scratch-option", "mpi.abortOnTimeout=false", "--backend", "mpi", "--scratch-option", "mpi.progress=NonBlocking", "--cases", "x"),
+        )
+        a.scratchOptions shouldBe mapOf("mpi.abortOnTimeout" to "false", "mpi.progress" to "NonBlocking")
+        a.backend shouldBe "mpi"
+        a.cases?.pattern shouldBe "x"
     }
 })

@@ -20,8 +20,13 @@ class FlightAnalyzerMpiJobsTest : FunSpec({
         Case("mpirun.openmpi", "root", 2, 2, FlightAnalyzer.Kind.Mismatch),
         Case("mpirun.openmpi", "killed", 2, 3, FlightAnalyzer.Kind.MissingDump),
         Case("mpirun.openmpi", "straggler", 0, 5, FlightAnalyzer.Kind.Straggler),
-        // Not "sleep" or "killed" on MPICH: its launcher ends the job with SIGKILL after MPI_Abort, so
-        // ranks that had not dumped yet (their deadline not reached) leave no dump and are named missing too.
+        // Issue 20 item 4: rank 2 sleeps 30 s before collective 13, timeout 3 s. The first rank to time
+        // out tells the others (abort notice) and waits before MPI_Abort, so every rank, the sleeping one
+        // included, has written its dump when the launcher ends the job (both launchers kill at once).
+        Case("mpirun.openmpi", "sleeplong", 2, 13, FlightAnalyzer.Kind.NeverReached),
+        Case("mpirun.mpich", "sleeplong", 2, 13, FlightAnalyzer.Kind.NeverReached),
+        // Not "killed" on MPICH: its launcher ends the job with SIGKILL, so ranks that had not dumped
+        // yet leave no dump and are named missing too.
         Case("mpirun.mpich", "straggler", 2, 4, FlightAnalyzer.Kind.Straggler),
         Case("mpirun.mpich", "root", 1, 5, FlightAnalyzer.Kind.Mismatch),
     )
