@@ -32,7 +32,7 @@ class ChunkCopySpec : FunSpec({
         val (left, right) = weight.chunk(2, dim = 1)
         left.toFloatArray().toList() shouldContainExactly listOf(0f, 1f, 4f, 5f)
         right.toFloatArray().toList() shouldContainExactly listOf(2f, 3f, 6f, 7f)
-        shouldThrow<UnsupportedOperationException> { left.setFloat(0, 9f) }
+        shouldThrow<RuntimeException> { left.setFloat(0, 9f) }.message!!.lowercase() shouldContain "read-only"
         val mine = left.copy().also { it.setFloat(0, 9f) }
         mine.getFloat(0) shouldBe 9f
         weight.getFloat(0) shouldBe 0f
