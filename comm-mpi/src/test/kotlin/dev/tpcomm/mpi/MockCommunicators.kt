@@ -5,11 +5,13 @@ import dev.tpcomm.coroutines.NativeDispatcher
 
 /**
  * An [MpiCommunicator] over a mocked [MpiBinding] (MPICH's ABI, `MPI_THREAD_MULTIPLE`, its own
- * thread), for engine tests that need no MPI library.
+ * thread), for engine tests that need no MPI library. By default without the consistency check
+ * (a relaxed mock's all-reduce writes nothing, so the digests would not come back): the tests of
+ * the check pass a config that turns it on.
  */
 internal fun mockCommunicator(
     b: MpiBinding,
-    config: CommConfig = CommConfig(worldSize = 2, rank = 0),
+    config: CommConfig = CommConfig(worldSize = 2, rank = 0, checkConsistency = false),
     mpi: MpiConfig = MpiConfig(),
     cudaSupport: Int = -1,
 ): MpiCommunicator {
