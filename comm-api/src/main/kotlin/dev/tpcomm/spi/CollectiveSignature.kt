@@ -93,7 +93,7 @@ public object CollectiveSignature {
     public fun digest(words: LongArray, offset: Int = 0): Long {
         var h = -0x61c8864680b583ebL // 0x9E3779B97F4A7C15
         for (i in 0 until SIZE) {
-            h = (h xor words[offset + i]) * -0x4b47d5b1a5c56c9L // 0xB4B82E4A5A3A9367, odd
+            h = (h xor words[offset + i]) * -0x4b47d5b1a5c56c9L // an odd multiplier: a bijection of the 64-bit words
             h = h xor (h ushr 29)
         }
         h = h xor (h ushr 33)

@@ -40,4 +40,20 @@ class CollectiveSignatureSpec : FunSpec({
         val b = a.copyOf().also { it[0] = 42 }
         CollectiveSignature.compare(gathered(a, b), 2, 1, "w")!!.fields shouldBe listOf("protocol")
     }
+
+    test("digest: equal signatures agree; a change in any word is seen by every rank through the MAX of [h, ~h]") {
+        val base = CollectiveSignature.of(CollectiveOp.AllReduce, Tensor.zeros(DType.Float32, 4, 8), ReduceOp.Sum)
+        CollectiveSignature.digest(base) shouldBe CollectiveSignature.digest(base.copyOf())
+        val digests = HashSet<Long>()
+        for (i in 0 until CollectiveSignature.SIZE) {
+            val other = base.copyOf().also { it[i] = it[i] + 1 }
+            val ranks = listOf(base, base, other).map { CollectiveSignature.digest(it) }
+            digests += ranks[2]
+            val maxH = ranks.max()
+            val maxNot = ranks.maxOf { it.inv() }
+            // Every rank compares the element-wise MAX with its own pair: none sees its own pair back.
+            ranks.count { it == maxH && it.inv() == maxNot } shouldBe 0
+        }
+        digests.size shouldBe CollectiveSignature.SIZE // 16 different one-word changes, 16 different digests
+    }
 })

@@ -49,8 +49,9 @@ public class LocalBackendFactory : CommBackendFactory {
         /**
          * The option `local.eagerLimit`: the largest point-to-point message, in bytes, that `send`
          * buffers and returns from before the receiver posts its receive (default
-         * [DEFAULT_EAGER_LIMIT]). A larger send completes only once a matching receive has taken
-         * it, as MPI's sends do above their eager limit, so a program that relies on sends being
+         * [DEFAULT_EAGER_LIMIT]). A larger send to another rank completes only once a matching
+         * receive has taken it, as MPI's sends do above their eager limit (a send to the same rank
+         * is buffered at any size, as on the MPI backend), so a program that relies on sends being
          * buffered (every rank sends, then receives) deadlocks in its test as it would under
          * `mpirun`, and ends in a [dev.tpcomm.CommunicationTimeoutException] naming this limit.
          * `0` makes every send wait for its receive. A value that is not a non-negative whole number

@@ -447,7 +447,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             tensor.retain("send")
             try {
                 val box = group.mailboxes[dst]
-                if (tensor.byteSize <= world.eagerLimit) {
+                // A send to this rank is buffered at any size, as the MPI backend's is (docs/mpi.md):
+                // send-then-receive to self works there, so it must here.
+                if (tensor.byteSize <= world.eagerLimit || dst == rank) {
                     box.deliver(rank, tag, tensor.segment)
                 } else {
                     rendezvous(box, tensor, dst, tag, entry)

@@ -12,9 +12,9 @@ import kotlin.coroutines.resumeWithException
  * Point-to-point messages addressed to rank [owner] of a group.
  *
  * A send of at most the world's eager limit (`local.eagerLimit`, [LocalBackendFactory.DEFAULT_EAGER_LIMIT]
- * by default) is buffered: it copies straight into a matching receive already posted (no staging
- * copy), and otherwise into a private buffer queued here, and returns at once. A larger send is a
- * rendezvous, as MPI's is above its eager limit: it copies straight into a matching posted receive,
+ * by default), or any send to the same rank, is buffered: it copies straight into a matching
+ * receive already posted (no staging copy), and otherwise into a private buffer queued here, and
+ * returns at once. A larger send to another rank is a rendezvous, as MPI's is above its eager limit: it copies straight into a matching posted receive,
  * or queues its own memory and waits ([park]) until a receive takes it. Receives take the first
  * queued message that matches (source or ANY_SOURCE, tag or ANY_TAG), buffered or waiting, so
  * messages of one (source, tag) pair arrive in the order sent; without one they post themselves and

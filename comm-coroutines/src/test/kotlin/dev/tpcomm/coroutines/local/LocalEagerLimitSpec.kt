@@ -80,6 +80,16 @@ class LocalEagerLimitSpec : FunSpec({
         }
     }
 
+    test("a send to this rank is buffered at any size, as on MPI (send-then-receive to self works)") {
+        runLocalWorld(2) { comm ->
+            val big = filled(DType.Float32, comm.rank + 1f, 1 shl 20)
+            comm.send(big, comm.rank, tag = 3)
+            val back = Tensor.zeros(DType.Float32, 1 shl 20)
+            comm.recv(back, comm.rank, tag = 3)
+            back.getFloat(0) shouldBe comm.rank + 1f
+        }
+    }
+
     test("messages of one source and tag arrive in the order sent, across the limit; probe sees a waiting send") {
         val limit = LocalBackendFactory.DEFAULT_EAGER_LIMIT.toInt()
         runLocalWorld(2) { comm ->
