@@ -752,10 +752,10 @@ public class MpiCommunicator internal constructor(
     private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, call: () -> Int) {
         try {
             ensureUsable(operation, entry.sequence)
-            if (sig != null) {
-                exchangeSignatureBlocking(sig, operation, entry)
-                ensureUsable(operation, entry.sequence)
-            }
+            // The digest and the operation are one call: once the peers agreed on the digest they are
+            // entering the operation, so it runs even if this caller was released meanwhile (a
+            // cancelled blocking call may still complete natively; skipping it would leave them waiting).
+            if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
             runBlockingCall(operation, entry, keepAlive, call)
             entry.complete()
         } catch (e: Throwable) {
@@ -783,10 +783,9 @@ public class MpiCommunicator internal constructor(
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
-                    if (sig != null) {
-                        exchangeSignatureBlocking(sig, operation, entry)
-                        ensureUsable(operation, entry.sequence)
-                    }
+                    // As in inlineBlocking: the digest and the operation are one call, and the peers
+                    // that agreed on the digest are entering the operation.
+                    if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
                     runBlockingCall(operation, entry, keepAlive, blocking)
                     null
                 } else {
