@@ -1,54 +1,79 @@
 #!/usr/bin/env bash
-# mpi-vs-c.sh -- the MPI backend's float32 all-reduce against ../shared/bench/peers/c_mpi.c (Open MPI),
-# in alternating runs: C, C calling MPI_Allreduce in place (as tpcomm's allReduce does), then tpcomm
-# (dev.tpcomm.bench.mpi.MpiAllReduceBench) at each thread level, REPS times over. This VM moves between a fast and a slow state for minutes at a time (2x apart at every
-# size, C and JVM alike), so single runs of each program cannot be compared; alternating runs see
-# the same states, and the table gives each program's minimum and median over its runs and the
-# ratios of both.
+# mpi-vs-c.sh -- the MPI backend's float32 all-reduce against ../shared/bench/peers/c_mpi.c on each
+# installed implementation, in alternating runs: C (MPI_Init, out of place), C calling MPI_Allreduce
+# in place (as tpcomm's allReduce does), the same at MPI_THREAD_MULTIPLE (tpcomm's default level),
+# then tpcomm (dev.tpcomm.bench.mpi.MpiAllReduceBench) on each call path, REPS times over:
+#   natural   called from the runBlocking main coroutine with default settings (what a user's loop does)
+#   handoff   the same with TPCOMM_MPI_CALLER_RUNS_LIMIT=0: every call handed to the communicator's thread
+#   fast      the loop on the communicator's thread (withContext(comm.nativeDispatcher))
+# This VM moves between a fast and a slow state for minutes at a time (2x apart at every size, C
+# and JVM alike), so single runs cannot be compared; alternating runs see the same states, and the
+# report gives each program's min and median over its runs and the per-round ratios to C.
 #
-#   scripts/mpi-vs-c.sh                      2 ranks, 8 B .. 16 MiB, levels "Single Multiple", 7 rounds
-# Knobs (environment): REPS (7), WORLD (2), LEVELS ("Single Multiple"), BENCH_TARGET_S (0.1 s per
-#   timed repeat), MPI_FLAGS (extra mpirun flags for both programs, e.g. "--bind-to none"),
-#   PEERS_DIR (../shared/bench/peers), OUT (raw results folder).
-# Prints a Markdown table on stdout; the raw CSV lines are in $OUT/runs.csv.
+#   scripts/mpi-vs-c.sh                      2 ranks, 8 B .. 16 MiB, Open MPI and MPICH, 7 rounds
+# Knobs (environment): REPS (7), WORLD (2), MPIS ("openmpi mpich": those installed), PATHS
+#   ("natural handoff fast"), BENCH_TARGET_S (0.1 s per timed repeat), MPI_FLAGS (extra mpirun
+#   flags for every program), PEERS_DIR (../shared/bench/peers), OUT (raw results folder).
+# Prints a Markdown report per implementation on stdout; the raw CSV lines are in $OUT/runs-<mpi>.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 source scripts/run-module.sh
 REPS="${REPS:-7}"
 WORLD="${WORLD:-2}"
-LEVELS="${LEVELS:-Single Multiple}"
+MPIS="${MPIS:-openmpi mpich}"
+PATHS="${PATHS:-natural handoff fast}"
 export BENCH_TARGET_S="${BENCH_TARGET_S:-0.1}"
 export BENCH_COLL=allreduce
 PEERS_DIR="${PEERS_DIR:-../shared/bench/peers}"
 OUT="${OUT:-target/mpi-vs-c-$(date -u +%Y%m%dT%H%M%SZ)}"
 mkdir -p "$OUT"
-command -v mpirun.openmpi >/dev/null || { echo "mpirun.openmpi not found: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
 [ -f "$PEERS_DIR/c_mpi.c" ] || { echo "$PEERS_DIR/c_mpi.c not found: set PEERS_DIR" >&2; exit 2; }
-
 tpcomm_build comm-bench # its jar holds MpiAllReduceBench, its classpath comm-mpi
-mpicc.openmpi -O2 -o "$OUT/c_mpi" "$PEERS_DIR/c_mpi.c"
-# The same program calling MPI_Allreduce in place, as tpcomm's allReduce(tensor) does (its result
-# check assumes out of place, so it is skipped for all-reduce).
+
+# The C program calling MPI_Allreduce in place, as tpcomm's allReduce(tensor) does (its result
+# check assumes out of place, so it is skipped for all-reduce), and that one at MPI_THREAD_MULTIPLE.
 sed -e 's/MPI_Allreduce(sbuf, rbuf, (int)count/MPI_Allreduce(MPI_IN_PLACE, rbuf, (int)count/' \
     -e 's/^static void check(int coll, size_t count) {/& if (coll == ALLREDUCE) return;/' \
     "$PEERS_DIR/c_mpi.c" > "$OUT/c_mpi_inplace.c"
+sed -e 's/MPI_Init(&argc, &argv);/{ int provided; MPI_Init_thread(\&argc, \&argv, MPI_THREAD_MULTIPLE, \&provided); }/' \
+    "$OUT/c_mpi_inplace.c" > "$OUT/c_mpi_multiple.c"
 grep -q 'MPI_IN_PLACE, rbuf' "$OUT/c_mpi_inplace.c" && grep -q 'if (coll == ALLREDUCE) return;' "$OUT/c_mpi_inplace.c" \
-  || { echo "c_mpi.c changed: could not derive its in-place variant" >&2; exit 2; }
-mpicc.openmpi -O2 -o "$OUT/c_mpi_inplace" "$OUT/c_mpi_inplace.c"
-# shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
-MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL)
-JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench)
+  && grep -q 'MPI_THREAD_MULTIPLE' "$OUT/c_mpi_multiple.c" \
+  || { echo "c_mpi.c changed: could not derive its in-place and MPI_THREAD_MULTIPLE variants" >&2; exit 2; }
 
-: > "$OUT/runs.csv"
-for r in $(seq "$REPS"); do
-  echo "round $r of $REPS" >&2
-  "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C,/' >> "$OUT/runs.csv"
-  "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_inplace" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place,/' >> "$OUT/runs.csv"
-  for level in $LEVELS; do
-    TPCOMM_MPI_THREAD_LEVEL="$level" "${MPIRUN[@]}" -x TPCOMM_MPI_THREAD_LEVEL -np "$WORLD" "${JAVA[@]}" 2>/dev/null \
-      | grep '^tpcomm_mpi_openmpi,allreduce,' | sed "s/^tpcomm_mpi_openmpi,/tpcomm $level,/" >> "$OUT/runs.csv"
+for mpi in $MPIS; do
+  command -v "mpirun.$mpi" >/dev/null || { echo "mpirun.$mpi not found: skipping $mpi" >&2; continue; }
+  for prog in c_mpi c_mpi_inplace c_mpi_multiple; do
+    src="$OUT/$prog.c"; [ "$prog" = c_mpi ] && src="$PEERS_DIR/c_mpi.c"
+    "mpicc.$mpi" -O2 -o "$OUT/$prog-$mpi" "$src"
   done
+  if [ "$mpi" = openmpi ]; then
+    # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
+    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT)
+  else
+    # shellcheck disable=SC2206
+    MPIRUN=(mpirun.mpich ${MPI_FLAGS:-} -genvlist BENCH_TARGET_S,BENCH_COLL,BENCH_PATH,TPCOMM_MPI_CALLER_RUNS_LIMIT)
+  fi
+  runs="$OUT/runs-$mpi.csv"
+  : > "$runs"
+  for r in $(seq "$REPS"); do
+    echo "$mpi: round $r of $REPS" >&2
+    export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576
+    "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C,/' >> "$runs"
+    "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_inplace-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place,/' >> "$runs"
+    "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_multiple-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place multiple,/' >> "$runs"
+    for path in $PATHS; do
+      case "$path" in
+        natural) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576 ;;
+        handoff) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=0 ;;
+        fast) export BENCH_PATH=fast TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576 ;;
+        *) echo "unknown path $path (natural, handoff, fast)" >&2; exit 2 ;;
+      esac
+      "${MPIRUN[@]}" -np "$WORLD" java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench 2>/dev/null \
+        | grep '^tpcomm_mpi_[a-z]*,allreduce,' | sed "s/^tpcomm_mpi_[a-z]*,/tpcomm $path,/" >> "$runs"
+    done
+  done
+  /usr/bin/python3 scripts/mpi_vs_c_report.py "$runs" "$PATHS" "$mpi" "${MPI_FLAGS:-}"
+  echo
 done
-
-/usr/bin/python3 scripts/mpi_vs_c_report.py "$OUT/runs.csv" "$LEVELS" "${MPI_FLAGS:-}"

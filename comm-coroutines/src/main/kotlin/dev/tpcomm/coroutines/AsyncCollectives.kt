@@ -38,10 +38,11 @@ import kotlinx.coroutines.async
  * context. The handle is a child of the receiver scope.
  *
  * Cancelling the handle cancels [block]; cancelling a collective in flight aborts its
- * communicator on every rank, as the [Communicator] contract says.
+ * communicator on every rank, as the [Communicator] contract says. [block] runs with [Overlapping]
+ * in its context, so no backend holds the caller's thread for its collectives.
  */
 public fun <T> CoroutineScope.startCollective(block: suspend CoroutineScope.() -> T): Deferred<T> =
-    async(start = CoroutineStart.UNDISPATCHED, block = block)
+    async(Overlapping, start = CoroutineStart.UNDISPATCHED, block = block)
 
 /**
  * Issues [Communicator.allReduce] of [tensor] with [op] on [comm] now and returns a handle to it

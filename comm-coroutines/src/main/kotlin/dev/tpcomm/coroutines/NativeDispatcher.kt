@@ -10,6 +10,7 @@ import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlinx.coroutines.withContext
 import java.util.ArrayDeque
 import java.util.concurrent.ConcurrentLinkedQueue
+import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.locks.LockSupport
 import kotlin.coroutines.CoroutineContext
 import kotlin.coroutines.resume
@@ -33,7 +34,12 @@ import kotlin.coroutines.resumeWithException
  *
  * **No hop.** Callers already on the thread ([isNativeThread]) run [execute] inline and [await]
  * polls once inline, returning without suspending when the request has already completed (the
- * small-message fast path).
+ * small-message fast path). A caller on another thread may run a blocking block on its own thread
+ * with [runHereIfIdle], when the dispatcher has nothing queued, nothing in flight and nothing
+ * running: the block then owns the native library exactly as the dispatcher's thread would (the
+ * thread is kept out until the block returns), with no thread hop, which is what the library needs
+ * for calls that are legal from any thread but must not overlap (`MPI_THREAD_MULTIPLE`, one
+ * communicator).
  *
  * **Thread-safety.** [dispatch], [execute], [await] and [close] may be called from any thread.
  * [NativeRequest.poll] and the blocks given to [execute] run on the dispatcher's thread only.
@@ -64,6 +70,19 @@ public class NativeDispatcher @JvmOverloads constructor(
 
     @Volatile private var closed = false
 
+    /**
+     * Who may touch the native library now: [LOOP] (the dispatcher's thread, whenever it is awake or
+     * polls requests), [FREE] (the thread is parked with nothing in flight) or [CALLER] (a
+     * [runHereIfIdle] block on another thread).
+     */
+    private val owner = AtomicInteger(LOOP)
+
+    /** The thread running a [runHereIfIdle] block, while it runs. */
+    @Volatile private var callerThread: Thread? = null
+
+    /** True while the dispatcher's thread waits for a [runHereIfIdle] block to end. */
+    @Volatile private var loopWaiting = false
+
     private val thread: Thread = Thread.ofPlatform().name(name).daemon(true).unstarted(::loop)
 
     init {
@@ -74,6 +93,38 @@ public class NativeDispatcher @JvmOverloads constructor(
 
     /** True when the calling thread is this dispatcher's thread. */
     public val isNativeThread: Boolean get() = Thread.currentThread() === thread
+
+    /**
+     * Runs [block] on the calling thread, with no hop, if the dispatcher is idle (nothing queued,
+     * no request in flight, its thread parked) and not closed, and returns true; otherwise runs
+     * nothing and returns false (then dispatch as usual). While [block] runs, the dispatcher's
+     * thread does not run queued work or poll requests: work dispatched meanwhile runs after
+     * [block] returns, so the block and the thread never call the native library at the same time,
+     * and the order of calls is kept (work dispatched before this call makes it return false).
+     * [block] must not suspend or call [execute]/[await]; its exceptions propagate after the
+     * dispatcher is released. Thread-safe. Called on the dispatcher's own thread it returns false.
+     */
+    public fun runHereIfIdle(block: () -> Unit): Boolean {
+        if (closed || !queue.isEmpty() || Thread.currentThread() === thread) return false
+        if (!owner.compareAndSet(FREE, CALLER)) return false
+        try {
+            // Work dispatched between the check and the claim was called first: it goes first.
+            if (closed || !queue.isEmpty()) return false
+            callerThread = Thread.currentThread()
+            try {
+                block()
+            } finally {
+                callerThread = null
+            }
+            return true
+        } finally {
+            owner.set(FREE)
+            if (loopWaiting || !queue.isEmpty()) LockSupport.unpark(thread)
+        }
+    }
+
+    /** True while a [runHereIfIdle] block runs on the calling thread. */
+    public val isRunningHere: Boolean get() = callerThread === Thread.currentThread()
 
     /** True once [close] was called. */
     public val isClosed: Boolean get() = closed
@@ -151,11 +202,27 @@ public class NativeDispatcher @JvmOverloads constructor(
                 backoff.reset()
                 continue
             }
-            if (inFlight.isEmpty()) park(0) else backoff.idle { park(it) }
+            if (inFlight.isEmpty()) {
+                // Idle: a caller may run a block on its own thread (runHereIfIdle) until we wake.
+                owner.set(FREE)
+                park(0)
+                claim()
+            } else {
+                backoff.idle { park(it) }
+            }
         }
         val error = NativeDispatcherClosedException.closed(name)
         while (inFlight.isNotEmpty()) inFlight.pollFirst()?.continuation?.resumeWithException(error)
         inFlightSize = 0
+    }
+
+    /** Takes the library back from a [runHereIfIdle] block (waits for it to end). */
+    private fun claim() {
+        while (!owner.compareAndSet(FREE, LOOP)) {
+            loopWaiting = true
+            if (owner.get() != FREE) LockSupport.park(this)
+            loopWaiting = false
+        }
     }
 
     private fun runQueued(): Boolean {
@@ -206,6 +273,10 @@ public class NativeDispatcher @JvmOverloads constructor(
         }
     }
 }
+
+private const val FREE = 0
+private const val LOOP = 1
+private const val CALLER = 2
 
 private fun NativeDispatcherClosedException.asCancellation(): kotlinx.coroutines.CancellationException =
     kotlinx.coroutines.CancellationException(message, this)

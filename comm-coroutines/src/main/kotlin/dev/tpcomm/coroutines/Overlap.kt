@@ -20,10 +20,11 @@ import kotlinx.coroutines.coroutineScope
  * [compute] must not touch the tensors [communication] is moving.
  *
  * For overlap to happen, the thread [compute] runs on must not be the only one able to progress the
- * communication; every tpcomm backend progresses collectives off the caller's thread.
+ * communication; every tpcomm backend progresses collectives off the caller's thread when the
+ * context has [Overlapping], which [communication] runs with.
  */
 public suspend fun <C, R> overlap(communication: suspend () -> C, compute: suspend () -> R): Pair<C, R> = coroutineScope {
-    val comm = async(start = CoroutineStart.UNDISPATCHED) { communication() }
+    val comm = async(Overlapping, start = CoroutineStart.UNDISPATCHED) { communication() }
     val result = compute()
     comm.await() to result
 }
@@ -54,7 +55,7 @@ public suspend fun <T, R> pipeline(
         for (i in 0 until count) {
             val value = compute(i)
             if (i - maxInFlight >= 0) handles[i - maxInFlight].await()
-            handles += async(start = CoroutineStart.UNDISPATCHED) { communicate(i, value) }
+            handles += async(Overlapping, start = CoroutineStart.UNDISPATCHED) { communicate(i, value) }
         }
         handles.map { it.await() }
     }

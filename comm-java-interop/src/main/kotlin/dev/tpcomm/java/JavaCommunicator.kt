@@ -10,6 +10,7 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
 import dev.tpcomm.coroutines.DeviceMesh
+import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.coroutines.allReduceCoalesced
 import dev.tpcomm.spi.CommunicationErrors
 import java.util.concurrent.CompletableFuture
@@ -507,9 +508,9 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     private suspend fun mesh(shape: List<Int>?, names: List<String>?, operation: String): JavaDeviceMesh =
         JavaDeviceMesh(DeviceMesh(comm, required(shape, operation, "shape", "the mesh's sizes"), required(names, operation, "names", "the dimensions' names")))
 
-    /** Starts [operation] undispatched: it is issued in the calling thread before this returns. */
+    /** Starts [operation] undispatched: it is issued in the calling thread before this returns, and ([Overlapping]) no backend holds that thread for it. */
     private fun <T> issue(operation: suspend () -> T): CompletableFuture<T> =
-        scope.async(start = CoroutineStart.UNDISPATCHED) { operation() }.asCompletableFuture()
+        scope.async(Overlapping, start = CoroutineStart.UNDISPATCHED) { operation() }.asCompletableFuture()
 
     /** Runs [operation] to completion in the calling thread; exceptions come out as thrown, never wrapped. */
     private fun <T> block(name: String, operation: suspend () -> T): T {

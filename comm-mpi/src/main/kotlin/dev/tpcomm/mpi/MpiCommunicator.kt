@@ -13,6 +13,7 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.coroutines.callerMayBeHeld
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveShapes
@@ -26,6 +27,7 @@ import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.suspendCancellableCoroutine
@@ -764,7 +766,30 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    /** Issues a collective (signature exchange first when enabled) and waits for it. */
+    /**
+     * Whether a collective may run on its caller's thread ([MpiConfig.callerRunsLimit]): blocking
+     * mode, and a thread of this communicator's own (`MPI_THREAD_MULTIPLE`), so MPI may be called
+     * from any thread as long as this communicator's calls do not overlap, which
+     * [NativeDispatcher.runHereIfIdle] guarantees.
+     */
+    private val callerRuns: Boolean = blockingMode && ownsDispatcher && mpiConfig.callerRunsLimit > 0
+
+    /** The largest buffer of an operation's [keepAlive] (a tensor, an array of them, or null), in bytes. */
+    private fun largestBuffer(keepAlive: Any?): Long = when (keepAlive) {
+        null -> 0L
+        is Tensor -> keepAlive.byteSize
+        is Array<*> -> keepAlive.maxOfOrNull { (it as? Tensor)?.byteSize ?: 0L } ?: 0L
+        else -> Long.MAX_VALUE
+    }
+
+    /**
+     * Issues a collective (signature exchange first when enabled) and waits for it: on the caller's
+     * thread when [callerRuns] allows it for this size, the caller may be held ([callerMayBeHeld]:
+     * no `withTimeout` around it, no [dev.tpcomm.coroutines.Overlapping]) and the communicator's
+     * thread is idle (the natural call path at the fast path's cost: no hand-off, no retain, since
+     * the caller is held until MPI returns), else on the communicator's thread with the caller
+     * suspended.
+     */
     private suspend fun collective(
         entry: FlightRecorder.Entry,
         operation: String,
@@ -773,6 +798,13 @@ public class MpiCommunicator internal constructor(
         blocking: () -> Int,
         start: (Long) -> Int,
     ) {
+        if (callerRuns && largestBuffer(keepAlive) <= mpiConfig.callerRunsLimit) {
+            val context = currentCoroutineContext()
+            // A caller cancelled before the call must not start it (as on the communicator's thread).
+            context.ensureActive()
+            // Not under the caller's withTimeout (its deadline must fire) or an Overlapping start.
+            if (callerMayBeHeld(context) && dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, blocking) }) return
+        }
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]

@@ -27,6 +27,19 @@ import dev.tpcomm.CommConfig
  * @property allGatherAlgorithm forced all-gather algorithm.
  * @property environment further variables set with libc `setenv` before `MPI_Init_thread`
  * (e.g. `OMPI_MCA_btl` or `MPIR_CVAR_CH4_NETMOD`); they override the algorithm translations.
+ * @property callerRunsLimit the largest collective, in bytes (its largest buffer), that runs on the
+ * calling thread instead of the communicator's thread when the caller may make the MPI call
+ * itself: [MpiProgress.Blocking], the communicator has a thread of its own
+ * (`MPI_THREAD_MULTIPLE`), that thread is idle (nothing queued or in progress, so call order is
+ * kept), and the caller may be held: no `withTimeout`/`withTimeoutOrNull` around the call (its
+ * deadline must be able to fire) and no [dev.tpcomm.coroutines.Overlapping] in its context (the
+ * `*Async` functions, `startCollective`, `overlap`, `pipeline` and the Java futures add it, so the
+ * code after them runs while the collective is in flight). That saves the two thread hand-offs of
+ * a dispatch (most of an 8-byte all-reduce's 10-12 µs from `runBlocking` on this project's 2-core
+ * machines, docs/mpi.md "The natural call path"). While such a call runs, its thread is inside MPI:
+ * a cancellation from another thread takes effect when MPI returns, and the communicator's own
+ * deadline (the watchdog) still ends a call that never completes. Larger calls, and every call
+ * when this is 0, are handed to the communicator's thread and suspend the caller. Default 1 MiB.
  */
 public data class MpiConfig(
     public val library: String? = null,
@@ -39,8 +52,10 @@ public data class MpiConfig(
     public val broadcastAlgorithm: MpiAlgorithm = MpiAlgorithm.Auto,
     public val allGatherAlgorithm: MpiAlgorithm = MpiAlgorithm.Auto,
     public val environment: Map<String, String> = emptyMap(),
+    public val callerRunsLimit: Long = DEFAULT_CALLER_RUNS_LIMIT,
 ) {
     init {
+        require(callerRunsLimit >= 0) { "MpiConfig: callerRunsLimit must be >= 0 bytes (0 hands every call to the communicator's thread), got $callerRunsLimit" }
         require(!(progress == MpiProgress.Blocking && !abortOnTimeout)) {
             "MpiConfig: progress=Blocking needs abortOnTimeout=true (a blocking MPI call can only be ended by MPI_Abort); " +
                 "use progress=NonBlocking or Auto to keep the process alive on timeouts"
@@ -98,6 +113,12 @@ public data class MpiConfig(
         /** Option key of [allGatherAlgorithm] (`TPCOMM_MPI_ALLGATHER_ALGORITHM`): an [MpiAlgorithm] name. */
         public const val ALLGATHER_ALGORITHM: String = "mpi.algorithm.allGather"
 
+        /** Option key of [callerRunsLimit] (`TPCOMM_MPI_CALLER_RUNS_LIMIT`): bytes, `0` to hand every call over. */
+        public const val CALLER_RUNS_LIMIT: String = "mpi.callerRunsLimit"
+
+        /** The default [callerRunsLimit]: 1 MiB. */
+        public const val DEFAULT_CALLER_RUNS_LIMIT: Long = 1L shl 20
+
         /** Prefix of options copied verbatim into [environment]: `mpi.env.OMPI_MCA_btl=self,vader`. */
         public const val ENV_PREFIX: String = "mpi.env."
 
@@ -111,6 +132,7 @@ public data class MpiConfig(
             ALLREDUCE_ALGORITHM to "TPCOMM_MPI_ALLREDUCE_ALGORITHM",
             BROADCAST_ALGORITHM to "TPCOMM_MPI_BCAST_ALGORITHM",
             ALLGATHER_ALGORITHM to "TPCOMM_MPI_ALLGATHER_ALGORITHM",
+            CALLER_RUNS_LIMIT to "TPCOMM_MPI_CALLER_RUNS_LIMIT",
         )
 
         /** The environment variable read for option [key], e.g. `TPCOMM_MPI_LIBRARY` for [LIBRARY]. */
@@ -148,6 +170,10 @@ public data class MpiConfig(
                 broadcastAlgorithm = enum(BROADCAST_ALGORITHM, MpiAlgorithm.entries.toTypedArray(), MpiAlgorithm.Auto),
                 allGatherAlgorithm = enum(ALLGATHER_ALGORITHM, MpiAlgorithm.entries.toTypedArray(), MpiAlgorithm.Auto),
                 environment = options.filterKeys { it.startsWith(ENV_PREFIX) }.mapKeys { it.key.removePrefix(ENV_PREFIX) },
+                callerRunsLimit = value(CALLER_RUNS_LIMIT)?.trim()?.let { v ->
+                    v.toLongOrNull()?.takeIf { it >= 0 }
+                        ?: throw IllegalArgumentException("$CALLER_RUNS_LIMIT (TPCOMM_MPI_CALLER_RUNS_LIMIT) must be a number of bytes >= 0, got \"$v\"")
+                } ?: DEFAULT_CALLER_RUNS_LIMIT,
             )
         }
     }

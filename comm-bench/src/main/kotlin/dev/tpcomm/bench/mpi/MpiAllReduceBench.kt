@@ -36,78 +36,83 @@ public object MpiAllReduceBench {
     public fun main(args: Array<String>) {
         val target = System.getenv("BENCH_TARGET_S")?.toDouble() ?: 0.25
         val only = System.getenv("BENCH_BYTES")?.toLong()
+        val path = System.getenv("BENCH_PATH") ?: "natural"
+        require(path == "natural" || path == "fast") { "BENCH_PATH must be natural or fast, got $path" }
         val code = runBlocking {
             val comm = MpiBackendFactory().create(CommConfig.fromEnvironment()) as MpiCommunicator
             val impl = "tpcomm_mpi_${comm.implementation.id}"
-            val failed = withContext(comm.nativeDispatcher) {
-                val world = comm.worldSize
-                val tmax = Tensor.zeros(DType.Float64, 1)
-                suspend fun timed(t: Tensor, iters: Long): Double {
-                    comm.barrier()
-                    val t0 = System.nanoTime()
-                    for (k in 0 until iters) comm.allReduce(t)
-                    tmax.setDouble(0, (System.nanoTime() - t0) / 1e9 / iters)
-                    comm.allReduce(tmax, ReduceOp.Max)
-                    return tmax.getDouble(0)
-                }
-                // JIT warm-up of the whole call path (C has none to do): small and medium all-reduces.
-                val warmSmall = Tensor.zeros(DType.Float32, 2)
-                val warmMedium = Tensor.zeros(DType.Float32, 16384)
-                // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
-                val stop = Tensor.zeros(DType.Int32, 1)
-                val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
-                var i = 0L
-                while (true) {
-                    comm.allReduce(warmSmall)
-                    if (++i % 1024 == 0L) {
-                        stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
-                        comm.allReduce(stop)
-                        if (stop.getLong(0) != 0L) break
-                        comm.allReduce(warmMedium)
-                    }
-                }
-                for (bytes in SIZES) {
-                    if (only != null && only != bytes) continue
-                    val count = (bytes / 4).toInt()
-                    val t = Tensor.zeros(DType.Float32, count)
-                    val seg = t.segment
-                    for (i in 0 until count) seg.setAtIndex(ValueLayout.JAVA_FLOAT, i.toLong(), ((comm.rank + 1) * (i % 7 + 1)).toFloat())
-                    comm.allReduce(t)
-                    var bad = 0L
-                    for (i in 0 until count) {
-                        if (seg.getAtIndex(ValueLayout.JAVA_FLOAT, i.toLong()) != ((i % 7 + 1) * world * (world + 1) / 2).toFloat()) bad++
-                    }
-                    val badAll = comm.allReduce(Tensor.of(longArrayOf(bad))).getLong(0)
-                    if (badAll != 0L) {
-                        if (comm.rank == 0) System.err.println("MpiAllReduceBench: CORRECTNESS FAILURE bytes=$bytes world=$world bad=$badAll")
-                        return@withContext true
-                    }
-                    val warm = if (bytes <= 65536) 50 else if (bytes <= 1048576) 10 else 2
-                    repeat(warm) { comm.allReduce(t) }
-                    var it = 1L
-                    var tit: Double
-                    while (true) {
-                        tit = timed(t, it)
-                        if (tit * it >= CAL_S || it >= KMAX) break
-                        it *= 2
-                    }
-                    val k = (target / tit + 0.5).toLong().coerceIn(1, KMAX)
-                    val ts = DoubleArray(REPS) { timed(t, k) }
-                    val time = ts.sorted()[REPS / 2]
-                    if (comm.rank == 0) {
-                        val algbw = bytes / time / 1e9
-                        val busbw = algbw * 2.0 * (world - 1) / world
-                        println("%s,allreduce,%d,%d,%.3f,%.4f,%.4f".format(impl, world, bytes, time * 1e6, algbw, busbw))
-                        println("#rep,%s,allreduce,%d,%d,%d,%.3f,%.3f,%.3f".format(impl, world, bytes, k, ts[0] * 1e6, ts[1] * 1e6, ts[2] * 1e6))
-                        System.out.flush()
-                    }
-                    t.close()
-                }
-                false
-            }
+            val failed = if (path == "fast") withContext(comm.nativeDispatcher) { measure(comm, impl, only, target) } else measure(comm, impl, only, target)
             comm.close()
             if (failed) 2 else 0
         }
         exitProcess(code)
+    }
+
+    /** Times every size on the calling coroutine's path; true when a result was wrong. */
+    private suspend fun measure(comm: MpiCommunicator, impl: String, only: Long?, target: Double): Boolean {
+        val world = comm.worldSize
+        val tmax = Tensor.zeros(DType.Float64, 1)
+        suspend fun timed(t: Tensor, iters: Long): Double {
+            comm.barrier()
+            val t0 = System.nanoTime()
+            for (k in 0 until iters) comm.allReduce(t)
+            tmax.setDouble(0, (System.nanoTime() - t0) / 1e9 / iters)
+            comm.allReduce(tmax, ReduceOp.Max)
+            return tmax.getDouble(0)
+        }
+        // JIT warm-up of the whole call path (C has none to do): small and medium all-reduces.
+        val warmSmall = Tensor.zeros(DType.Float32, 2)
+        val warmMedium = Tensor.zeros(DType.Float32, 16384)
+        // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
+        val stop = Tensor.zeros(DType.Int32, 1)
+        val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
+        var i = 0L
+        while (true) {
+            comm.allReduce(warmSmall)
+            if (++i % 1024 == 0L) {
+                stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
+                comm.allReduce(stop)
+                if (stop.getLong(0) != 0L) break
+                comm.allReduce(warmMedium)
+            }
+        }
+        for (bytes in SIZES) {
+            if (only != null && only != bytes) continue
+            val count = (bytes / 4).toInt()
+            val t = Tensor.zeros(DType.Float32, count)
+            val seg = t.segment
+            for (i in 0 until count) seg.setAtIndex(ValueLayout.JAVA_FLOAT, i.toLong(), ((comm.rank + 1) * (i % 7 + 1)).toFloat())
+            comm.allReduce(t)
+            var bad = 0L
+            for (i in 0 until count) {
+                if (seg.getAtIndex(ValueLayout.JAVA_FLOAT, i.toLong()) != ((i % 7 + 1) * world * (world + 1) / 2).toFloat()) bad++
+            }
+            val badAll = comm.allReduce(Tensor.of(longArrayOf(bad))).getLong(0)
+            if (badAll != 0L) {
+                if (comm.rank == 0) System.err.println("MpiAllReduceBench: CORRECTNESS FAILURE bytes=$bytes world=$world bad=$badAll")
+                return true
+            }
+            val warm = if (bytes <= 65536) 50 else if (bytes <= 1048576) 10 else 2
+            repeat(warm) { comm.allReduce(t) }
+            var it = 1L
+            var tit: Double
+            while (true) {
+                tit = timed(t, it)
+                if (tit * it >= CAL_S || it >= KMAX) break
+                it *= 2
+            }
+            val k = (target / tit + 0.5).toLong().coerceIn(1, KMAX)
+            val ts = DoubleArray(REPS) { timed(t, k) }
+            val time = ts.sorted()[REPS / 2]
+            if (comm.rank == 0) {
+                val algbw = bytes / time / 1e9
+                val busbw = algbw * 2.0 * (world - 1) / world
+                println("%s,allreduce,%d,%d,%.3f,%.4f,%.4f".format(impl, world, bytes, time * 1e6, algbw, busbw))
+                println("#rep,%s,allreduce,%d,%d,%d,%.3f,%.3f,%.3f".format(impl, world, bytes, k, ts[0] * 1e6, ts[1] * 1e6, ts[2] * 1e6))
+                System.out.flush()
+            }
+            t.close()
+        }
+        return false
     }
 }

@@ -1,0 +1,158 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.DType
+import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.allReduceAsync
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldContainExactly
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import io.mockk.every
+import io.mockk.mockk
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.async
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import java.util.Collections
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
+import kotlin.concurrent.thread
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
+
+/**
+ * The natural call path (issue 21): a collective called from a plain `runBlocking` thread, the way
+ * a user's training loop calls it, runs on that thread when the communicator's thread is idle
+ * (`MpiConfig.callerRunsLimit`), and is handed to the communicator's thread otherwise. Each test
+ * records the thread that made the mocked MPI call.
+ */
+class MpiCallerRunsTest : FunSpec({
+    timeout = 60_000
+
+    fun binding(threads: MutableList<String>, onCall: () -> Unit = {}): MpiBinding = mockk<MpiBinding>(relaxed = true).also { b ->
+        every { b.abi } returns MpichAbi
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { threads += Thread.currentThread().name.substringBefore(" @"); onCall(); 0 }
+        every { b.barrier(any()) } answers { threads += Thread.currentThread().name.substringBefore(" @"); onCall(); 0 }
+    }
+
+    /** Runs [block] in `runBlocking` on a fresh thread named [name], as a user's main would, and returns its result. */
+    fun <T> onUserThread(name: String = "user-main", block: suspend kotlinx.coroutines.CoroutineScope.() -> T): T {
+        var result: Result<T>? = null
+        thread(name = name) { result = runCatching { runBlocking(block = block) } }.join()
+        return result!!.getOrThrow()
+    }
+
+    test("a small all-reduce from runBlocking runs on the caller's thread, with no hand-off") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val comm = mockCommunicator(binding(threads))
+        comm.settle()
+        onUserThread {
+            repeat(3) { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        }
+        threads shouldContainExactly listOf("user-main", "user-main", "user-main")
+        comm.close()
+    }
+
+    test("larger than the limit, a limit of 0, under withTimeout and through allReduceAsync: handed to the communicator's thread") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val comm = mockCommunicator(binding(threads), mpi = MpiConfig(callerRunsLimit = 64))
+        comm.settle()
+        onUserThread {
+            comm.allReduce(Tensor.zeros(DType.Float32, 16)) // 64 bytes: here
+            comm.allReduce(Tensor.zeros(DType.Float32, 17)) // 68 bytes: over the limit
+            withTimeout(10.seconds) { comm.allReduce(Tensor.zeros(DType.Float32, 1)) } // the deadline must be able to fire
+            allReduceAsync(comm, Tensor.zeros(DType.Float32, 1)).await() // the caller means to overlap
+        }
+        threads shouldContainExactly listOf("user-main", "test-mpi", "test-mpi", "test-mpi")
+        val off = mockCommunicator(binding(threads.also { it.clear() }), mpi = MpiConfig(callerRunsLimit = 0))
+        off.settle()
+        onUserThread { off.allReduce(Tensor.zeros(DType.Float32, 1)) }
+        threads shouldContainExactly listOf("test-mpi")
+        off.close()
+        comm.close()
+    }
+
+    test("non-blocking progress never runs on the caller's thread") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val b = binding(threads)
+        every { b.iallreduce(any(), any(), any(), any(), any(), any(), any()) } answers { threads += Thread.currentThread().name.substringBefore(" @"); 0 }
+        every { b.test(any(), any(), any()) } returns 0 // never completes: the deadline ends it
+        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds, checkConsistency = false), MpiConfig(progress = MpiProgress.NonBlocking, abortOnTimeout = false))
+        comm.settle()
+        shouldThrow<CommunicationTimeoutException> { onUserThread { comm.allReduce(Tensor.zeros(DType.Float32, 1)) } }
+        threads shouldContainExactly listOf("test-mpi")
+        comm.close()
+    }
+
+    test("while the communicator's thread is busy, a later call queues behind it: call order is kept") {
+        val calls = Collections.synchronizedList(ArrayList<String>())
+        val entered = CountDownLatch(1)
+        val release = CountDownLatch(1)
+        val b = mockk<MpiBinding>(relaxed = true)
+        every { b.abi } returns MpichAbi
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers {
+            val value = java.lang.foreign.MemorySegment.ofAddress(secondArg<Long>()).reinterpret(4).get(java.lang.foreign.ValueLayout.JAVA_FLOAT, 0)
+            calls += "${Thread.currentThread().name.substringBefore(" @")}:$value"
+            if (value == 1f) { entered.countDown(); release.await() }
+            0
+        }
+        val comm = mockCommunicator(b)
+        comm.settle()
+        onUserThread {
+            val first = allReduceAsync(comm, Tensor.of(floatArrayOf(1f))) // on the communicator's thread, held there
+            entered.await(5, TimeUnit.SECONDS) shouldBe true
+            val second = async(start = CoroutineStart.UNDISPATCHED) { comm.allReduce(Tensor.of(floatArrayOf(2f))) }
+            release.countDown()
+            first.await()
+            second.await()
+        }
+        calls shouldContainExactly listOf("test-mpi:1.0", "test-mpi:2.0")
+        comm.close()
+    }
+
+    test("an MPI error on the caller's thread breaks the communicator like one on its own thread") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val b = binding(threads)
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { threads += Thread.currentThread().name.substringBefore(" @"); 15 }
+        val comm = mockCommunicator(b)
+        comm.settle()
+        val e = onUserThread { runCatching { comm.allReduce(Tensor.of(floatArrayOf(1f))) }.exceptionOrNull() }
+        (e is CommunicationException) shouldBe true
+        threads shouldContainExactly listOf("user-main")
+        comm.isAborted shouldBe true
+        comm.close()
+    }
+
+    test("a blocking call on the caller's thread past its deadline is ended by the watchdog's MPI_Abort") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val release = CountDownLatch(1)
+        val b = binding(threads) { release.await() }
+        every { b.abort(any(), any()) } answers { release.countDown(); 0 }
+        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds, checkConsistency = false))
+        comm.settle()
+        val start = System.nanoTime()
+        onUserThread { comm.barrier() }
+        (System.nanoTime() - start) / 1_000_000 shouldBeLessThanMillis 5_000
+        threads shouldContainExactly listOf("user-main")
+        comm.isAborted shouldBe true
+        shouldThrow<CommunicationException> { onUserThread { comm.barrier() } }.message!! shouldContain "barrier"
+        comm.close()
+    }
+})
+
+/** Waits until the communicator's thread has parked idle, as it is between a user's calls (it is busy starting up at first). */
+private fun MpiCommunicator.settle() {
+    val deadline = System.nanoTime() + 5_000_000_000L
+    while (!(nativeDispatcher as dev.tpcomm.coroutines.NativeDispatcher).runHereIfIdle {}) {
+        check(System.nanoTime() < deadline) { "the communicator's thread never became idle" }
+        Thread.sleep(1)
+    }
+}
+
+private infix fun Long.shouldBeLessThanMillis(limit: Long) {
+    if (this >= limit) throw AssertionError("took $this ms, expected under $limit ms")
+}
