@@ -10,6 +10,7 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.DEFAULT_FUSION_THRESHOLD_BYTES
 import dev.tpcomm.coroutines.DeviceMesh
+import dev.tpcomm.coroutines.GradientBucket
 import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.coroutines.allReduceCoalesced
 import dev.tpcomm.spi.CommunicationErrors
@@ -298,6 +299,15 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
         issue { ObjectExchange.recv(comm, src, tag, codec(codec, "recvObject")) }
 
     /**
+     * All-reduces a persistent [GradientBucket] in place with one collective over its buffer (its
+     * views are the gradients your framework computes into; see `dev.tpcomm.coroutines.GradientBucket`);
+     * the future resolves to [bucket]. Failures are those of [allReduce].
+     */
+    @JvmOverloads
+    public fun allReduceBucket(bucket: GradientBucket?, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<GradientBucket> =
+        issue { required(bucket, "allReduceBucket", "bucket", "a GradientBucket").allReduce(comm, op(op, "allReduceBucket")) }
+
+    /**
      * All-reduces many tensors with few collectives (tensor fusion): grouped by dtype, packed into
      * buffers of at most [thresholdBytes], one all-reduce per buffer; resolves to [tensors], each
      * reduced in place. See `dev.tpcomm.coroutines.allReduceCoalesced`.
@@ -457,6 +467,11 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     /** [recvObject] with an [ObjectCodec], waiting. */
     public fun <T> recvObjectBlocking(src: Int, tag: Int, codec: ObjectCodec<T>?): T =
         block("recvObject") { ObjectExchange.recv(comm, src, tag, codec(codec, "recvObject")) }
+
+    /** [allReduceBucket], waiting. */
+    @JvmOverloads
+    public fun allReduceBucketBlocking(bucket: GradientBucket?, op: ReduceOp? = ReduceOp.Sum): GradientBucket =
+        block("allReduceBucket") { required(bucket, "allReduceBucket", "bucket", "a GradientBucket").allReduce(comm, op(op, "allReduceBucket")) }
 
     /** [allReduceCoalesced], waiting. */
     @JvmOverloads
