@@ -25,6 +25,13 @@ echo "JDK: $JAVA_HOME"
 echo "== public API"
 scripts/api-check.sh
 
+# What comm-testkit puts on a user's test classpath: a user's project with Kotest's runner 6.2.4
+# runs the README's forAllWorlds example against the built jars, and the kit brings nothing Kotest's
+# runner brings itself (no engine, classgraph, xmlutil, kotlinx-io, kotlin-reflect, coroutines-test)
+# and no rgxgen.
+echo "== test kit in a user's project"
+scripts/testkit-consumer-check.sh
+
 # Release artifacts (sources, Dokka javadoc, BOM, POM metadata) built into a private repository,
 # and a consumer project with the README's Maven lines; then the binary distribution and the GPU
 # bundle, unpacked and run from a temporary folder (they reuse that build).
