@@ -193,7 +193,7 @@ public object CollectiveSignature {
         val ordered = listOf("protocol", "operation", "dtype", "op", "root", "dim", "shape", "ranks", "sizes").filter { it in fields }
         val message = "collective #$sequence of $description does not match across ranks: rank 0 called " +
             describe(all, 0) + lines + ". Every rank must call the same collectives in the same order " +
-            "with the same dtype, shape, op, root and dim (and, for the uneven collectives, sizes that agree)"
+            "with the same dtype, shape, op, root and dim" + (if ("sizes" in fields) " (and, for the uneven collectives, sizes that agree)" else "")
         return Mismatch(message, ranks, ordered)
     }
 
