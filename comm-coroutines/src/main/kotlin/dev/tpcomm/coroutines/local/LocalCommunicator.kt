@@ -168,6 +168,13 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         return collective(OpKind.REDUCE_SCATTER_V, input, output, input, op, -1, 0, extra, output)
     }
 
+    /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
+    override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
+        val extra = UnevenSizes(inputSplits, outputSplits, input.stride(0) * input.dtype.byteSize)
+        return collective(OpKind.ALL_TO_ALL_V, input, output, input, null, -1, 0, extra, output)
+    }
+
     override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         validator.allToAllVInto(output, input, inputSplits, outputSplits)
         val extra = UnevenSizes(inputSplits, outputSplits, input.stride(0) * input.dtype.byteSize)
