@@ -248,7 +248,8 @@ public class CollectiveValidator(
             "$operation: $what has ${sizes.size} entries but the world has $worldSize ranks; pass one row count per rank"
         }
         var total = 0L
-        for ((i, v) in sizes.withIndex()) {
+        for (i in 0 until worldSize) {
+            val v = sizes[i]
             require(v >= 0) { "$operation: $what[$i] is $v; row counts must be >= 0" }
             total += v
         }

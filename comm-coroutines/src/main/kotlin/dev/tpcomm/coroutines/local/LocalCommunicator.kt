@@ -368,9 +368,11 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             CollectiveOp.ReduceScatterV -> CollectiveSignature.encodeShape(
                 slot.signatures, at, op0, input.dtype, input.shape, op, extra = CollectiveSignature.sizesDigest(sizes.sizes.asList()),
             )
-            else -> CollectiveSignature.encodeShape(
-                slot.signatures, at, op0, input.dtype, input.shape.toMutableList().also { it[0] = -1 },
-            )
+            else -> {
+                // The row's shape: dim 0 (word 8) is each rank's own, so it is encoded as -1.
+                CollectiveSignature.encode(slot.signatures, at, op0, input)
+                slot.signatures[at + 8] = -1L
+            }
         }
     }
 
