@@ -104,6 +104,63 @@ public interface Communicator : AutoCloseable {
      */
     public suspend fun allToAll(input: Tensor, dim: Int = 0): Tensor
 
+    /**
+     * All-gather with a different number of rows per rank (torchcomms' `all_gather_v`): a new tensor
+     * holding every rank's [input] concatenated in rank order along dim 0. [sizes] has one entry per
+     * rank, the number of rows (slices along dim 0) that rank contributes; `sizes[rank]` must be
+     * [input]'s dim 0, the other dimensions must agree across ranks, and every rank passes the same
+     * [sizes] (checked with the collective signature: different lists fail with
+     * [CollectiveMismatchException] on every rank before data moves). A rank may contribute 0 rows.
+     * The result has `sizes.sum()` rows.
+     */
+    public suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
+        val shape = dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false).allGatherVShape(input, sizes, rank)
+        val output = Tensor.zeros(input.dtype, shape)
+        return allGatherVInto(output, input, sizes)
+    }
+
+    /**
+     * [allGatherV] writing into [output], whose dim 0 must be `sizes.sum()` and whose other
+     * dimensions are [input]'s. Allocates nothing on the hot path. Returns [output].
+     */
+    public suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor
+
+    /**
+     * Reduce-scatter with a different number of rows per rank (torchcomms' `reduce_scatter_v`):
+     * reduces [input] across ranks with [op] and returns this rank's rows of the result, rows
+     * `sizes[0] + ... + sizes[rank - 1]` until that plus `sizes[rank]`, along dim 0. [input] has
+     * `sizes.sum()` rows on every rank; every rank passes the same [sizes] (checked with the
+     * collective signature). A rank may receive 0 rows.
+     */
+    public suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp = ReduceOp.Sum): Tensor {
+        val shape = dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false).reduceScatterVShape(input, sizes, op, rank)
+        val output = Tensor.zeros(input.dtype, shape)
+        return reduceScatterVInto(output, input, sizes, op)
+    }
+
+    /** [reduceScatterV] writing into [output] (`sizes[rank]` rows, [input]'s other dimensions). Returns [output]. */
+    public suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp = ReduceOp.Sum): Tensor
+
+    /**
+     * All-to-all with a different number of rows per pair of ranks (torchcomms' `all_to_all_v`,
+     * PyTorch's `all_to_all_single` with split sizes): [input]'s first `inputSplits[0]` rows go to
+     * rank 0, the next `inputSplits[1]` to rank 1, and so on; the result holds, in rank order, the
+     * `outputSplits[j]` rows received from each rank `j`. Splits count rows along dim 0, one entry
+     * per rank; `inputSplits` must add up to [input]'s dim 0, and the other dimensions agree across
+     * ranks. What rank `i` sends to `j` (its `inputSplits[j]`) must be what `j` expects from `i`
+     * (its `outputSplits[i]`): a disagreement fails with [CollectiveMismatchException] on every
+     * rank before any row moves (where the backend checks consistency: by default on local and
+     * MPI). The mixture-of-experts token exchange is the typical use (README, "Uneven collectives").
+     */
+    public suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val shape = dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false).allToAllVShape(input, inputSplits, outputSplits)
+        val output = Tensor.zeros(input.dtype, shape)
+        return allToAllVInto(output, input, inputSplits, outputSplits)
+    }
+
+    /** [allToAllV] writing into [output] (`outputSplits.sum()` rows, [input]'s other dimensions). Returns [output]. */
+    public suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor
+
     /** Returns once every rank has called it. */
     public suspend fun barrier()
 

@@ -49,7 +49,26 @@ public enum class CollectiveOp(
     Recv("recv", hasTensor = true, isPointToPoint = true),
     /** [dev.tpcomm.Communicator.probe]. */
     Probe("probe", hasTensor = false, isPointToPoint = true),
+    /**
+     * [dev.tpcomm.Communicator.allGatherV] and `allGatherVInto`: the signature carries the output's
+     * shape (the same on every rank) and, in its extra field, the digest of the per-rank sizes.
+     */
+    AllGatherV("allGatherV", hasTensor = true),
+    /**
+     * [dev.tpcomm.Communicator.reduceScatterV] and `reduceScatterVInto`: the signature carries the
+     * input's shape and, in its extra field, the digest of the per-rank sizes.
+     */
+    ReduceScatterV("reduceScatterV", hasTensor = true, hasReduceOp = true),
+    /**
+     * [dev.tpcomm.Communicator.allToAllV] and `allToAllVInto`: the signature carries the dtype and
+     * the shape of one row (dim 0 is per rank), and in its extra field whether the splits this rank
+     * expects agree with what its peers send ([CollectiveSignature.splitsWord]).
+     */
+    AllToAllV("allToAllV", hasTensor = true),
     ;
+
+    /** One of the uneven collectives (sizes per rank along dim 0): their extra signature word is about sizes. */
+    public val isUneven: Boolean get() = this == AllGatherV || this == ReduceScatterV || this == AllToAllV
 
     override fun toString(): String = apiName
 

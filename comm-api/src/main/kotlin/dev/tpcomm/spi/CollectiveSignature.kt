@@ -13,7 +13,8 @@ import dev.tpcomm.Tensor
  *
  * Layout (version 1): `[0]` [MAGIC], `[1]` operation ([CollectiveOp.ordinal]), `[2]` dtype ordinal
  * or -1, `[3]` reduce-op ordinal or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
- * of dimensions or -1 without a tensor, `[7]` extra, `[8..15]` the sizes of the first 8 dimensions
+ * of dimensions or -1 without a tensor, `[7]` extra (`group`: the ranks' hash; `allGatherV` and
+ * `reduceScatterV`: [sizesDigest]; `allToAllV`: [splitsWord]), `[8..15]` the sizes of the first 8 dimensions
  * (a tensor of more dimensions stores a hash of the remaining sizes in `[15]`).
  *
  * Pure functions; thread-safe; [encode] allocates nothing.
@@ -50,13 +51,32 @@ public object CollectiveSignature {
         dim: Int = -1,
         extra: Long = 0,
     ) {
+        encodeShape(dst, offset, op, tensor?.dtype, tensor?.shape, reduceOp, root, dim, extra)
+    }
+
+    /**
+     * [encode] from a dtype and a shape instead of a tensor (both null for an operation without
+     * one). The uneven collectives use it: `allGatherV` encodes its output's shape, `allToAllV` the
+     * shape of one row with dim 0 as -1 (each rank's own), both the same on every rank.
+     */
+    @JvmStatic
+    public fun encodeShape(
+        dst: LongArray,
+        offset: Int,
+        op: CollectiveOp,
+        dtype: DType?,
+        shape: List<Int>?,
+        reduceOp: ReduceOp? = null,
+        root: Int = -1,
+        dim: Int = -1,
+        extra: Long = 0,
+    ) {
         dst[offset] = MAGIC
         dst[offset + 1] = op.ordinal.toLong()
-        dst[offset + 2] = tensor?.dtype?.ordinal?.toLong() ?: -1L
+        dst[offset + 2] = dtype?.ordinal?.toLong() ?: -1L
         dst[offset + 3] = reduceOp?.ordinal?.toLong() ?: -1L
         dst[offset + 4] = root.toLong()
         dst[offset + 5] = dim.toLong()
-        val shape = tensor?.shape
         dst[offset + 6] = shape?.size?.toLong() ?: -1L
         dst[offset + 7] = extra
         for (i in 0 until MAX_EXACT_DIMS) dst[offset + DIMS_AT + i] = 0L
@@ -69,6 +89,38 @@ public object CollectiveSignature {
                 dst[offset + SIZE - 1] = h
             }
         }
+    }
+
+    /**
+     * The extra word of `allGatherV` and `reduceScatterV`: a 64-bit digest of the per-rank [sizes]
+     * (in order), equal on two ranks exactly when their lists are (but for a collision, about 2^-64),
+     * so ranks that pass different sizes fail the signature check before any data moves.
+     */
+    @JvmStatic
+    public fun sizesDigest(sizes: List<Int>): Long {
+        var h = sizes.size.toLong() * -0x61c8864680b583ebL
+        for (v in sizes) {
+            h = (h xor v.toLong()) * -0x4b47d5b1a5c56c9L
+            h = h xor (h ushr 29)
+        }
+        h = h xor (h ushr 33)
+        h *= -0xae502812aa7333L
+        h = h xor (h ushr 33)
+        return h
+    }
+
+    /**
+     * The extra word of `allToAllV` on one rank: 0 when, for every peer `j`, [outputSplits]`[j]` (the
+     * rows this rank expects from `j`) equals [sentToMe]`[j]` (the rows `j` sends it, its
+     * `inputSplits[rank]`), else `j + 1` for the first peer that disagrees. Backends learn
+     * [sentToMe] however they move data (the in-process slot sees every rank's splits; MPI exchanges
+     * them with one `MPI_Alltoall`) and put this word into the signature, so a disagreement is a
+     * signature mismatch naming the ranks that saw it, before any row moves.
+     */
+    @JvmStatic
+    public fun splitsWord(sentToMe: IntArray, outputSplits: List<Int>): Long {
+        for (j in sentToMe.indices) if (sentToMe[j] != outputSplits[j]) return (j + 1).toLong()
+        return 0L
     }
 
     /** A new array holding the signature of one call (see [encode]). */
@@ -130,7 +182,7 @@ public object CollectiveSignature {
         val lines = StringBuilder()
         for (r in 1 until worldSize) {
             val differs = LinkedHashSet<String>()
-            for (i in 0 until SIZE) if (all[r * SIZE + i] != all[i]) differs += FIELD_OF_WORD[i]
+            for (i in 0 until SIZE) if (all[r * SIZE + i] != all[i]) differs += fieldOf(all, r * SIZE, i)
             if (differs.isEmpty()) continue
             if ("protocol" in differs || "operation" in differs) differs.retainAll(setOf("protocol", "operation"))
             ranks += r
@@ -138,11 +190,20 @@ public object CollectiveSignature {
             lines.append("; rank ").append(r).append(" called ").append(describe(all, r * SIZE))
                 .append(" (differs in ").append(differs.joinToString()).append(')')
         }
-        val ordered = listOf("protocol", "operation", "dtype", "op", "root", "dim", "shape", "ranks").filter { it in fields }
+        val ordered = listOf("protocol", "operation", "dtype", "op", "root", "dim", "shape", "ranks", "sizes").filter { it in fields }
         val message = "collective #$sequence of $description does not match across ranks: rank 0 called " +
             describe(all, 0) + lines + ". Every rank must call the same collectives in the same order " +
-            "with the same dtype, shape, op, root and dim"
+            "with the same dtype, shape, op, root and dim" + (if ("sizes" in fields) " (and, for the uneven collectives, sizes that agree)" else "")
         return Mismatch(message, ranks, ordered)
+    }
+
+    /** The field word [i] of the signature at [offset] belongs to: word 7 is `sizes` for the uneven collectives. */
+    private fun fieldOf(words: LongArray, offset: Int, i: Int): String {
+        if (i == 7) {
+            val op = CollectiveOp.entries.getOrNull(words[offset + 1].toInt())
+            if (op != null && op.isUneven) return "sizes"
+        }
+        return FIELD_OF_WORD[i]
     }
 
     /** Human-readable form of the signature at [offset] of [words], e.g. `allReduce(Float32[4, 8], op=Sum)`. */
@@ -154,7 +215,7 @@ public object CollectiveSignature {
         val ndim = words[offset + 6].toInt()
         if (ndim >= 0) {
             val dtype = DType.entries.getOrNull(words[offset + 2].toInt())?.name ?: "?"
-            val dims = (0 until minOf(ndim, MAX_EXACT_DIMS)).map { words[offset + DIMS_AT + it] }
+            val dims = (0 until minOf(ndim, MAX_EXACT_DIMS)).map { words[offset + DIMS_AT + it].let { d -> if (d < 0) "*" else d.toString() } }
             val shape = if (ndim <= MAX_EXACT_DIMS) dims.joinToString() else dims.dropLast(1).joinToString() + ", ..."
             args += "$dtype[$shape]"
         }
@@ -162,6 +223,11 @@ public object CollectiveSignature {
         if (words[offset + 4] >= 0) args += "root=${words[offset + 4]}"
         if (words[offset + 5] >= 0) args += "dim=${words[offset + 5]}"
         if (op == CollectiveOp.Group) args += "ranks#${words[offset + 7]}"
+        if (op == CollectiveOp.AllGatherV || op == CollectiveOp.ReduceScatterV) args += "sizes#${java.lang.Long.toHexString(words[offset + 7])}"
+        if (op == CollectiveOp.AllToAllV && words[offset + 7] != 0L) {
+            val peer = words[offset + 7] - 1
+            args += "outputSplits[$peer] differs from the rows rank $peer sends it"
+        }
         return "${op?.apiName ?: "operation#${words[offset + 1]}"}(${args.joinToString()})"
     }
 }

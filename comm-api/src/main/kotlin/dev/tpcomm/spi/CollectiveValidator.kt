@@ -162,6 +162,114 @@ public class CollectiveValidator(
         return d
     }
 
+    /**
+     * The shape [Communicator.allGatherV] returns on rank [rank], after checking [input] and [sizes]:
+     * [input]'s shape with dim 0 the sum of [sizes]. Nothing is moved or recorded.
+     */
+    public fun allGatherVShape(input: Tensor, sizes: List<Int>, rank: Int): List<Int> {
+        val name = "allGatherV"
+        tensor(input, name, "input", written = false)
+        CollectiveChecks.dim(input, 0, name)
+        val total = sizes(sizes, "sizes", name)
+        require(sizes[rank] == input.shape[0]) {
+            "$name: sizes[$rank] is ${sizes[rank]} but this rank's input has ${input.shape[0]} rows (dim 0 of shape ${input.shape}); " +
+                "sizes[r] must be rank r's row count, so pass ${input.shape[0]} at index $rank"
+        }
+        return rowsShape(input, total, name)
+    }
+
+    /** [Communicator.allGatherVInto] on rank [rank]. */
+    public fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>, rank: Int) {
+        val name = "allGatherV"
+        val expected = allGatherVShape(input, sizes, rank)
+        tensor(output, name, "output", written = true)
+        CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.shape(output, expected, "output", name)
+        disjoint(output, input, name)
+    }
+
+    /**
+     * The shape [Communicator.reduceScatterV] returns on rank [rank], after checking [input], [op]
+     * and [sizes]: [input]'s shape with dim 0 `sizes[rank]`; the sizes must add up to [input]'s dim 0.
+     */
+    public fun reduceScatterVShape(input: Tensor, sizes: List<Int>, op: ReduceOp, rank: Int): List<Int> {
+        val name = "reduceScatterV"
+        tensor(input, name, "input", written = false)
+        CollectiveChecks.op(op, input.dtype, name)
+        CollectiveChecks.dim(input, 0, name)
+        val total = sizes(sizes, "sizes", name)
+        require(total == input.shape[0].toLong()) {
+            "$name: the sizes add up to $total rows but the input has ${input.shape[0]} (dim 0 of shape ${input.shape}); " +
+                "pass sizes whose sum is the input's row count"
+        }
+        return input.shape.toMutableList().also { it[0] = sizes[rank] }
+    }
+
+    /** [Communicator.reduceScatterVInto] on rank [rank]. */
+    public fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp, rank: Int) {
+        val name = "reduceScatterV"
+        val expected = reduceScatterVShape(input, sizes, op, rank)
+        tensor(output, name, "output", written = true)
+        CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.shape(output, expected, "output", name)
+        disjoint(output, input, name)
+    }
+
+    /**
+     * The shape [Communicator.allToAllV] returns, after checking [input] and the splits: [input]'s
+     * shape with dim 0 the sum of [outputSplits]; [inputSplits] must add up to [input]'s dim 0.
+     */
+    public fun allToAllVShape(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): List<Int> {
+        val name = "allToAllV"
+        tensor(input, name, "input", written = false)
+        CollectiveChecks.dim(input, 0, name)
+        val sent = sizes(inputSplits, "inputSplits", name)
+        require(sent == input.shape[0].toLong()) {
+            "$name: inputSplits add up to $sent rows but the input has ${input.shape[0]} (dim 0 of shape ${input.shape}); " +
+                "pass inputSplits whose sum is the input's row count"
+        }
+        val received = sizes(outputSplits, "outputSplits", name)
+        return rowsShape(input, received, name)
+    }
+
+    /** [Communicator.allToAllVInto]. */
+    public fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>) {
+        val name = "allToAllV"
+        val expected = allToAllVShape(input, inputSplits, outputSplits)
+        tensor(output, name, "output", written = true)
+        CollectiveChecks.sameDtype(input, output, name)
+        CollectiveChecks.shape(output, expected, "output", name)
+        disjoint(output, input, name)
+    }
+
+    /** Per-rank row counts: one per rank, none negative. Returns their sum (a `Long`). */
+    private fun sizes(sizes: List<Int>, what: String, operation: String): Long {
+        require(sizes.size == worldSize) {
+            "$operation: $what has ${sizes.size} entries but the world has $worldSize ranks; pass one row count per rank"
+        }
+        var total = 0L
+        for (i in 0 until worldSize) {
+            val v = sizes[i]
+            require(v >= 0) { "$operation: $what[$i] is $v; row counts must be >= 0" }
+            total += v
+        }
+        return total
+    }
+
+    /** [t]'s shape with dim 0 set to [rows], refused when [rows] does not fit a dimension or the elements exceed [maxCount]. */
+    private fun rowsShape(t: Tensor, rows: Long, operation: String): List<Int> {
+        require(rows <= Int.MAX_VALUE) {
+            "$operation: the sizes add up to $rows rows, more than a dimension holds (${Int.MAX_VALUE}); split the exchange into several calls"
+        }
+        val rowElements = t.stride(0)
+        val fits = Math.multiplyHigh(rows, rowElements) == 0L && rows * rowElements >= 0 && rows * rowElements <= maxCount
+        require(fits) {
+            "$operation: the result would have $rows rows of $rowElements elements, more than this backend moves in one call ($maxCount); " +
+                "split the exchange into several calls"
+        }
+        return t.shape.toMutableList().also { it[0] = rows.toInt() }
+    }
+
     /** [Communicator.send]. */
     public fun send(tensor: Tensor, dst: Int, tag: Int) {
         CollectiveChecks.peer(dst, worldSize, "send", allowAny = false)

@@ -56,4 +56,21 @@ class CollectiveSignatureSpec : FunSpec({
         }
         digests.size shouldBe CollectiveSignature.SIZE // 16 different one-word changes, 16 different digests
     }
+
+    test("uneven collectives: different sizes are a mismatch in the field sizes; allToAllV's split word names the peer") {
+        val t = Tensor.zeros(DType.Float32, 4, 2)
+        fun gv(sizes: List<Int>) = LongArray(CollectiveSignature.SIZE).also {
+            CollectiveSignature.encodeShape(it, 0, CollectiveOp.AllGatherV, t.dtype, listOf(4, 2), extra = CollectiveSignature.sizesDigest(sizes))
+        }
+        CollectiveSignature.compare(gathered(gv(listOf(1, 3)), gv(listOf(1, 3))), 2, 1, "w") shouldBe null
+        val m = CollectiveSignature.compare(gathered(gv(listOf(1, 3)), gv(listOf(2, 2))), 2, 1, "w")!!
+        m.fields shouldBe listOf("sizes")
+        m.ranks shouldBe listOf(1)
+        CollectiveSignature.splitsWord(intArrayOf(1, 2, 3), listOf(1, 2, 3)) shouldBe 0L
+        CollectiveSignature.splitsWord(intArrayOf(1, 2, 3), listOf(1, 5, 3)) shouldBe 2L
+        val a2a = LongArray(CollectiveSignature.SIZE).also {
+            CollectiveSignature.encodeShape(it, 0, CollectiveOp.AllToAllV, t.dtype, listOf(-1, 2), extra = 2L)
+        }
+        CollectiveSignature.describe(a2a) shouldBe "allToAllV(Float32[*, 2], outputSplits[1] differs from the rows rank 1 sends it)"
+    }
 })

@@ -84,4 +84,35 @@ class CollectiveValidatorSpec : FunSpec({
         shouldThrow<IllegalArgumentException> { native.allGatherInto(buf, input, 0) }.message shouldContain "share memory"
         shouldNotThrowAny { native.allGatherInto(Tensor.zeros(DType.Float32, 9), input, 0) }
     }
+
+    test("uneven collectives: sizes are one per rank, not negative, add up, and match this rank's input") {
+        val two = Tensor.zeros(DType.Float32, 2, 4)
+        native.allGatherVShape(two, listOf(1, 2, 0), rank = 1) shouldBe listOf(3, 4)
+        shouldThrow<IllegalArgumentException> { native.allGatherVShape(two, listOf(1, 2), rank = 1) }.message shouldBe
+            "allGatherV: sizes has 2 entries but the world has 3 ranks; pass one row count per rank"
+        shouldThrow<IllegalArgumentException> { native.allGatherVShape(two, listOf(1, 2, -1), rank = 1) }.message shouldBe
+            "allGatherV: sizes[2] is -1; row counts must be >= 0"
+        shouldThrow<IllegalArgumentException> { native.allGatherVShape(two, listOf(1, 3, 0), rank = 1) }.message shouldContain
+            "sizes[1] is 3 but this rank's input has 2 rows"
+        native.reduceScatterVShape(two, listOf(0, 2, 0), ReduceOp.Sum, rank = 1) shouldBe listOf(2, 4)
+        shouldThrow<IllegalArgumentException> { native.reduceScatterVShape(two, listOf(1, 2, 0), ReduceOp.Sum, rank = 1) }.message shouldContain
+            "the sizes add up to 3 rows but the input has 2"
+        native.allToAllVShape(two, listOf(1, 1, 0), listOf(0, 0, 5)) shouldBe listOf(5, 4)
+        shouldThrow<IllegalArgumentException> { native.allToAllVShape(two, listOf(2, 1, 0), listOf(0, 0, 5)) }.message shouldContain
+            "inputSplits add up to 3 rows but the input has 2"
+    }
+
+    test("uneven collectives: 64-bit totals are refused with what to change, never wrapped") {
+        val one = Tensor.zeros(DType.Float32, 1, 4)
+        // Rows beyond a dimension (an Int): the sizes' sum is computed in Long.
+        shouldThrow<IllegalArgumentException> { jvm.allGatherVShape(one, listOf(1, Int.MAX_VALUE, 5), rank = 0) }.message shouldBe
+            "allGatherV: the sizes add up to ${Int.MAX_VALUE + 6L} rows, more than a dimension holds (${Int.MAX_VALUE}); split the exchange into several calls"
+        shouldThrow<IllegalArgumentException> { jvm.allToAllVShape(one, listOf(1, 0, 0), listOf(Int.MAX_VALUE, Int.MAX_VALUE, 0)) }.message shouldContain
+            "more than a dimension holds"
+        // Elements beyond MPI's int counts (maxCount = Int.MAX_VALUE): rows fit, rows x 4 elements do not.
+        val rows = Int.MAX_VALUE / 4 + 1
+        shouldThrow<IllegalArgumentException> { native.allToAllVShape(one, listOf(1, 0, 0), listOf(rows, 0, 0)) }.message shouldBe
+            "allToAllV: the result would have $rows rows of 4 elements, more than this backend moves in one call (${Int.MAX_VALUE}); split the exchange into several calls"
+        shouldNotThrowAny { jvm.allToAllVShape(one, listOf(1, 0, 0), listOf(rows, 0, 0)) }
+    }
 })

@@ -345,6 +345,83 @@ public class NcclCommunicator internal constructor(
         }
     }
 
+    // ---------------------------------------------------------------- uneven collectives
+    //
+    // Sizes count rows along dim 0 (Communicator.allGatherV). NCCL has no v-collectives; these follow
+    // what PyTorch's ProcessGroupNCCL does for uneven sizes, each as one ncclGroupStart/ncclGroupEnd
+    // group on this communicator's stream. Zero-row blocks issue nothing (every rank agrees on the
+    // sizes, so every rank skips the same calls).
+
+    private fun unevenSig(op: CollectiveOp, t: Tensor, shape: List<Int>, reduceOp: ReduceOp?, extra: Long): LongArray =
+        LongArray(CollectiveSignature.SIZE).also { CollectiveSignature.encodeShape(it, 0, op, t.dtype, shape, reduceOp, extra = extra) }
+
+    override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
+        val name = "allGatherV"
+        val shape = validator.allGatherVShape(input, sizes, rank)
+        checkTensor(input, name)
+        return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, shape, null, CollectiveSignature.sizesDigest(sizes))) {
+            val out = allocateOutput(input.dtype, shape)
+            issueAllGatherV(out, input, sizes)
+            out
+        }
+    }
+
+    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+        val name = "allGatherV"
+        validator.allGatherVInto(output, input, sizes, rank)
+        checkTensor(input, name)
+        return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, output.shape, null, CollectiveSignature.sizesDigest(sizes))) {
+            issueAllGatherV(output, input, sizes)
+            output
+        }
+    }
+
+    override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        val name = "reduceScatterV"
+        val shape = validator.reduceScatterVShape(input, sizes, op, rank)
+        checkTensor(input, name)
+        val red = checkOp(op, input.dtype, name)
+        return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
+            val out = allocateOutput(input.dtype, shape)
+            issueReduceScatterV(out, input, sizes, red)
+            out
+        }
+    }
+
+    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        val name = "reduceScatterV"
+        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        checkTensor(input, name)
+        val red = checkOp(op, input.dtype, name)
+        return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
+            issueReduceScatterV(output, input, sizes, red)
+            output
+        }
+    }
+
+    override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val name = "allToAllV"
+        val shape = validator.allToAllVShape(input, inputSplits, outputSplits)
+        checkTensor(input, name)
+        return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
+            val out = allocateOutput(input.dtype, shape)
+            issueAllToAllV(out, input, inputSplits, outputSplits)
+            out
+        }
+    }
+
+    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val name = "allToAllV"
+        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        checkTensor(input, name)
+        return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
+            issueAllToAllV(output, input, inputSplits, outputSplits)
+            output
+        }
+    }
+
+    private fun rowShape(t: Tensor): List<Int> = t.shape.toMutableList().also { it[0] = -1 }
+
     /**
      * Every rank's [value] in rank order. Objects live on the host, so the common protocol
      * ([ObjectProtocol]: lengths first, checked, then the padded payloads) moves their JSON bytes
@@ -850,6 +927,92 @@ public class NcclCommunicator internal constructor(
             }
         }
 
+        /**
+         * allGatherV as PyTorch's ProcessGroupNCCL::allgather does for outputs of different sizes: one
+         * out-of-place ncclBroadcast per rank (root r sends its input into rows `prefix[r]` of every
+         * rank's output), coalesced into one group.
+         */
+        fun issueAllGatherV(out: Tensor, input: Tensor, sizes: List<Int>) {
+            val rowBytes = input.stride(0) * input.dtype.byteSize
+            group {
+                var at = 0L
+                for (r in 0 until worldSize) {
+                    val bytes = sizes[r] * rowBytes
+                    // NCCL reads sendbuff on the root only; elsewhere it is given the receive slice
+                    // (an in-place broadcast there), so no rank passes a range its input does not hold.
+                    val send = if (r == rank) input.address else out.address + at
+                    if (bytes > 0) nccl(api.broadcast(send, out.address + at, bytes, BYTES, r, comm, stream), "ncclBroadcast")
+                    at += bytes
+                }
+            }
+        }
+
+        /**
+         * reduceScatterV as PyTorch's ProcessGroupNCCL::reduce_scatter does for outputs of different
+         * sizes: one out-of-place ncclReduce per rank (rows `prefix[r]` of every input reduced into
+         * rank r's output), coalesced into one group. The receive buffer matters on the root only.
+         */
+        fun issueReduceScatterV(out: Tensor, input: Tensor, sizes: List<Int>, red: Int) {
+            val rowElements = input.stride(0)
+            val esize = input.dtype.byteSize
+            group {
+                var at = 0L
+                for (r in 0 until worldSize) {
+                    val count = sizes[r] * rowElements
+                    // recvbuff matters on the root only; elsewhere the send slice is given (an in-place
+                    // reduce there, which NCCL does not write on non-roots), so no rank passes a range its
+                    // output does not hold.
+                    val send = input.address + at * esize
+                    if (count > 0) nccl(api.reduce(send, if (r == rank) out.address else send, count, dt(input), red, r, comm, stream), "ncclReduce")
+                    at += count
+                }
+            }
+        }
+
+        /**
+         * allToAllV as PyTorch's torch::cuda::nccl::all2all_single_unequal_split
+         * (torch/csrc/cuda/nccl.cpp, behind ProcessGroupNCCL::alltoall_base with split sizes): one
+         * group of ncclSend/ncclRecv per peer, skipping empty blocks; the block to and from this rank
+         * is a device copy, as in [allToAll].
+         */
+        fun issueAllToAllV(out: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>) {
+            val rowBytes = input.stride(0) * input.dtype.byteSize
+            group {
+                var sendAt = 0L
+                var recvAt = 0L
+                for (r in 0 until worldSize) {
+                    val sendBytes = inputSplits[r] * rowBytes
+                    val recvBytes = outputSplits[r] * rowBytes
+                    if (r == rank) {
+                        if (sendBytes > 0) cuda(runtime.memcpyAsync(out.address + recvAt, input.address + sendAt, sendBytes, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
+                    } else {
+                        if (sendBytes > 0) nccl(api.send(input.address + sendAt, sendBytes, BYTES, r, comm, stream), "ncclSend")
+                        if (recvBytes > 0) nccl(api.recv(out.address + recvAt, recvBytes, BYTES, r, comm, stream), "ncclRecv")
+                    }
+                    sendAt += sendBytes
+                    recvAt += recvBytes
+                }
+            }
+        }
+
+        /**
+         * allToAllV's split check (with checkConsistency): every rank's inputSplits all-gathered (staged
+         * as [checkSignature] stages its words), so each rank sees what its peers send it and puts
+         * [CollectiveSignature.splitsWord] into [sig]'s extra word before the signatures are compared.
+         */
+        fun completeSplitsWord(sig: LongArray, inputSplits: List<Int>, outputSplits: List<Int>) {
+            val n = 8L * worldSize
+            val seg = staging(n * worldSize)
+            for (j in 0 until worldSize) seg.setAtIndex(ValueLayout.JAVA_LONG, rank.toLong() * worldSize + j, inputSplits[j].toLong())
+            val dev = temp(n * worldSize)
+            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
+            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
+            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
+            awaitStream(this)
+            val sentToMe = IntArray(worldSize) { j -> seg.getAtIndex(ValueLayout.JAVA_LONG, j.toLong() * worldSize + rank).toInt() }
+            sig[7] = CollectiveSignature.splitsWord(sentToMe, outputSplits)
+        }
+
         fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, dim: Int) {
             val outer = outerCount(input.shape, norm(input, dim))
             val src = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, out.byteSize, outer) }
@@ -867,6 +1030,7 @@ public class NcclCommunicator internal constructor(
         onStream: Boolean = true,
         signature: LongArray? = null,
         p2p: Boolean = false,
+        splits: Pair<List<Int>, List<Int>>? = null,
         issue: Op.() -> T,
     ): T {
         if (closed.get()) {
@@ -880,7 +1044,7 @@ public class NcclCommunicator internal constructor(
             o.job = coroutineContext[Job]
             try {
                 @Suppress("UNCHECKED_CAST")
-                o.result.complete(onNative(o, tensor, root, peer, op, dim, onStream, signature, p2p, issue as Op.() -> Any?))
+                o.result.complete(onNative(o, tensor, root, peer, op, dim, onStream, signature, p2p, splits, issue as Op.() -> Any?))
             } catch (e: Throwable) {
                 o.result.completeExceptionally(e)
             } finally {
@@ -911,6 +1075,7 @@ public class NcclCommunicator internal constructor(
         onStream: Boolean,
         signature: LongArray?,
         p2p: Boolean,
+        splits: Pair<List<Int>, List<Int>>?,
         issue: Op.() -> Any?,
     ): Any? {
         o.timedOut?.let { throw it }
@@ -929,7 +1094,10 @@ public class NcclCommunicator internal constructor(
             val owner = thread.p2pOwner
             if (owner != null && (!p2p || owner !== this)) owner.endP2pWindow()
             o.orderAfterProducer()
-            if (signature != null && config.checkConsistency == true && worldSize > 1) o.checkSignature(signature)
+            if (signature != null && config.checkConsistency == true && worldSize > 1) {
+                if (splits != null) o.completeSplitsWord(signature, splits.first, splits.second)
+                o.checkSignature(signature)
+            }
             if (p2p) o.openP2p(sending = o.name == "send")
             val result = o.issue()
             if (p2p) {

@@ -126,6 +126,55 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     @JvmOverloads
     public fun allToAll(input: Tensor?, dim: Int = 0): CompletableFuture<Tensor> = issue { comm.allToAll(t(input, "allToAll", "input"), dim) }
 
+    /**
+     * Every rank's [input] concatenated in rank order along dim 0, where rank `r` contributes
+     * `sizes[r]` rows (one entry per rank, the same list on every rank); resolves to a new tensor.
+     * See [Communicator.allGatherV].
+     */
+    public fun allGatherV(input: Tensor?, sizes: List<Int>?): CompletableFuture<Tensor> =
+        issue { comm.allGatherV(t(input, "allGatherV", "input"), sizes(sizes, "allGatherV", "sizes")) }
+
+    /** [allGatherV] into the caller's [output] (`sizes` summed rows); resolves to [output]. See [Communicator.allGatherVInto]. */
+    public fun allGatherVInto(output: Tensor?, input: Tensor?, sizes: List<Int>?): CompletableFuture<Tensor> =
+        issue { comm.allGatherVInto(t(output, "allGatherVInto", "output"), t(input, "allGatherVInto", "input"), sizes(sizes, "allGatherVInto", "sizes")) }
+
+    /**
+     * [input] (`sizes` summed rows on every rank) reduced across ranks with [op]; resolves to this
+     * rank's `sizes[rank]` rows of the result. See [Communicator.reduceScatterV].
+     */
+    @JvmOverloads
+    public fun reduceScatterV(input: Tensor?, sizes: List<Int>?, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<Tensor> =
+        issue { comm.reduceScatterV(t(input, "reduceScatterV", "input"), sizes(sizes, "reduceScatterV", "sizes"), op(op, "reduceScatterV")) }
+
+    /** [reduceScatterV] into the caller's [output]; resolves to [output]. See [Communicator.reduceScatterVInto]. */
+    @JvmOverloads
+    public fun reduceScatterVInto(output: Tensor?, input: Tensor?, sizes: List<Int>?, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<Tensor> =
+        issue {
+            comm.reduceScatterVInto(
+                t(output, "reduceScatterVInto", "output"), t(input, "reduceScatterVInto", "input"),
+                sizes(sizes, "reduceScatterVInto", "sizes"), op(op, "reduceScatterVInto"),
+            )
+        }
+
+    /**
+     * Sends `inputSplits[j]` rows of [input] (in order, along dim 0) to each rank `j` and resolves to
+     * a new tensor of the `outputSplits[j]` rows received from each rank `j`, in rank order
+     * (PyTorch's `all_to_all_single` with split sizes). See [Communicator.allToAllV].
+     */
+    public fun allToAllV(input: Tensor?, inputSplits: List<Int>?, outputSplits: List<Int>?): CompletableFuture<Tensor> =
+        issue {
+            comm.allToAllV(t(input, "allToAllV", "input"), sizes(inputSplits, "allToAllV", "inputSplits"), sizes(outputSplits, "allToAllV", "outputSplits"))
+        }
+
+    /** [allToAllV] into the caller's [output]; resolves to [output]. See [Communicator.allToAllVInto]. */
+    public fun allToAllVInto(output: Tensor?, input: Tensor?, inputSplits: List<Int>?, outputSplits: List<Int>?): CompletableFuture<Tensor> =
+        issue {
+            comm.allToAllVInto(
+                t(output, "allToAllVInto", "output"), t(input, "allToAllVInto", "input"),
+                sizes(inputSplits, "allToAllVInto", "inputSplits"), sizes(outputSplits, "allToAllVInto", "outputSplits"),
+            )
+        }
+
     /** Resolves (to null) once every rank has entered the barrier. */
     public fun barrier(): CompletableFuture<Void?> = issue { comm.barrier(); null }
 
@@ -367,6 +416,44 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     @JvmOverloads
     public fun scatterBlocking(output: Tensor?, input: Tensor?, root: Int, dim: Int = 0): Unit = block("scatter") { comm.scatter(t(output, "scatter", "output"), input, root, dim) }
 
+    /** [allGatherV], waiting. */
+    public fun allGatherVBlocking(input: Tensor?, sizes: List<Int>?): Tensor =
+        block("allGatherV") { comm.allGatherV(t(input, "allGatherV", "input"), sizes(sizes, "allGatherV", "sizes")) }
+
+    /** [allGatherVInto], waiting. */
+    public fun allGatherVIntoBlocking(output: Tensor?, input: Tensor?, sizes: List<Int>?): Tensor =
+        block("allGatherVInto") { comm.allGatherVInto(t(output, "allGatherVInto", "output"), t(input, "allGatherVInto", "input"), sizes(sizes, "allGatherVInto", "sizes")) }
+
+    /** [reduceScatterV], waiting. */
+    @JvmOverloads
+    public fun reduceScatterVBlocking(input: Tensor?, sizes: List<Int>?, op: ReduceOp? = ReduceOp.Sum): Tensor =
+        block("reduceScatterV") { comm.reduceScatterV(t(input, "reduceScatterV", "input"), sizes(sizes, "reduceScatterV", "sizes"), op(op, "reduceScatterV")) }
+
+    /** [reduceScatterVInto], waiting. */
+    @JvmOverloads
+    public fun reduceScatterVIntoBlocking(output: Tensor?, input: Tensor?, sizes: List<Int>?, op: ReduceOp? = ReduceOp.Sum): Tensor =
+        block("reduceScatterVInto") {
+            comm.reduceScatterVInto(
+                t(output, "reduceScatterVInto", "output"), t(input, "reduceScatterVInto", "input"),
+                sizes(sizes, "reduceScatterVInto", "sizes"), op(op, "reduceScatterVInto"),
+            )
+        }
+
+    /** [allToAllV], waiting. */
+    public fun allToAllVBlocking(input: Tensor?, inputSplits: List<Int>?, outputSplits: List<Int>?): Tensor =
+        block("allToAllV") {
+            comm.allToAllV(t(input, "allToAllV", "input"), sizes(inputSplits, "allToAllV", "inputSplits"), sizes(outputSplits, "allToAllV", "outputSplits"))
+        }
+
+    /** [allToAllVInto], waiting. */
+    public fun allToAllVIntoBlocking(output: Tensor?, input: Tensor?, inputSplits: List<Int>?, outputSplits: List<Int>?): Tensor =
+        block("allToAllVInto") {
+            comm.allToAllVInto(
+                t(output, "allToAllVInto", "output"), t(input, "allToAllVInto", "input"),
+                sizes(inputSplits, "allToAllVInto", "inputSplits"), sizes(outputSplits, "allToAllVInto", "outputSplits"),
+            )
+        }
+
     /** [allToAll], waiting. */
     @JvmOverloads
     public fun allToAllBlocking(input: Tensor?, dim: Int = 0): Tensor = block("allToAll") { comm.allToAll(t(input, "allToAll", "input"), dim) }
@@ -497,6 +584,15 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     private fun t(tensor: Tensor?, operation: String, parameter: String = "tensor"): Tensor = required(tensor, operation, parameter, "a tensor")
 
     private fun op(op: ReduceOp?, operation: String): ReduceOp = required(op, operation, "op", "a ReduceOp (ReduceOp.Sum, ...)")
+
+    /** A list of per-rank row counts from Java: not null, no null element (a `List<Integer>` may hold one). */
+    private fun sizes(sizes: List<Int>?, operation: String, parameter: String): List<Int> =
+        required(sizes, operation, parameter, "a list of row counts, one per rank").also { list ->
+            @Suppress("SENSELESS_COMPARISON")
+            for ((i, v) in (list as List<Int?>).withIndex()) {
+                require(v != null) { "$operation: $parameter[$i] is null; pass a row count (>= 0) for every rank" }
+            }
+        }
 
     private fun ranksOf(ranks: List<Int>?): List<Int> = required(ranks, "group", "ranks", "the list of member ranks")
 

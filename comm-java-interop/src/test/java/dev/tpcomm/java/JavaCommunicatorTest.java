@@ -83,6 +83,20 @@ class JavaCommunicatorTest {
                 assertArrayEquals(new float[] {5f + r}, part.toFloatArray());
                 Tensor a2a = comm.allToAll(Tensor.of(new float[] {r * 10f, r * 10f + 1, r * 10f + 2, r * 10f + 3})).get();
                 assertArrayEquals(new float[] {r, 10f + r, 20f + r, 30f + r}, a2a.toFloatArray());
+                // uneven collectives: rank r contributes r rows (rank 0 none)
+                Tensor gv = comm.allGatherV(Tensor.of(new float[] {r, r, r}).narrow(0, 0, r), List.of(0, 1, 2, 3)).get();
+                assertArrayEquals(new float[] {1f, 2f, 2f, 3f, 3f, 3f}, gv.toFloatArray());
+                Tensor rsv = comm.reduceScatterVBlocking(Tensor.of(new float[] {1f, 2f, 3f}), List.of(2, 0, 1, 0));
+                assertArrayEquals(r == 0 ? new float[] {4f, 8f} : r == 2 ? new float[] {12f} : new float[0], rsv.toFloatArray());
+                // every rank sends one row to each rank with a higher rank, and none to the others
+                List<Integer> inSplits = new java.util.ArrayList<>();
+                List<Integer> outSplits = new java.util.ArrayList<>();
+                for (int j = 0; j < n; j++) { inSplits.add(j > r ? 1 : 0); outSplits.add(j < r ? 1 : 0); }
+                Tensor sent = Tensor.of(new float[] {r * 10f + 1, r * 10f + 2, r * 10f + 3}).narrow(0, 0, n - 1 - r);
+                Tensor a2av = comm.allToAllV(sent, inSplits, outSplits).get();
+                float[] expected = new float[r];
+                for (int j = 0; j < r; j++) expected[j] = j * 10f + (r - j);
+                assertArrayEquals(expected, a2av.toFloatArray());
                 assertNull(comm.barrier().get());
                 // point to point around a ring
                 Tensor inbox = Tensor.zeros(DType.Float32, 1);

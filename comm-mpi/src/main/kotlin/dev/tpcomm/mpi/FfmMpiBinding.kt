@@ -74,6 +74,12 @@ internal object MpiDowncalls {
     @JvmField val ISCATTER: MethodHandle = handle("MPI_Iscatter", "PIHPIHIHP")
     @JvmField val IALLTOALL: MethodHandle = handle("MPI_Ialltoall", "PIHPIHHP")
     @JvmField val IBARRIER: MethodHandle = handle("MPI_Ibarrier", "HP")
+    @JvmField val ALLGATHERV: MethodHandle = handle("MPI_Allgatherv", "PIHPPPHH")
+    @JvmField val REDUCE_SCATTER: MethodHandle = handle("MPI_Reduce_scatter", "PPPHHH")
+    @JvmField val ALLTOALLV: MethodHandle = handle("MPI_Alltoallv", "PPPHPPPHH")
+    @JvmField val IALLGATHERV: MethodHandle = handle("MPI_Iallgatherv", "PIHPPPHHP")
+    @JvmField val IREDUCE_SCATTER: MethodHandle = handle("MPI_Ireduce_scatter", "PPPHHHP")
+    @JvmField val IALLTOALLV: MethodHandle = handle("MPI_Ialltoallv", "PPPHPPPHHP")
     @JvmField val ISEND: MethodHandle = handle("MPI_Isend", "PIHIIHP")
     @JvmField val IRECV: MethodHandle = handle("MPI_Irecv", "PIHIIHP")
     @JvmField val TEST: MethodHandle = handle("MPI_Test", "PPP")
@@ -117,6 +123,18 @@ internal class FfmMpiBinding(override val abi: MpiAbi) : MpiBinding {
     override fun iscatter(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCount: Int, recvType: Long, root: Int, comm: Long, request: Long): Int = MpiDowncalls.ISCATTER.invokeExact(send, sendCount, sendType, recv, recvCount, recvType, root, comm, request) as Int
     override fun ialltoall(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCount: Int, recvType: Long, comm: Long, request: Long): Int = MpiDowncalls.IALLTOALL.invokeExact(send, sendCount, sendType, recv, recvCount, recvType, comm, request) as Int
     override fun ibarrier(comm: Long, request: Long): Int = MpiDowncalls.IBARRIER.invokeExact(comm, request) as Int
+    override fun allgatherv(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCounts: Long, displs: Long, recvType: Long, comm: Long): Int =
+        MpiDowncalls.ALLGATHERV.invokeExact(send, sendCount, sendType, recv, recvCounts, displs, recvType, comm) as Int
+    override fun reduceScatter(send: Long, recv: Long, recvCounts: Long, type: Long, op: Long, comm: Long): Int =
+        MpiDowncalls.REDUCE_SCATTER.invokeExact(send, recv, recvCounts, type, op, comm) as Int
+    override fun alltoallv(send: Long, sendCounts: Long, sendDispls: Long, sendType: Long, recv: Long, recvCounts: Long, recvDispls: Long, recvType: Long, comm: Long): Int =
+        MpiDowncalls.ALLTOALLV.invokeExact(send, sendCounts, sendDispls, sendType, recv, recvCounts, recvDispls, recvType, comm) as Int
+    override fun iallgatherv(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCounts: Long, displs: Long, recvType: Long, comm: Long, request: Long): Int =
+        MpiDowncalls.IALLGATHERV.invokeExact(send, sendCount, sendType, recv, recvCounts, displs, recvType, comm, request) as Int
+    override fun ireduceScatter(send: Long, recv: Long, recvCounts: Long, type: Long, op: Long, comm: Long, request: Long): Int =
+        MpiDowncalls.IREDUCE_SCATTER.invokeExact(send, recv, recvCounts, type, op, comm, request) as Int
+    override fun ialltoallv(send: Long, sendCounts: Long, sendDispls: Long, sendType: Long, recv: Long, recvCounts: Long, recvDispls: Long, recvType: Long, comm: Long, request: Long): Int =
+        MpiDowncalls.IALLTOALLV.invokeExact(send, sendCounts, sendDispls, sendType, recv, recvCounts, recvDispls, recvType, comm, request) as Int
     override fun isend(buffer: Long, count: Int, type: Long, dest: Int, tag: Int, comm: Long, request: Long): Int = MpiDowncalls.ISEND.invokeExact(buffer, count, type, dest, tag, comm, request) as Int
     override fun irecv(buffer: Long, count: Int, type: Long, source: Int, tag: Int, comm: Long, request: Long): Int = MpiDowncalls.IRECV.invokeExact(buffer, count, type, source, tag, comm, request) as Int
     override fun test(request: Long, flagOut: Long, status: Long): Int = MpiDowncalls.TEST.invokeExact(request, flagOut, status) as Int

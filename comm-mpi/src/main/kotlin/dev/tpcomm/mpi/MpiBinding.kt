@@ -37,6 +37,13 @@ internal interface MpiBinding {
     fun alltoall(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCount: Int, recvType: Long, comm: Long): Int
     fun barrier(comm: Long): Int
 
+    /** `MPI_Allgatherv`: [recvCounts] and [displs] are addresses of `int[size]` arrays (elements of [recvType]). */
+    fun allgatherv(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCounts: Long, displs: Long, recvType: Long, comm: Long): Int
+    /** `MPI_Reduce_scatter`: [recvCounts] is the address of an `int[size]` array. */
+    fun reduceScatter(send: Long, recv: Long, recvCounts: Long, type: Long, op: Long, comm: Long): Int
+    /** `MPI_Alltoallv`: the counts and displacements are addresses of `int[size]` arrays. */
+    fun alltoallv(send: Long, sendCounts: Long, sendDispls: Long, sendType: Long, recv: Long, recvCounts: Long, recvDispls: Long, recvType: Long, comm: Long): Int
+
     fun iallreduce(send: Long, recv: Long, count: Int, type: Long, op: Long, comm: Long, request: Long): Int
     fun ibcast(buffer: Long, count: Int, type: Long, root: Int, comm: Long, request: Long): Int
     fun ireduce(send: Long, recv: Long, count: Int, type: Long, op: Long, root: Int, comm: Long, request: Long): Int
@@ -46,6 +53,9 @@ internal interface MpiBinding {
     fun iscatter(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCount: Int, recvType: Long, root: Int, comm: Long, request: Long): Int
     fun ialltoall(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCount: Int, recvType: Long, comm: Long, request: Long): Int
     fun ibarrier(comm: Long, request: Long): Int
+    fun iallgatherv(send: Long, sendCount: Int, sendType: Long, recv: Long, recvCounts: Long, displs: Long, recvType: Long, comm: Long, request: Long): Int
+    fun ireduceScatter(send: Long, recv: Long, recvCounts: Long, type: Long, op: Long, comm: Long, request: Long): Int
+    fun ialltoallv(send: Long, sendCounts: Long, sendDispls: Long, sendType: Long, recv: Long, recvCounts: Long, recvDispls: Long, recvType: Long, comm: Long, request: Long): Int
 
     fun isend(buffer: Long, count: Int, type: Long, dest: Int, tag: Int, comm: Long, request: Long): Int
     fun irecv(buffer: Long, count: Int, type: Long, source: Int, tag: Int, comm: Long, request: Long): Int

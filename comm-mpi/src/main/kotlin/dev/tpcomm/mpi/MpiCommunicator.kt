@@ -510,6 +510,160 @@ public class MpiCommunicator internal constructor(
         return output
     }
 
+    // ------------------------------------------------------------------ uneven collectives
+    //
+    // Sizes count rows along dim 0 (Communicator.allGatherV); MPI gets element counts and
+    // displacements as int arrays. The validator refuses a result above maxCount = Int.MAX_VALUE
+    // elements ("64-bit counts"): every count and displacement (at most the output's or input's
+    // element count) then fits MPI's int. Host tensors only (no device staging for these three).
+
+    /** `int[]` arrays for MPI in one native tensor, kept alive with the call: [values] in order. */
+    private fun intArrays(vararg values: IntArray): Tensor {
+        val all = IntArray(values.sumOf { it.size })
+        var at = 0
+        for (v in values) { v.copyInto(all, at); at += v.size }
+        return Tensor.of(all)
+    }
+
+    /** Element counts of [rows] rows of [rowElements] elements, and their prefix sums (displacements); within int by the validator. */
+    private fun elementCounts(rows: List<Int>, rowElements: Long): Pair<IntArray, IntArray> {
+        val counts = IntArray(worldSize) { Math.toIntExact(rows[it] * rowElements) }
+        val displs = IntArray(worldSize)
+        var at = 0L
+        for (i in 0 until worldSize) { displs[i] = Math.toIntExact(at); at += counts[i] }
+        return counts to displs
+    }
+
+    private fun unevenSignature(op: dev.tpcomm.spi.CollectiveOp, t: Tensor, shape: List<Int>, reduceOp: ReduceOp?, extra: Long): LongArray? {
+        if (!checksConsistency) return null
+        return LongArray(MpiSignatureProtocol.SIG_LEN).also {
+            dev.tpcomm.spi.CollectiveSignature.encodeShape(it, 0, op, t.dtype, shape, reduceOp, extra = extra)
+        }
+    }
+
+    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+        val name = "allGatherV"
+        validator.allGatherVInto(output, input, sizes, rank)
+        val (counts, displs) = elementCounts(sizes, input.stride(0))
+        val meta = intArrays(counts, displs)
+        val n = count(input, name)
+        val t = abi.datatype(input.dtype)
+        val src = addr(input); val dst = addr(output)
+        val cAddr = addr(meta); val dAddr = cAddr + 4L * worldSize
+        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.AllGatherV, input, output.shape, null, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
+        val entry = start(name, input)
+        collective(entry, name, sig, arrayOf(input, output, meta),
+            { binding.allgatherv(src, n, t, dst, cAddr, dAddr, t, handle) },
+            { r -> binding.iallgatherv(src, n, t, dst, cAddr, dAddr, t, handle, r) })
+        return output
+    }
+
+    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        val name = "reduceScatterV"
+        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        val rowElements = input.stride(0)
+        val (counts, displs) = elementCounts(sizes, rowElements)
+        val n = count(output, name)
+        val t = abi.datatype(input.dtype)
+        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.ReduceScatterV, input, input.shape, op, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
+        val entry = start(name, input, op = op)
+        if (workarounds.hostReduced(input.dtype, op)) {
+            // As reduceScatter does for dtypes MPI cannot reduce: every rank's block for this rank
+            // (n elements from each) arrives by MPI_Alltoallv, then the host reduces the blocks.
+            val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
+            val recvCounts = IntArray(worldSize) { n }
+            val recvDispls = IntArray(worldSize) { it * n }
+            val meta = intArrays(counts, displs, recvCounts, recvDispls)
+            val m = addr(meta); val w4 = 4L * worldSize
+            val src = addr(input); val dst = addr(blocks)
+            collective(entry, name, sig, arrayOf(input, blocks, meta),
+                { binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
+                { r -> binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) })
+            HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
+            return output
+        }
+        val meta = intArrays(counts)
+        val cAddr = addr(meta)
+        val src = addr(input); val dst = addr(output); val o = abi.op(op)
+        val flip = workarounds.flipsUnsignedBytes(input, op)
+        val rt = workarounds.reduceType(input, op)
+        if (flip) workarounds.flipTopBits(input)
+        try {
+            collective(entry, name, sig, arrayOf(input, output, meta),
+                { binding.reduceScatter(src, dst, cAddr, rt, o, handle) },
+                { r -> binding.ireduceScatter(src, dst, cAddr, rt, o, handle, r) })
+        } finally {
+            if (flip) {
+                workarounds.flipTopBits(input)
+                workarounds.flipTopBits(output)
+            }
+        }
+        if (op == ReduceOp.Avg) HostReduction.divide(output.segment, output.dtype, output.numel, worldSize)
+        return output
+    }
+
+    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val name = "allToAllV"
+        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        val rowElements = input.stride(0)
+        val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
+        val (recvCounts, recvDispls) = elementCounts(outputSplits, rowElements)
+        // The last two arrays hold the split check's exchange: this rank's inputSplits out, and what
+        // each peer sends this rank in (one MPI_Alltoall of ints, only with the consistency check).
+        val meta = intArrays(sendCounts, sendDispls, recvCounts, recvDispls, inputSplits.toIntArray(), IntArray(worldSize))
+        val m = addr(meta); val w4 = 4L * worldSize
+        val t = abi.datatype(input.dtype)
+        val src = addr(input); val dst = addr(output)
+        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.AllToAllV, input, input.shape.toMutableList().also { it[0] = -1 }, null, 0L)
+        val entry = start(name, input)
+        val splitsCheck = if (sig == null) null else SplitsExchange(meta, 4 * worldSize, outputSplits, name, entry)
+        collective(entry, name, sig, arrayOf(input, output, meta),
+            { binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
+            { r -> binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) },
+            splitsCheck)
+        return output
+    }
+
+    /** Work on the MPI thread before the signature's exchange: it may complete the signature (its extra word). */
+    private interface PreSignature {
+        fun blocking(sig: LongArray)
+        fun polling(sig: LongArray, deadline: Long, callerJob: Job?)
+    }
+
+    /**
+     * allToAllV's split check: one `MPI_Alltoall` of one int per pair tells each rank how many rows
+     * every peer sends it; [CollectiveSignature.splitsWord][dev.tpcomm.spi.CollectiveSignature.splitsWord]
+     * turns a disagreement with its outputSplits into the signature's extra word, so the digest
+     * exchange that follows fails every rank with a [CollectiveMismatchException] naming the ranks
+     * that expected other sizes, before any row moves. [meta]'s ints from [at] hold this rank's
+     * inputSplits, then the received counts.
+     */
+    private inner class SplitsExchange(
+        private val meta: Tensor, private val at: Int, private val outputSplits: List<Int>,
+        private val operation: String, private val entry: FlightRecorder.Entry,
+    ) : PreSignature {
+        private val sendAddr = addr(meta) + 4L * at
+        private val recvAddr = sendAddr + 4L * worldSize
+
+        private fun finish(sig: LongArray) {
+            val sentToMe = IntArray(worldSize) { meta.segment.getAtIndex(ValueLayout.JAVA_INT, (at + worldSize + it).toLong()) }
+            sig[7] = dev.tpcomm.spi.CollectiveSignature.splitsWord(sentToMe, outputSplits)
+        }
+
+        override fun blocking(sig: LongArray) {
+            val i32 = abi.datatype(dev.tpcomm.DType.Int32)
+            runBlockingCall("$operation(splits)", entry, meta) { binding.alltoall(sendAddr, 1, i32, recvAddr, 1, i32, handle) }
+            finish(sig)
+        }
+
+        override fun polling(sig: LongArray, deadline: Long, callerJob: Job?) {
+            val i32 = abi.datatype(dev.tpcomm.DType.Int32)
+            check(binding.ialltoall(sendAddr, 1, i32, recvAddr, 1, i32, handle, scratchAddress + OFF_REQUEST), operation, entry)
+            pollSignature(operation, entry, deadline, callerJob)
+            finish(sig)
+        }
+    }
+
     override suspend fun barrier() {
         val entry = recorder.start("barrier")
         collective(entry, "barrier", signature(OP_BARRIER, null, -1, -1, null), null,
@@ -797,6 +951,7 @@ public class MpiCommunicator internal constructor(
         keepAlive: Any?,
         blocking: () -> Int,
         start: (Long) -> Int,
+        preSignature: PreSignature? = null,
     ) {
         if (callerRuns && largestBuffer(keepAlive) <= mpiConfig.callerRunsLimit) {
             val context = currentCoroutineContext()
@@ -817,6 +972,7 @@ public class MpiCommunicator internal constructor(
                 if (blockingMode) {
                     // As in inlineBlocking: the digest and the operation are one call, and the peers
                     // that agreed on the digest are entering the operation.
+                    if (sig != null && preSignature != null) preSignature.blocking(sig)
                     if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
                     runBlockingCall(operation, entry, keepAlive, blocking)
                     null
@@ -825,6 +981,7 @@ public class MpiCommunicator internal constructor(
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
                     if (sig != null) {
+                        if (preSignature != null) preSignature.polling(sig, deadline, callerJob)
                         exchangeSignaturePolling(sig, operation, entry, deadline, callerJob)
                         ensureUsable(operation, entry.sequence)
                     }

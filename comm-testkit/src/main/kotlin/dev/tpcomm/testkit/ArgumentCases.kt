@@ -12,7 +12,7 @@ import dev.tpcomm.Tensor
  * communicator usable (checked with a correct collective afterwards).
  */
 internal object ArgumentCases {
-    private suspend fun refused(comm: Communicator, ctx: CaseContext, what: String, tensors: List<Tensor?>, block: suspend () -> Unit) {
+    suspend fun refused(comm: Communicator, ctx: CaseContext, what: String, tensors: List<Tensor?>, block: suspend () -> Unit) {
         val p = ctx.options.placement
         val before = tensors.map { it?.let { t -> TestData.snapshot(p, t) } }
         val r = attempt(block)
@@ -27,7 +27,7 @@ internal object ArgumentCases {
         }
     }
 
-    private suspend fun stillUsable(comm: Communicator, ctx: CaseContext, after: String) {
+    suspend fun stillUsable(comm: Communicator, ctx: CaseContext, after: String) {
         val t = ctx.options.placement.toBackend(Tensor.of(intArrayOf(1, comm.rank)))
         val r = attempt { comm.allReduce(t) }
         if (r.error != null) { ctx.fail("after $after the communicator must stay usable, but allReduce threw ${r.error.describe()}"); return }

@@ -184,7 +184,7 @@ internal object CollectiveCases {
             val all = comm.allGatherObject(comm.rank)
             ctx.expect(all == List(n) { it }) { "allGatherObject after the refused scatterObject returned $all" }
         },
-    ) + GroupCases.all + PointToPointCases.all + ArgumentCases.all
+    ) + UnevenCases.all + GroupCases.all + PointToPointCases.all + ArgumentCases.all
 }
 
 /** split and group: sub-communicators touch their members only. */

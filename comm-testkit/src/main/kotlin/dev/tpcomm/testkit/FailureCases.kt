@@ -88,6 +88,24 @@ internal object FailureCases {
             val t = floats(ctx, 1f, 2f)
             if (odd) { comm.broadcast(t, 0); comm.allReduce(t) } else { comm.allReduce(t); comm.broadcast(t, 0) }
         },
+        mismatch("allGatherV sizes", "sizes") { comm, ctx, odd ->
+            // Rank 0 believes rank 1 contributes 2 rows; rank 1 (and everyone else) says 1.
+            val n = comm.worldSize
+            val sizes = List(n) { if (odd && it == 1) 2 else 1 }
+            comm.allGatherV(ctx.options.placement.toBackend(Tensor.zeros(DType.Float32, 1, 2)), sizes)
+        },
+        mismatch("reduceScatterV sizes", "sizes") { comm, ctx, odd ->
+            // The same total rows everywhere; rank 0 splits them differently.
+            val n = comm.worldSize
+            val sizes = List(n) { if (odd) (if (it == 0) 2 else if (it == 1) 0 else 1) else 1 }
+            comm.reduceScatterV(ctx.options.placement.toBackend(Tensor.zeros(DType.Float32, n, 2)), sizes)
+        },
+        mismatch("allToAllV splits", "sizes") { comm, ctx, odd ->
+            // Every rank sends one row to each; rank 0 expects two from rank 1.
+            val n = comm.worldSize
+            val outputSplits = List(n) { if (odd && it == 1) 2 else 1 }
+            comm.allToAllV(ctx.options.placement.toBackend(Tensor.zeros(DType.Float32, n, 2)), List(n) { 1 }, outputSplits)
+        },
         failure("failure: cancelling one rank's in-flight call", 2) { comm, ctx ->
             val t = floats(ctx, 1f, 2f, 3f)
             if (comm.rank == 0) {

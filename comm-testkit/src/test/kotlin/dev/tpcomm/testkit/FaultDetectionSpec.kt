@@ -83,6 +83,30 @@ class FaultDetectionSpec : FunSpec({
         results.failureText() shouldContain "allToAll result"
     }
 
+    test("an allToAllV that returns its input fails the allToAllV case") {
+        val results = run("allToAllV: skewed splits with empty pairs, every dtype; equal splits equal allToAll", 3) { c ->
+            object : Faulty(c) {
+                override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+                    delegate.barrier()
+                    return input.copy()
+                }
+            }
+        }
+        results.failureText() shouldContain "allToAllV"
+    }
+
+    test("a reduceScatterV that hands every rank the first rows fails the reduceScatterV case") {
+        val results = run("reduceScatterV: even, skewed and zero-row ranks, every dtype and op", 3) { c ->
+            object : Faulty(c) {
+                override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor =
+                    delegate.reduceScatterV(input, sizes, op).also { delegate.barrier() }.let { mine ->
+                        if (mine.shape[0] == 0) mine else input.narrow(0, 0, mine.shape[0]).copy()
+                    }
+            }
+        }
+        results.failureText() shouldContain "reduceScatterV"
+    }
+
     test("accepting a bitwise op on floats fails the argument case") {
         val results = run("arguments: a bitwise op on floats is refused", 2) { c ->
             object : Faulty(c) {

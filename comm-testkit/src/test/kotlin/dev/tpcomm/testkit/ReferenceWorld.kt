@@ -100,7 +100,18 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             }
         }
         ready?.let { calls ->
-            val results = try { perform(calls) } catch (e: Throwable) { abort(e); throw e }
+            val results = try {
+                perform(calls)
+            } catch (m: SplitsMismatch) {
+                // allToAllV: what a rank expects from a peer is not what the peer sends; every rank fails alike.
+                val message = "allToAllV: the outputSplits of ranks ${m.ranks} disagree with what their peers send"
+                val errors = calls.map { c -> CollectiveMismatchException(message, c.rank, BACKEND, c.operation, seq, m.ranks, listOf("sizes"), dump(c.rank, seq, c.operation)) }
+                synchronized(lock) { mismatch = seq to errors[0] }
+                abort(errors[0])
+                calls.forEachIndexed { i, c -> c.result.completeExceptionally(errors[i]) }
+                null
+            } catch (e: Throwable) { abort(e); throw e }
+            if (results == null) return call.result.await()
             calls.forEachIndexed { i, c -> c.result.complete(results[i]) }
         }
         val value = try {
@@ -120,6 +131,8 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
     /** This world keeps no history: its "dump" describes only the failing call. */
     private fun dump(rank: Int, seq: Long, operation: String) =
         "{\"backend\":\"$BACKEND\",\"rank\":$rank,\"entries\":[{\"sequence\":$seq,\"operation\":\"$operation\"}]}"
+
+    private class SplitsMismatch(val ranks: List<Int>) : RuntimeException()
 
     private fun perform(calls: List<Call>): List<Any?> {
         val n = size
@@ -164,6 +177,42 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 val dim = arg<Int>(0, 1)
                 val chunks = List(n) { arg<Tensor>(it, 0).chunk(n, dim) }
                 List(n) { r -> Tensor.concat(List(n) { i -> chunks[i][r] }, dim) }
+            }
+            "allGatherV" -> {
+                val out = List(n) { arg<Tensor>(it, 0) }
+                var at = 0L
+                for (j in 0 until n) {
+                    val src = arg<Tensor>(j, 1)
+                    for (r in 0 until n) MemorySegment.copy(src.segment, 0L, out[r].segment, at, src.byteSize)
+                    at += src.byteSize
+                }
+                out
+            }
+            "reduceScatterV" -> {
+                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 1).copy() })
+                val sizes = arg<List<Int>>(0, 3)
+                val rowBytes = expected.stride(0) * expected.dtype.byteSize
+                List(n) { r ->
+                    val out = arg<Tensor>(r, 0)
+                    MemorySegment.copy(expected.segment, sizes.take(r).sum() * rowBytes, out.segment, 0L, out.byteSize)
+                    out
+                }
+            }
+            "allToAllV" -> {
+                val rowBytes = arg<Tensor>(0, 1).stride(0) * arg<Tensor>(0, 1).dtype.byteSize
+                val bad = (0 until n).filter { r -> (0 until n).any { j -> arg<List<Int>>(j, 2)[r] != arg<List<Int>>(r, 3)[j] } }
+                if (bad.isNotEmpty()) throw SplitsMismatch(bad)
+                List(n) { r ->
+                    val out = arg<Tensor>(r, 0)
+                    var at = 0L
+                    for (j in 0 until n) {
+                        val splits = arg<List<Int>>(j, 2)
+                        val len = splits[r] * rowBytes
+                        MemorySegment.copy(arg<Tensor>(j, 1).segment, splits.take(r).sum() * rowBytes, out.segment, at, len)
+                        at += len
+                    }
+                    out
+                }
             }
             "barrier" -> List(n) { Unit }
             "split" -> {
@@ -315,6 +364,24 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         validator.allToAll(input, dim)
         return call("allToAll", sig(input, "dim" to dim), input, dim) as Tensor
+    }
+
+    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+        validator.allGatherVInto(output, input, sizes, rank)
+        call("allGatherV", mapOf("dtype" to input.dtype, "shape" to output.shape, "sizes" to sizes), output, input)
+        return output
+    }
+
+    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        call("reduceScatterV", sig(input, "op" to op, "sizes" to sizes), output, input, op, sizes)
+        return output
+    }
+
+    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        call("allToAllV", mapOf("dtype" to input.dtype, "row" to input.shape.drop(1)), output, input, inputSplits, outputSplits)
+        return output
     }
 
     override suspend fun barrier() {

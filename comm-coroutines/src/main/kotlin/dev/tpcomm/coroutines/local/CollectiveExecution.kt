@@ -21,6 +21,8 @@ internal object CollectiveExecution {
             OpKind.ALL_REDUCE, OpKind.REDUCE -> reduceInPlace(s, w, k == OpKind.ALL_REDUCE)
             OpKind.REDUCE_SCATTER -> reduceScatter(s, w)
             OpKind.BROADCAST, OpKind.ALL_GATHER, OpKind.GATHER, OpKind.SCATTER, OpKind.ALL_TO_ALL -> copy(s, w, k)
+            OpKind.ALL_GATHER_V, OpKind.ALL_TO_ALL_V -> copyUneven(s, w, k)
+            OpKind.REDUCE_SCATTER_V -> reduceScatterUneven(s, w)
             OpKind.BARRIER -> Unit
             OpKind.SPLIT -> split(s, w, group)
             OpKind.GROUP -> makeGroup(s, w, group)
@@ -167,6 +169,83 @@ internal object CollectiveExecution {
                 val p = (unit / chunks).toInt()
                 val from = (unit % chunks) * COPY_CHUNK
                 copyPair(p, from, minOf(perPair, from + COPY_CHUNK))
+            }
+        }.execute(helpers())
+    }
+
+    /**
+     * allGatherV and allToAllV: one contiguous block per (destination, source) pair, straight from the
+     * source's input to the destination's output. Pair `p = dst * w + src`: allGatherV copies src's
+     * whole input to rows `prefix[src]` of dst's output; allToAllV copies src's rows for dst
+     * (`src.prefix[dst]`, `src.sizes[dst]` rows) to rows `dst.outPrefix[src]` of dst's output.
+     */
+    private fun copyUneven(s: OpSlot, w: Int, k: Int) {
+        val gather = k == OpKind.ALL_GATHER_V
+        val rowBytes = (s.extras[0] as UnevenSizes).rowBytes
+        fun srcOff(p: Int): Long {
+            val dst = p / w; val src = p % w
+            return if (gather) 0L else (s.extras[src] as UnevenSizes).prefix[dst] * rowBytes
+        }
+        fun dstOff(p: Int): Long {
+            val dst = p / w; val src = p % w
+            val d = s.extras[dst] as UnevenSizes
+            return (if (gather) d.prefix[src] else d.outPrefix!![src]) * rowBytes
+        }
+        fun len(p: Int): Long {
+            val dst = p / w; val src = p % w
+            return (s.extras[src] as UnevenSizes).let { if (gather) it.sizes[src] else it.sizes[dst] } * rowBytes
+        }
+        fun copyPair(p: Int, from: Long, to: Long) {
+            if (to <= from) return
+            val src = s.inputs[p % w]!!.segment
+            val dst = s.outputs[p / w]!!.segment
+            MemorySegment.copy(src, srcOff(p) + from, dst, dstOff(p) + from, to - from)
+        }
+        val pairs = w * w
+        var total = 0L
+        var largest = 0L
+        for (p in 0 until pairs) { val l = len(p); total += l; if (l > largest) largest = l }
+        if (total < PARALLEL_BYTES || helpers() == 0) {
+            for (p in 0 until pairs) copyPair(p, 0, len(p))
+            return
+        }
+        val chunks = (largest + COPY_CHUNK - 1) / COPY_CHUNK
+        object : ParallelWork((pairs * chunks).toInt()) {
+            override fun runUnit(unit: Int) {
+                val p = (unit / chunks).toInt()
+                val from = (unit % chunks) * COPY_CHUNK
+                copyPair(p, from, minOf(len(p), from + COPY_CHUNK))
+            }
+        }.execute(helpers())
+    }
+
+    /** reduceScatterV: rank r's output is the reduction of rows `prefix[r]` until `prefix[r + 1]` of every input. */
+    private fun reduceScatterUneven(s: OpSlot, w: Int) {
+        val t0 = s.inputs[0]!!
+        val dtype = t0.dtype
+        val op = s.ops[0]!!
+        val sizes = s.extras[0] as UnevenSizes
+        val rowElements = t0.stride(0)
+        val ins = s.inSegs
+        for (r in 0 until w) {
+            ins[r] = s.inputs[r]!!.segment
+            s.singleOuts[r][0] = s.outputs[r]!!.segment
+        }
+        if (t0.numel * dtype.byteSize * w < PARALLEL_BYTES || helpers() == 0) {
+            for (r in 0 until w) ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements, s.singleOuts[r], 1, 0, sizes.sizes[r] * rowElements)
+            return
+        }
+        // Pieces of REDUCE_CHUNK elements of each rank's block, so a skewed split still spreads.
+        var largest = 0L
+        for (r in 0 until w) largest = maxOf(largest, sizes.sizes[r] * rowElements)
+        val per = (largest + REDUCE_CHUNK - 1) / REDUCE_CHUNK
+        object : ParallelWork((w * per).toInt()) {
+            override fun runUnit(unit: Int) {
+                val r = (unit / per).toInt()
+                val from = (unit % per) * REDUCE_CHUNK
+                val n = sizes.sizes[r] * rowElements
+                if (from >= n) return
+                ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements + from, s.singleOuts[r], 1, from, minOf(REDUCE_CHUNK, n - from))
             }
         }.execute(helpers())
     }

@@ -156,6 +156,31 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         return collective(OpKind.ALL_TO_ALL, input, output, input, null, -1, d, null, output)
     }
 
+    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+        validator.allGatherVInto(output, input, sizes, rank)
+        val extra = UnevenSizes(sizes, null, input.stride(0) * input.dtype.byteSize)
+        return collective(OpKind.ALL_GATHER_V, input, output, input, null, -1, 0, extra, output)
+    }
+
+    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        val extra = UnevenSizes(sizes, null, input.stride(0) * input.dtype.byteSize)
+        return collective(OpKind.REDUCE_SCATTER_V, input, output, input, op, -1, 0, extra, output)
+    }
+
+    /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
+    override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
+        val extra = UnevenSizes(inputSplits, outputSplits, input.stride(0) * input.dtype.byteSize)
+        return collective(OpKind.ALL_TO_ALL_V, input, output, input, null, -1, 0, extra, output)
+    }
+
+    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        val extra = UnevenSizes(inputSplits, outputSplits, input.stride(0) * input.dtype.byteSize)
+        return collective(OpKind.ALL_TO_ALL_V, input, output, input, null, -1, 0, extra, output)
+    }
+
     override suspend fun barrier() {
         return collective(OpKind.BARRIER, null, null, null, null, -1, 0, null, Unit)
     }
@@ -269,12 +294,16 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.dims[r] = dim
         slot.extras[r] = extra
         val op0 = CollectiveOp.entries[kind]
-        CollectiveSignature.encode(
-            slot.signatures, r * CollectiveSignature.SIZE, op0, sig, op,
-            root = if (op0.hasRoot) root else -1,
-            dim = if (op0.hasDim) dim else -1,
-            extra = if (op0 == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
-        )
+        if (op0.isUneven) {
+            encodeUneven(slot, r, op0, sig!!, output!!, op, extra as UnevenSizes)
+        } else {
+            CollectiveSignature.encode(
+                slot.signatures, r * CollectiveSignature.SIZE, op0, sig, op,
+                root = if (op0.hasRoot) root else -1,
+                dim = if (op0.hasDim) dim else -1,
+                extra = if (op0 == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
+            )
+        }
         slot.inputs[r] = input
         slot.outputs[r] = output
         slot.recorderSeqs[r] = entry.sequence
@@ -325,7 +354,48 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         throw ex
     }
 
+    /**
+     * The signature of an uneven collective: shapes that are the same on every rank (allGatherV's
+     * output, reduceScatterV's input, allToAllV's row with dim 0 as -1) and the sizes' digest; for
+     * allToAllV the extra word is set by [checkSplits] once every rank arrived.
+     */
+    private fun encodeUneven(slot: OpSlot, r: Int, op0: CollectiveOp, input: Tensor, output: Tensor, op: ReduceOp?, sizes: UnevenSizes) {
+        val at = r * CollectiveSignature.SIZE
+        when (op0) {
+            CollectiveOp.AllGatherV -> CollectiveSignature.encodeShape(
+                slot.signatures, at, op0, input.dtype, output.shape, extra = CollectiveSignature.sizesDigest(sizes.sizes.asList()),
+            )
+            CollectiveOp.ReduceScatterV -> CollectiveSignature.encodeShape(
+                slot.signatures, at, op0, input.dtype, input.shape, op, extra = CollectiveSignature.sizesDigest(sizes.sizes.asList()),
+            )
+            else -> {
+                // The row's shape: dim 0 (word 8) is each rank's own, so it is encoded as -1.
+                CollectiveSignature.encode(slot.signatures, at, op0, input)
+                slot.signatures[at + 8] = -1L
+            }
+        }
+    }
+
+    /**
+     * allToAllV: every rank's extra signature word ([CollectiveSignature.splitsWord]) from the splits
+     * all ranks left in the slot: 0 when what rank r expects from each peer is what the peer sends.
+     */
+    private fun checkSplits(slot: OpSlot, w: Int) {
+        for (r in 0 until w) {
+            if (slot.kinds[r] != OpKind.ALL_TO_ALL_V) continue
+            val mine = slot.extras[r] as UnevenSizes
+            var word = 0L
+            for (j in 0 until w) {
+                val peer = slot.extras[j] as? UnevenSizes ?: continue
+                if (slot.kinds[j] != OpKind.ALL_TO_ALL_V) continue
+                if (peer.sizes[r] != mine.outSizes!![j]) { word = (j + 1).toLong(); break }
+            }
+            slot.signatures[r * CollectiveSignature.SIZE + 7] = word
+        }
+    }
+
     private fun runAsLast(slot: OpSlot, seq: Long) {
+        if (slot.kinds[rank] == OpKind.ALL_TO_ALL_V) checkSplits(slot, group.size)
         val mismatch = CollectiveSignature.compare(slot.signatures, group.size, seq, group.description)
         if (mismatch != null) {
             val f = SlotFailure(SlotFailure.MISMATCH, mismatch.message, null, mismatch.ranks, mismatch.fields)

@@ -162,6 +162,15 @@ class FakeComm(val group: FakeWorld.Group, override val rank: Int) : Communicato
         return Tensor.concat(all.map { (it as Tensor).chunk(worldSize, dim)[rank] }, dim)
     }
 
+    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor =
+        throw UnsupportedOperationException("fake world: no uneven collectives")
+
+    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor =
+        throw UnsupportedOperationException("fake world: no uneven collectives")
+
+    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor =
+        throw UnsupportedOperationException("fake world: no uneven collectives")
+
     override suspend fun barrier() {
         exchange("barrier", null)
     }
