@@ -905,12 +905,15 @@ public class MpiCommunicator internal constructor(
      */
     private fun fastPath(): Boolean = blockingMode && dispatcher.isNativeThread && !dispatcher.isClosed
 
-    private inline fun inlineBlocking(entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, call: () -> Int) {
+    private inline fun inlineBlocking(
+        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature? = null, call: () -> Int,
+    ) {
         try {
             ensureUsable(operation, entry.sequence)
             // The digest and the operation are one call: once the peers agreed on the digest they are
             // entering the operation, so it runs even if this caller was released meanwhile (a
             // cancelled blocking call may still complete natively; skipping it would leave them waiting).
+            if (sig != null && preSignature != null) preSignature.blocking(sig)
             if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
             runBlockingCall(operation, entry, keepAlive, call)
             entry.complete()
@@ -958,7 +961,7 @@ public class MpiCommunicator internal constructor(
             // A caller cancelled before the call must not start it (as on the communicator's thread).
             context.ensureActive()
             // Not under the caller's withTimeout (its deadline must fire) or an Overlapping start.
-            if (callerMayBeHeld(context) && dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, blocking) }) return
+            if (callerMayBeHeld(context) && dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, blocking) }) return
         }
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)
