@@ -105,8 +105,19 @@ public class NativeDispatcher @JvmOverloads constructor(
      * dispatcher is released. Thread-safe. Called on the dispatcher's own thread it returns false.
      */
     public fun runHereIfIdle(block: () -> Unit): Boolean {
-        if (closed || !queue.isEmpty() || Thread.currentThread() === thread) return false
-        if (!owner.compareAndSet(FREE, CALLER)) return false
+        if (closed || Thread.currentThread() === thread) return false
+        var spins = 0
+        while (true) {
+            if (!queue.isEmpty()) return false
+            if (owner.compareAndSet(FREE, CALLER)) break
+            // Not free, but nothing queued or in flight: the thread is finishing its last task (it
+            // resumed a caller, then frees the library right before it parks). That caller comes back
+            // about then; handing over would find the thread in the same state after every call, so
+            // wait briefly instead (a thread busy with a long task costs this wait, then a hand-off).
+            if (inFlightSize != 0 || ++spins > FINISHING_SPINS + FINISHING_YIELDS) return false
+            // Spin, then yield: where cores are scarce the thread needs this core to finish.
+            if (spins <= FINISHING_SPINS) Thread.onSpinWait() else Thread.yield()
+        }
         try {
             // Work dispatched between the check and the claim was called first: it goes first.
             if (closed || !queue.isEmpty()) return false
@@ -198,15 +209,16 @@ public class NativeDispatcher @JvmOverloads constructor(
                 runQueued()
                 break
             }
-            if (progressed) {
-                backoff.reset()
-                continue
-            }
             if (inFlight.isEmpty()) {
-                // Idle: a caller may run a block on its own thread (runHereIfIdle) until we wake.
+                if (!queue.isEmpty()) continue
+                // Idle: a caller may run a block on its own thread (runHereIfIdle) until we wake. Freed
+                // at once after the last task, which may have resumed the caller that comes next.
                 owner.set(FREE)
                 park(0)
                 claim()
+                backoff.reset()
+            } else if (progressed) {
+                backoff.reset()
             } else {
                 backoff.idle { park(it) }
             }
@@ -273,6 +285,15 @@ public class NativeDispatcher @JvmOverloads constructor(
         }
     }
 }
+
+/**
+ * How long [NativeDispatcher.runHereIfIdle] waits for a thread that is only finishing up (it has no
+ * task and nothing in flight; it needs well under 1 µs when it has a core): [FINISHING_SPINS] polls
+ * with `onSpinWait`, then [FINISHING_YIELDS] with `Thread.yield`, which lets the thread run where the
+ * caller holds the only free core (2 ranks of 2 threads each on 2 cores), as [Backoff] does.
+ */
+private const val FINISHING_SPINS = 200
+private const val FINISHING_YIELDS = 200
 
 private const val FREE = 0
 private const val LOOP = 1

@@ -943,8 +943,8 @@ public class MpiCommunicator internal constructor(
      * Issues a collective (signature exchange first when enabled) and waits for it: on the caller's
      * thread when [callerRuns] allows it for this size, the caller may be held ([callerMayBeHeld]:
      * no `withTimeout` around it, no [dev.tpcomm.coroutines.Overlapping]) and the communicator's
-     * thread is idle (the natural call path at the fast path's cost: no hand-off, no retain, since
-     * the caller is held until MPI returns), else on the communicator's thread with the caller
+     * thread is idle (the natural call path at the fast path's cost: no hand-off; the tensors are
+     * retained as on the communicator's thread), else on the communicator's thread with the caller
      * suspended.
      */
     private suspend fun collective(
@@ -961,7 +961,17 @@ public class MpiCommunicator internal constructor(
             // A caller cancelled before the call must not start it (as on the communicator's thread).
             context.ensureActive()
             // Not under the caller's withTimeout (its deadline must fire) or an Overlapping start.
-            if (callerMayBeHeld(context) && dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, blocking) }) return
+            if (callerMayBeHeld(context)) {
+                // Retained while MPI may write them, as on the communicator's thread: a close() from
+                // another thread meanwhile only marks them closed (README, "Memory"). A blocking call
+                // that returned, or failed, is done with them.
+                val holds = MpiTensorHolds.retain(keepAlive, operation)
+                try {
+                    if (dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, blocking) }) return
+                } finally {
+                    holds.release()
+                }
+            }
         }
         recordingFailures(entry, keepAlive) {
             ensureUsable(operation, entry.sequence)

@@ -114,6 +114,33 @@ class MpiCallerRunsTest : FunSpec({
         comm.close()
     }
 
+    test("closing the tensor from another thread while its all-reduce runs on the caller's thread defers the free until MPI returns") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val inMpi = CountDownLatch(1)
+        val release = CountDownLatch(1)
+        val comm = mockCommunicator(binding(threads) { inMpi.countDown(); release.await() })
+        comm.settle()
+        val t = Tensor.of(floatArrayOf(1f, 2f))
+        val address = t.segment.address()
+        val reusedWhileInMpi = java.util.concurrent.atomic.AtomicBoolean(false)
+        val closer = thread(name = "closer") {
+            inMpi.await()
+            t.close() // while MPI still writes t
+            // Were the memory freed now, the pool would hand this block to another tensor of its size.
+            val others = ArrayList<Tensor>()
+            while (others.size < 20_000 && !reusedWhileInMpi.get()) {
+                others += Tensor.zeros(DType.Float32, 2).also { if (it.segment.address() == address) reusedWhileInMpi.set(true) }
+            }
+            release.countDown()
+            others.forEach { it.close() }
+        }
+        onUserThread { comm.allReduce(t) }
+        closer.join()
+        threads shouldContainExactly listOf("user-main")
+        reusedWhileInMpi.get() shouldBe false
+        comm.close()
+    }
+
     test("an MPI error on the caller's thread breaks the communicator like one on its own thread") {
         val threads = Collections.synchronizedList(ArrayList<String>())
         val b = binding(threads)
