@@ -59,15 +59,15 @@ for mpi in $MPIS; do
   : > "$runs"
   for r in $(seq "$REPS"); do
     echo "$mpi: round $r of $REPS" >&2
-    export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576
+    export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C,/' >> "$runs"
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_inplace-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place,/' >> "$runs"
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_multiple-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place multiple,/' >> "$runs"
     for path in $PATHS; do
       case "$path" in
-        natural) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576 ;;
+        natural) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT= ;; # empty: the default
         handoff) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=0 ;;
-        fast) export BENCH_PATH=fast TPCOMM_MPI_CALLER_RUNS_LIMIT=1048576 ;;
+        fast) export BENCH_PATH=fast TPCOMM_MPI_CALLER_RUNS_LIMIT= ;;
         *) echo "unknown path $path (natural, handoff, fast)" >&2; exit 2 ;;
       esac
       "${MPIRUN[@]}" -np "$WORLD" java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench 2>/dev/null \
