@@ -106,7 +106,7 @@ public class NativeDispatcher @JvmOverloads constructor(
      */
     public fun runHereIfIdle(block: () -> Unit): Boolean {
         if (closed || Thread.currentThread() === thread) return false
-        var spins = 0
+        var wait: Backoff? = null
         while (true) {
             if (!queue.isEmpty()) return false
             if (owner.compareAndSet(FREE, CALLER)) break
@@ -114,9 +114,15 @@ public class NativeDispatcher @JvmOverloads constructor(
             // resumed a caller, then frees the library right before it parks). That caller comes back
             // about then; handing over would find the thread in the same state after every call, so
             // wait briefly instead (a thread busy with a long task costs this wait, then a hand-off).
-            if (inFlightSize != 0 || ++spins > FINISHING_SPINS + FINISHING_YIELDS) return false
-            // Spin, then yield: where cores are scarce the thread needs this core to finish.
-            if (spins <= FINISHING_SPINS) Thread.onSpinWait() else Thread.yield()
+            // The dispatcher's wait policy, spin then yield (where cores are scarce the thread needs
+            // this core to finish), but a wait that would park gives up instead.
+            if (inFlightSize != 0) return false
+            val backoff = wait ?: Backoff(FINISHING_SPINS, FINISHING_YIELDS, maxParkNanos).also { wait = it }
+            when (backoff.advance()) {
+                Backoff.SPIN -> Thread.onSpinWait()
+                Backoff.YIELD -> Thread.yield()
+                else -> return false
+            }
         }
         try {
             // Work dispatched between the check and the claim was called first: it goes first.
@@ -289,8 +295,8 @@ public class NativeDispatcher @JvmOverloads constructor(
 /**
  * How long [NativeDispatcher.runHereIfIdle] waits for a thread that is only finishing up (it has no
  * task and nothing in flight; it needs well under 1 µs when it has a core): [FINISHING_SPINS] polls
- * with `onSpinWait`, then [FINISHING_YIELDS] with `Thread.yield`, which lets the thread run where the
- * caller holds the only free core (2 ranks of 2 threads each on 2 cores), as [Backoff] does.
+ * with `onSpinWait`, then [FINISHING_YIELDS] with `Thread.yield` (a [Backoff]), which lets the thread
+ * run where the caller holds the only free core (2 ranks of 2 threads each on 2 cores).
  */
 private const val FINISHING_SPINS = 200
 private const val FINISHING_YIELDS = 200

@@ -910,17 +910,27 @@ public class MpiCommunicator internal constructor(
     ) {
         try {
             ensureUsable(operation, entry.sequence)
-            // The digest and the operation are one call: once the peers agreed on the digest they are
-            // entering the operation, so it runs even if this caller was released meanwhile (a
-            // cancelled blocking call may still complete natively; skipping it would leave them waiting).
-            if (sig != null && preSignature != null) preSignature.blocking(sig)
-            if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
-            runBlockingCall(operation, entry, keepAlive, call)
+            checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, call)
             entry.complete()
         } catch (e: Throwable) {
             failed(entry, e)
             throw e
         }
+    }
+
+    /**
+     * A blocking collective with its consistency check, on whichever thread owns MPI now: the
+     * pre-signature step ([PreSignature.blocking]), the signature digest's exchange, then the
+     * operation. The digest and the operation are one call: once the peers agreed on the digest they
+     * are entering the operation, so it runs even if the caller was released meanwhile (a cancelled
+     * blocking call may still complete natively; skipping it would leave them waiting).
+     */
+    private inline fun checkedBlockingCall(
+        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature?, call: () -> Int,
+    ) {
+        if (sig != null && preSignature != null) preSignature.blocking(sig)
+        if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
+        runBlockingCall(operation, entry, keepAlive, call)
     }
 
     /**
@@ -983,11 +993,7 @@ public class MpiCommunicator internal constructor(
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
-                    // As in inlineBlocking: the digest and the operation are one call, and the peers
-                    // that agreed on the digest are entering the operation.
-                    if (sig != null && preSignature != null) preSignature.blocking(sig)
-                    if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
-                    runBlockingCall(operation, entry, keepAlive, blocking)
+                    checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, blocking)
                     null
                 } else {
                     val deadline = System.nanoTime() + timeoutNanos
