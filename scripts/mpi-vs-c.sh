@@ -6,6 +6,7 @@
 #   natural   called from the runBlocking main coroutine with default settings (what a user's loop does)
 #   handoff   the same with TPCOMM_MPI_CALLER_RUNS_LIMIT=0: every call handed to the communicator's thread
 #   fast      the loop on the communicator's thread (withContext(comm.nativeDispatcher))
+#   natural@N the natural path with the caller-runs limit set to N bytes (natural@65536, say)
 # This VM moves between a fast and a slow state for minutes at a time (2x apart at every size, C
 # and JVM alike), so single runs cannot be compared; alternating runs see the same states, and the
 # report gives each program's min and median over its runs and the per-round ratios to C.
@@ -68,7 +69,8 @@ for mpi in $MPIS; do
         natural) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT= ;; # empty: the default
         handoff) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=0 ;;
         fast) export BENCH_PATH=fast TPCOMM_MPI_CALLER_RUNS_LIMIT= ;;
-        *) echo "unknown path $path (natural, handoff, fast)" >&2; exit 2 ;;
+        natural@*) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT="${path#natural@}" ;;
+        *) echo "unknown path $path (natural, natural@LIMIT, handoff, fast)" >&2; exit 2 ;;
       esac
       "${MPIRUN[@]}" -np "$WORLD" java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench 2>/dev/null \
         | grep '^tpcomm_mpi_[a-z]*,allreduce,' | sed "s/^tpcomm_mpi_[a-z]*,/tpcomm $path,/" >> "$runs"
