@@ -60,9 +60,14 @@ public object MpiAllReduceBench {
             comm.allReduce(tmax, ReduceOp.Max)
             return tmax.getDouble(0)
         }
-        // JIT warm-up of the whole call path (C has none to do): small and medium all-reduces.
+        // JIT warm-up of the whole call path (C has none to do): small, medium and large all-reduces.
+        // The large one (4 MiB, above the default caller-runs limit) warms the hand-off path too:
+        // without it, the first size handed off in a natural run was timed while the JIT compiled
+        // that path (1 MiB hand-offs read 2-3x slower after caller-run warm-up than in a run that
+        // only hands off; a rank is bound to one core, which the compiler threads then share).
         val warmSmall = Tensor.zeros(DType.Float32, 2)
         val warmMedium = Tensor.zeros(DType.Float32, 16384)
+        val warmLarge = Tensor.zeros(DType.Float32, 1 shl 20)
         // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
         val stop = Tensor.zeros(DType.Int32, 1)
         val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
@@ -74,8 +79,12 @@ public object MpiAllReduceBench {
                 comm.allReduce(stop)
                 if (stop.getLong(0) != 0L) break
                 comm.allReduce(warmMedium)
+                comm.allReduce(warmLarge)
             }
         }
+        warmSmall.close()
+        warmMedium.close()
+        warmLarge.close()
         for (bytes in SIZES) {
             if (only != null && only != bytes) continue
             val count = (bytes / 4).toInt()
