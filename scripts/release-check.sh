@@ -6,6 +6,7 @@
 #   2. scripts/release/ReleaseCheck.java: every published module has the three jars (javadoc with
 #      Dokka's index.html), an Automatic-Module-Name, the license/scm/developers metadata; the BOM
 #      pins exactly the published modules; the release profile signs and publishes;
+#      and every public declaration has KDoc (scripts/kdoc-check.sh on the build's Dokka warnings);
 #   3. a user's project (scripts/release/consumer) with exactly the README's Maven declarations
 #      (between the README-MAVEN markers) builds against those installed artifacts and runs with the
 #      README's JVM flags (README-JVM-FLAGS markers).
@@ -43,7 +44,15 @@ mvn() {
 start=$(date +%s)
 if [ "$build" = 1 ]; then
   echo "== release build: ./mvnw -Prelease -Dgpg.skip -DskipTests install (local repository $repo)"
-  mvn -Prelease -Dgpg.skip -DskipTests install || { echo "release build failed" >&2; exit 1; }
+  # Not quiet: Dokka's "Undocumented:" warnings are the KDoc check's input.
+  build_log=$(mktemp /tmp/tpcomm-release-build.XXXXXX)
+  if ! ./mvnw -B -ntp "${offline[@]}" "${repo_flags[@]}" -Prelease -Dgpg.skip -DskipTests install >"$build_log" 2>&1; then
+    grep -E '^\[ERROR\]|FAIL' "$build_log" | head -60; rm -f "$build_log"
+    echo "release build failed" >&2; exit 1
+  fi
+  echo "== KDoc on every public declaration (Dokka's reportUndocumented)"
+  scripts/kdoc-check.sh "$build_log" || { rm -f "$build_log"; exit 1; }
+  rm -f "$build_log"
 fi
 
 echo "== release artifacts"
