@@ -12,6 +12,7 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.AbortEscalation
 import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
@@ -1283,8 +1284,7 @@ public class NcclCommunicator internal constructor(
             return
         }
         thread.runOnThread(Runnable { releaseAfterGroups() })
-        Thread.ofPlatform().daemon(true).name("tpcomm-$backendName-abort").start {
-            Thread.sleep(ABORT_GRACE_MS)
+        AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
             if (!commReleased.get() && !dispatcher.isClosed) releaseComm(abort = true)
         }
     }

@@ -1,5 +1,7 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.AbortEscalation
+import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import java.lang.foreign.Arena
@@ -230,13 +232,15 @@ internal class MpiRuntime(
         val request = a.allocate(16, 8)
         val flag = a.allocate(ValueLayout.JAVA_INT)
         if (binding.ibarrier(abi.commWorld, request.address()) != 0) return true
+        // The peers may still work for minutes: the one wait policy, parking up to 1 ms between tests.
+        val backoff = Backoff(spinIterations = 100, yieldIterations = 100, maxParkNanos = 1_000_000)
         while (!halted) {
             if (binding.test(request.address(), flag.address(), abi.statusIgnore) != 0) return true
             if (flag.get(ValueLayout.JAVA_INT, 0) != 0) {
                 everyRankArrivedAt = System.nanoTime()
                 return true
             }
-            Thread.sleep(1)
+            backoff.idle()
         }
         return false
     }
@@ -291,11 +295,7 @@ internal class MpiRuntime(
             } catch (_: InterruptedException) {
             }
         }
-        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-abort-guard").start {
-            try {
-                Thread.sleep(ABORT_GRACE_MILLIS)
-            } catch (_: InterruptedException) {
-            }
+        AbortEscalation.after("tpcomm-mpi-abort-guard", ABORT_GRACE_MILLIS) {
             haltNow(code, "MPI_Abort did not end the process within $ABORT_GRACE_MILLIS ms")
         }
         binding.abort(comm, code)
