@@ -19,7 +19,6 @@ import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
-import kotlinx.coroutines.delay
 import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlin.coroutines.resume
@@ -417,7 +416,10 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
         slot.complete(rank)
     }
 
-    /** Waits for the slot of [seq] to be free when this rank ran more than the ring size ahead. */
+    /**
+     * Waits for the slot of [seq] to be free when this rank ran more than the ring size ahead: woken
+     * when the slot is recycled (the last rank departs the operation a ring earlier) or the world aborts.
+     */
     private suspend fun awaitSlot(seq: Long, name: String, entry: FlightRecorder.Entry): OpSlot {
         try {
             while (true) {
@@ -426,7 +428,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
                     val e = abortedException(name, entry.sequence, it)
                     entry.fail(e); throw e
                 }
-                delay(1)
+                group.awaitSlotFor(seq)
             }
         } catch (c: CancellationException) {
             // The sequence number is taken: without this rank the others could never complete it.

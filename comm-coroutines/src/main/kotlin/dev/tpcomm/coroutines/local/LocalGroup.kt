@@ -23,7 +23,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
 
     /**
      * The slot serving operation [seq], or null when the ring position still serves an older
-     * operation (a rank is more than the ring size ahead); the caller then waits with [awaitSlot].
+     * operation (a rank is more than the ring size ahead); the caller then waits with [awaitSlotFor].
      */
     fun slotFor(seq: Long): OpSlot? {
         val i = ((seq - 1) % RING).toInt()
@@ -38,11 +38,21 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         }
     }
 
-    /** Fails every pending slot and receive of this group (world abort). */
+    /**
+     * Suspends until the ring position of operation [seq] may serve it (the slot there was recycled)
+     * or the world aborted; the caller then tries [slotFor] again. Woken by the recycle itself.
+     */
+    suspend fun awaitSlotFor(seq: Long) {
+        val s = ring.get(((seq - 1) % RING).toInt()) ?: return
+        s.awaitGeneration(seq) { world.abortCause != null }
+    }
+
+    /** Fails every pending slot and receive of this group (world abort); wakes the ranks waiting for a slot. */
     fun failPending(specific: SlotFailure?, generic: SlotFailure, timedOut: Any?) {
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             s.fail(if (specific != null && s === timedOut) specific else generic)
+            s.wakeGenerationWaiters()
         }
         for (m in mailboxes) m.failAll(generic, timedOut, specific)
     }

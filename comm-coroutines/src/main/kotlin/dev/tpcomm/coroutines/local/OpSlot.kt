@@ -3,7 +3,10 @@ package dev.tpcomm.coroutines.local
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.spi.CollectiveSignature
+import kotlinx.coroutines.CancellableContinuation
+import kotlinx.coroutines.suspendCancellableCoroutine
 import java.lang.foreign.MemorySegment
+import java.util.concurrent.ConcurrentLinkedQueue
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
 import kotlin.coroutines.Continuation
@@ -91,6 +94,32 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
         }
     }
 
+    /**
+     * Ranks whose next operation is this slot's next generation (they ran a ring ahead), each
+     * waiting in [awaitGeneration] until [depart] recycles the slot or [wakeGenerationWaiters] (an
+     * abort) wakes them. Rarely used, so allocated per wait.
+     */
+    private val generationWaiters = ConcurrentLinkedQueue<CancellableContinuation<Unit>>()
+
+    /**
+     * Suspends until this slot serves operation [wanted] or [abandoned] is true (the world aborted);
+     * returns at once when one holds already. Cancellable. The caller checks again after it returns.
+     */
+    suspend fun awaitGeneration(wanted: Long, abandoned: () -> Boolean) {
+        if (seq == wanted || abandoned()) return
+        suspendCancellableCoroutine { cont ->
+            generationWaiters.add(cont)
+            cont.invokeOnCancellation { generationWaiters.remove(cont) }
+            // Recycled (or aborted) between the check and the add: whoever removes it resumes it.
+            if ((seq == wanted || abandoned()) && generationWaiters.remove(cont)) cont.resume(Unit)
+        }
+    }
+
+    /** Wakes every rank waiting in [awaitGeneration] (after a recycle, or an abort). */
+    fun wakeGenerationWaiters() {
+        while (true) generationWaiters.poll()?.resume(Unit) ?: return
+    }
+
     /** Called by every rank once it no longer reads the slot; the last one recycles it for the next generation. */
     fun depart() {
         if (departed.incrementAndGet() != size) return
@@ -108,6 +137,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
         departed.set(0)
         state.set(PENDING)
         seq = next // publishes the cleared slot
+        if (!generationWaiters.isEmpty()) wakeGenerationWaiters()
     }
 
     companion object {
