@@ -11,6 +11,7 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.callerMayBeHeld
@@ -1159,6 +1160,9 @@ public class MpiCommunicator internal constructor(
     private fun pollSignature(operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
+        // The dispatcher's wait policy (spin, yield, then park up to its longest park), not a spin
+        // that could last until the deadline while a peer is late.
+        val backoff = Backoff(dispatcher.spinIterations, yieldIterations = 16, dispatcher.maxParkNanos)
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
@@ -1167,7 +1171,7 @@ public class MpiCommunicator internal constructor(
                 // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
                 throw CancellationException("cancelled while exchanging the signature of $operation")
             }
-            Thread.onSpinWait()
+            backoff.idle()
         }
     }
 
