@@ -175,7 +175,7 @@ public class MpiCommunicator internal constructor(
      * How the watchdog sees this communicator. Not the communicator itself: its deadline callback
      * ends in `MPI_Abort`, so it must not be a public member a user could call.
      */
-    private val watched = object : MpiWatchdog.Watched {
+    private val watched = object : MpiWatchdog.Monitored {
         override val activeCall: Long get() = activeCallCell.get()
         override val currentSequence: Long get() = this@MpiCommunicator.currentSequence
         override val callTimeoutNanos: Long get() = timeoutNanos
@@ -1293,7 +1293,7 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Watched.pollPeerNotices]):
+     * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Monitored.pollPeerNotices]):
      * the communicator is aborted, naming [from], and its flight recorder dumped. When this rank is
      * blocked inside a collective that can now never complete, it also prints the exception; the
      * call stays under the watchdog, and the job ends by [from]'s own `MPI_Abort` (which waits

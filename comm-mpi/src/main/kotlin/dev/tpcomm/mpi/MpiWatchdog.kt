@@ -8,7 +8,7 @@ import java.util.concurrent.ConcurrentHashMap
  * Enforces the deadlines of blocking MPI calls, which cannot be interrupted: the core's
  * [DeadlineWatchdog] thread (never an MPI thread, so it runs while one is blocked in the library)
  * looks at the call each communicator is in (if any) every [periodMillis] ms and, once the same call has
- * been in progress for longer than the communicator's timeout, hands it to [Watched.onDeadline]
+ * been in progress for longer than the communicator's timeout, hands it to [Monitored.onDeadline]
  * (which reports and calls `MPI_Abort`).
  *
  * The communicator's thread reads no clock for this: it only publishes a token for the call in
@@ -18,7 +18,7 @@ import java.util.concurrent.ConcurrentHashMap
  */
 internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable {
     /** A communicator as the watchdog sees it. */
-    interface Watched {
+    interface Monitored {
         /** Token of the blocking call in progress (unique per call of this communicator), or 0 when none. */
         val activeCall: Long
 
@@ -50,10 +50,10 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
     /** What the watchdog thread knows about one communicator's call in progress. */
     private class Seen(var token: Long, var since: Long, var fired: Boolean)
 
-    private val watched = ConcurrentHashMap.newKeySet<Watched>()
+    private val watched = ConcurrentHashMap.newKeySet<Monitored>()
 
     /** Touched only by the core's watchdog thread (it calls [scan]). */
-    private val seen = HashMap<Watched, Seen>()
+    private val seen = HashMap<Monitored, Seen>()
 
     /**
      * A flight-recorder clock that reads no clock: the time of the core watchdog's latest scan, at
@@ -63,7 +63,7 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
 
     @Volatile private var registration: DeadlineWatchdog.Registration? = null
 
-    fun register(w: Watched) {
+    fun register(w: Monitored) {
         watched += w
         if (registration == null) synchronized(this) {
             if (registration == null) registration = DeadlineWatchdog.register(::scan, periodMillis)
@@ -75,7 +75,7 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
 
     /**
      * A thread of its own that tests every communicator's abort notices each period (what
-     * [Watched.pollPeerNotices] does under `MPI_THREAD_MULTIPLE`). Not the deadline thread: an MPI
+     * [Monitored.pollPeerNotices] does under `MPI_THREAD_MULTIPLE`). Not the deadline thread: an MPI
      * call there could wait on the library's lock while another thread is blocked in a collective
      * (MPICH's global critical section), and deadlines must never wait for MPI.
      */
@@ -103,9 +103,9 @@ internal class MpiWatchdog(private val periodMillis: Long = 50) : AutoCloseable 
     fun activeCalls(): List<String> = watched.mapNotNull { it.describeActiveCall() }
 
     /** Every registered communicator, for [MpiRuntime.programFailed]. */
-    fun communicators(): List<Watched> = watched.toList()
+    fun communicators(): List<Monitored> = watched.toList()
 
-    fun unregister(w: Watched) {
+    fun unregister(w: Monitored) {
         watched -= w
     }
 
