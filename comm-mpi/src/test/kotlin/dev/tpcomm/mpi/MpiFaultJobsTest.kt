@@ -31,7 +31,7 @@ class MpiFaultJobsTest : FunSpec({
     class Healthy(val mode: String, val np: Int, val timeoutSeconds: Int, val extra: List<String>, val expect: List<String>)
 
     /** A job that must fail: [survivorsSay] is a pattern the job's output must contain. */
-    class Fault(val mode: String, val label: String, val survivorsSay: String, val np: Int = 3)
+    class Fault(val mode: String, val label: String, val survivorsSay: String, val np: Int = 3, val alsoSay: List<String> = emptyList())
 
     val healthy = listOf(
         // (e) rank 0 finishes and closes while the others compute 12 s (more than the old fixed
@@ -57,6 +57,12 @@ class MpiFaultJobsTest : FunSpec({
         // (issue 11 item 2), and an early-returning peer exited 0 (item 3).
         Fault("stuck", "(d) is stuck in computation", rank0TimedOut, np = 2),
         Fault("early", "(a) returns from main early", rank0TimedOut, np = 2),
+        // Issue 22 item 4: rank 0's monitoredBarrier names the late rank, and tells rank 1, which arrived.
+        Fault(
+            "monbar", "(h) sleeps past a monitoredBarrier's timeout",
+            "CAUGHT rank 0 dev\\.tpcomm\\.MonitoredBarrierException: [^\\n]*rank 2 did not reach monitoredBarrier within 2s",
+            alsoSay = listOf("CAUGHT rank 1 dev\\.tpcomm\\.MonitoredBarrierException: [^\\n]*rank 2 did not reach monitoredBarrier within 2s \\(reported by rank 0\\)"),
+        ),
     )
 
     fun summary(launcher: Launcher, mode: String, job: JobResult, faultToEnd: Long?) {
@@ -101,6 +107,8 @@ class MpiFaultJobsTest : FunSpec({
                     fault shouldNotBe null
                     faultToEnd!! shouldBeLessThanOrEqual (timeout + 5) * 1000L
                     Regex(f.survivorsSay).containsMatchIn(job.stdout + job.stderr) shouldBe true
+                    for (line in f.alsoSay) withClue(line) { Regex(line).containsMatchIn(job.stdout + job.stderr) shouldBe true }
+                    job.stdout.contains("WRONG") shouldBe false
                 }
             }
         }
