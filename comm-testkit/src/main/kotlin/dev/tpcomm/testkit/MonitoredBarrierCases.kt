@@ -1,11 +1,15 @@
 package dev.tpcomm.testkit
 
 import dev.tpcomm.CommunicationException
+import dev.tpcomm.DType
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Communicator
 import dev.tpcomm.MonitoredBarrierException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.async
+import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlin.time.Duration
 
@@ -27,6 +31,29 @@ internal object MonitoredBarrierCases {
                 ctx.expect(r.error == null) { "monitoredBarrier #$i with every rank arriving threw ${r.error?.describe()}" }
                 val sum = ctx.options.placement.toHost(comm.allReduce(ones(ctx), ReduceOp.Sum)).toFloatArray()
                 ctx.expect(sum.all { it == comm.worldSize.toFloat() }) { "allReduce after monitoredBarrier #$i gave ${sum.toList()}" }
+            }
+        },
+        ConformanceCase(
+            "monitoredBarrier: a wildcard receive posted meanwhile never takes its messages", CaseKind.Collective, 2,
+            { o, _ -> if (!o.taggedPointToPoint || o.placement !== TensorPlacement.Host) "the backend has no ANY_SOURCE/ANY_TAG receives of host tensors" else null },
+        ) { comm, ctx ->
+            val n = comm.worldSize
+            val next = (comm.rank + 1) % n
+            val prev = (comm.rank + n - 1) % n
+            repeat(5) { i ->
+                coroutineScope {
+                    // A user receive as large as the barrier's messages (8 bytes), from any rank with any tag, posted first.
+                    val got = Tensor.zeros(DType.Int64, 1)
+                    val user = async(start = CoroutineStart.UNDISPATCHED) { comm.recv(got, Communicator.ANY_SOURCE, Communicator.ANY_TAG) }
+                    val r = attempt { comm.monitoredBarrier(ctx.options.timeout) }
+                    ctx.expect(r.error == null) { "monitoredBarrier #$i with a wildcard receive posted threw ${r.error?.describe()}" }
+                    comm.send(Tensor.of(longArrayOf(i * 1000L + comm.rank)), next, 0)
+                    val info = user.await()
+                    ctx.expect(info.source == prev && info.tag == 0 && got.getLong(0) == i * 1000L + prev) {
+                        "the wildcard receive of round $i got ${got.getLong(0)} from rank ${info.source} with tag ${info.tag}; " +
+                            "expected ${i * 1000L + prev} from rank $prev with tag 0 (it must never take the barrier's messages)"
+                    }
+                }
             }
         },
     )
