@@ -53,6 +53,7 @@ public object MonitoredBarrier {
         require(timeout.isPositive() && timeout.isFinite()) {
             "$OPERATION: timeout $timeout must be positive and finite; pass how long rank 0 waits for the other ranks, e.g. 30.seconds"
         }
+        channel.ensureUsable()
         if (comm.worldSize == 1) return
         if (comm.rank == 0) root(comm, channel, timeout, waitAllRanks) else member(comm.rank, channel, timeout)
     }
@@ -64,7 +65,8 @@ public object MonitoredBarrier {
      * The channel of a backend that supplies none (a third-party [Communicator] that does not override
      * [Communicator.monitoredBarrier]): one-element `Int64` host tensors through [comm]'s own [Communicator.send]
      * and [Communicator.recv] on [FALLBACK_TAG], which the program must then not use, nor receive with
-     * `ANY_TAG` while a monitored barrier runs. It cannot abort the communicator: after a failure, do not use it.
+     * `ANY_TAG` while a monitored barrier runs. It cannot abort the communicator (after a failure, do not use it),
+     * nor tell whether it is usable (the first message says so).
      */
     public fun taggedChannel(comm: Communicator): MonitoredBarrierChannel = object : MonitoredBarrierChannel {
         override val errors: CommunicationErrors = CommunicationErrors(comm.rank, comm.backendName)
@@ -79,6 +81,8 @@ public object MonitoredBarrier {
             comm.recv(t, src, FALLBACK_TAG)
             return t.getLong(0)
         }
+
+        override fun ensureUsable() {}
 
         override fun abort(cause: CommunicationException) {}
     }

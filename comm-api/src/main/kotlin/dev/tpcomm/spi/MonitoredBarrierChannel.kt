@@ -28,6 +28,14 @@ public interface MonitoredBarrierChannel {
      */
     public val concurrentReceives: Boolean
 
+    /**
+     * Throws what any call on this communicator throws once it was aborted or closed
+     * ([dev.tpcomm.CommunicatorAbortedException], naming [MonitoredBarrier.OPERATION]); returns when
+     * it is usable. Called before anything is sent, so a barrier on a dead communicator says so
+     * instead of naming ranks.
+     */
+    public fun ensureUsable()
+
     /** Sends [value] to [dst]. Returns once sent (buffered, or received where the backend waits for that). */
     public suspend fun send(value: Long, dst: Int)
 

@@ -480,6 +480,11 @@ public class NcclCommunicator internal constructor(
 
         override suspend fun recv(src: Int): Long = objects.recvLength(MonitoredBarrier.OPERATION, src, 0).first
 
+        override fun ensureUsable() {
+            if (closed.get()) throw errors.aborted(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE, "the communicator was closed; create a new one")
+            failures.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+        }
+
         override fun abort(cause: CommunicationException) {
             this@NcclCommunicator.abort(cause)
         }

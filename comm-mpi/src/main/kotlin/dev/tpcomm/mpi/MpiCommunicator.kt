@@ -836,6 +836,10 @@ public class MpiCommunicator internal constructor(
             return t.getLong(0)
         }
 
+        override fun ensureUsable() {
+            this@MpiCommunicator.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+        }
+
         override fun abort(cause: CommunicationException) {
             markBroken(cause, notifyPeers = false)
         }

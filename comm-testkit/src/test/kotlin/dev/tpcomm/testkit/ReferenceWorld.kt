@@ -56,6 +56,11 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
     private fun aborted(rank: Int, operation: String, seq: Long, cause: Throwable?) =
         CommunicatorAbortedException("the communicator was aborted: ${cause?.message ?: "closed"}", rank, BACKEND, operation, seq, cause)
 
+    /** Throws what a call on the aborted (or closed) world throws; returns while it is usable. */
+    fun ensureUsable(rank: Int, operation: String) {
+        synchronized(lock) { abortCause }?.let { throw aborted(rank, operation, -1, it) }
+    }
+
     fun abort(cause: Throwable) {
         val pending = ArrayList<Call>()
         synchronized(lock) {
@@ -426,6 +431,10 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
             val t = Tensor.zeros(dev.tpcomm.DType.Int64, 1)
             world.receive(rank, next(MonitoredBarrier.OPERATION), src, CONTROL_TAG, t, MonitoredBarrier.OPERATION)
             return t.getLong(0)
+        }
+
+        override fun ensureUsable() {
+            world.ensureUsable(rank, MonitoredBarrier.OPERATION)
         }
 
         override fun abort(cause: dev.tpcomm.CommunicationException) {

@@ -222,6 +222,10 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
             return t.getLong(0)
         }
 
+        override fun ensureUsable() {
+            unusable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)?.let { throw it }
+        }
+
         override fun abort(cause: CommunicationException) {
             world.abort(cause)
         }

@@ -136,6 +136,23 @@ class LocalMonitoredBarrierSpec : FunSpec({
         out[3]!!.error.shouldBeInstanceOf<MonitoredBarrierException>().missingRanks shouldContainExactly listOf(1)
     }
 
+    test("on a closed or aborted communicator it throws CommunicatorAbortedException, as every call does, naming no rank") {
+        runLocalWorld(3) { comm ->
+            comm.monitoredBarrier(5.seconds)
+            comm.close()
+            val e = shouldThrow<CommunicatorAbortedException> { comm.monitoredBarrier(5.seconds) }
+            e.operation shouldBe "monitoredBarrier"
+        }
+        val afterFailure = withContext(Dispatchers.Default) {
+            runLocalWorld(3) { comm ->
+                if (comm.rank == 1) delay(timeout * 3) else runCatching { comm.monitoredBarrier(timeout) }
+                // Every rank, the one that was late included, finds the communicator aborted by the failed barrier.
+                runCatching { comm.monitoredBarrier(timeout) }.exceptionOrNull()
+            }
+        }
+        for (e in afterFailure) e.shouldBeInstanceOf<CommunicatorAbortedException>().cause.shouldBeInstanceOf<MonitoredBarrierException>()
+    }
+
     test("a timeout that is not positive is refused before anything is sent; one rank returns at once") {
         runLocalWorld(2) { comm ->
             shouldThrow<IllegalArgumentException> { comm.monitoredBarrier(Duration.ZERO) }.message shouldContain "must be positive"
