@@ -39,6 +39,31 @@ public open class CommunicationTimeoutException(
 ) : CommunicationException(message, rank, backend, operation, sequenceNumber, cause, flightRecorderDump)
 
 /**
+ * [Communicator.monitoredBarrier] found ranks that did not reach it within its timeout:
+ * [missingRanks] names them, in the communicator's numbering (a sub-communicator's own ranks), in
+ * ascending order. A timeout, so handlers of [CommunicationTimeoutException] see it too; the
+ * communicator is aborted.
+ *
+ * Rank 0 names the ranks it did not hear from (the first one, or all of them with `waitAllRanks`);
+ * the ranks that arrived learn the same list from rank 0. [missingRanks] is empty on a rank that
+ * reached the barrier but could not learn the list (rank 0 could not tell it, or the communicator
+ * failed meanwhile: [cause] says how); then rank 0's exception names the ranks. A rank that gets no
+ * answer from rank 0 at all names rank 0.
+ *
+ * @property missingRanks the ranks known not to have reached the barrier within the timeout; empty when unknown here.
+ */
+public open class MonitoredBarrierException(
+    message: String,
+    rank: Int,
+    backend: String,
+    operation: String,
+    sequenceNumber: Long,
+    public val missingRanks: List<Int>,
+    cause: Throwable? = null,
+    flightRecorderDump: String? = null,
+) : CommunicationTimeoutException(message, rank, backend, operation, sequenceNumber, cause, flightRecorderDump)
+
+/**
  * Ranks called different collectives at the same position of their program order, or the same
  * collective with different arguments. [ranks] lists the ranks that disagreed with the first rank
  * and [fields] the fields that differ (`operation`, `dtype`, `shape`, `op`, `root`, ...).

@@ -1,8 +1,10 @@
 package dev.tpcomm
 
 import dev.tpcomm.spi.CollectiveShapes
+import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.ObjectProtocol
 import kotlinx.serialization.KSerializer
+import kotlin.time.Duration
 
 /**
  * A group of ranks that run collectives together: tpcomm's central interface.
@@ -163,6 +165,34 @@ public interface Communicator : AutoCloseable {
 
     /** Returns once every rank has called it. */
     public suspend fun barrier()
+
+    /**
+     * A barrier that names the ranks that did not reach it within [timeout] (PyTorch's
+     * `monitored_barrier`): rank 0 waits up to [timeout] for every other rank; when all arrived, every
+     * rank returns. Otherwise rank 0 throws [MonitoredBarrierException] whose `missingRanks` (and
+     * message: `rank 2 did not reach monitoredBarrier within 2s`) names the first missing rank, or,
+     * with [waitAllRanks], all of them; it tells the ranks that arrived, which throw the same
+     * exception with the same list. Ranks are numbered in this communicator (a sub-communicator's own
+     * numbering). A host-side debugging aid, not a fast barrier: `2 (worldSize - 1)` small messages
+     * through rank 0.
+     *
+     * **Deadlines.** Rank 0 ends within [timeout] plus a few messages. The other ranks wait up to
+     * twice [timeout] for rank 0's answer (rank 0 may call late by up to one timeout); with no answer
+     * they throw [MonitoredBarrierException] naming rank 0. [CommConfig.timeout] still bounds every
+     * message, so keep [timeout] below half of it. On the GPU backends rank 0 receives from one rank at
+     * a time in rank order (a receive holds the device's thread), so it names only the first missing
+     * rank (and says which were not checked), and cannot tell the others, which then fail with their
+     * own deadline or NCCL's error.
+     *
+     * **Failure.** A failure aborts the communicator, as a rank that never arrives does for any
+     * collective: later calls throw [CommunicatorAbortedException]. The barrier's messages travel on a
+     * channel of their own that no [recv] matches, `ANY_TAG` and `ANY_SOURCE` included. A [timeout]
+     * that is not positive: [IllegalArgumentException], nothing sent. Cancellation as for [recv].
+     * Every message is in the flight record as `monitoredBarrier`. Thread-safe.
+     */
+    public suspend fun monitoredBarrier(timeout: Duration, waitAllRanks: Boolean = false) {
+        MonitoredBarrier.run(this, MonitoredBarrier.taggedChannel(this), timeout, waitAllRanks)
+    }
 
     /**
      * Sends [tensor]'s bytes to rank [dst] with [tag] (>= 0). Returns once the tensor may be

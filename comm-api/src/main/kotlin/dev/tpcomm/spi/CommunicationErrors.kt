@@ -6,6 +6,7 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.MonitoredBarrierException
 import dev.tpcomm.NativeLibraryException
 
 /**
@@ -32,6 +33,10 @@ public class CommunicationErrors @JvmOverloads constructor(
     /** [operation] passed its deadline. */
     public fun timeout(operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationTimeoutException =
         CommunicationTimeoutException(message, rank, backend, operation, sequence, cause, takeDump())
+
+    /** A monitored barrier found [missingRanks] missing (empty when this rank cannot know which); see [MonitoredBarrierException]. */
+    public fun monitoredBarrier(operation: String, sequence: Long, message: String, missingRanks: List<Int>, cause: Throwable? = null): MonitoredBarrierException =
+        MonitoredBarrierException(message, rank, backend, operation, sequence, missingRanks.toList(), cause, takeDump())
 
     /** Ranks disagreed on [operation]: [ranks] differ from rank 0 in [fields]. */
     public fun mismatch(operation: String, sequence: Long, message: String, ranks: List<Int>, fields: List<String>): CollectiveMismatchException =

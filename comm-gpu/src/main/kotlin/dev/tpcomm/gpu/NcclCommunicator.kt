@@ -25,6 +25,8 @@ import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import dev.tpcomm.spi.ObjectProtocol
+import dev.tpcomm.spi.MonitoredBarrier
+import dev.tpcomm.spi.MonitoredBarrierChannel
 import dev.tpcomm.spi.ObjectTransport
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
@@ -457,6 +459,37 @@ public class NcclCommunicator internal constructor(
     /** Receives what [sendObject] sent from [src] (tag 0 or ANY_TAG; no ANY_SOURCE); see there. */
     override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
         ObjectProtocol.recv(this, objects, src, tag, serializer)
+
+    /**
+     * The core's [MonitoredBarrier] over the staged object messages ([objects]' `sendLength`/`recvLength`,
+     * tag 0, recorded as `monitoredBarrier`). NCCL matches messages between two ranks by issue order only
+     * and has no wildcards, so no user receive can take them out of order. A receive holds the device's
+     * thread until it matched, so rank 0 receives in rank order, names the first missing rank, and aborts
+     * (`ncclCommAbort`) before it could answer the others: they fail through NCCL or their own deadline.
+     */
+    override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
+        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
+    }
+
+    private val control = object : MonitoredBarrierChannel {
+        override val errors: CommunicationErrors get() = this@NcclCommunicator.errors
+        override val concurrentReceives: Boolean get() = false
+
+        override suspend fun send(value: Long, dst: Int) {
+            objects.sendLength(MonitoredBarrier.OPERATION, value, dst, 0)
+        }
+
+        override suspend fun recv(src: Int): Long = objects.recvLength(MonitoredBarrier.OPERATION, src, 0).first
+
+        override fun ensureUsable() {
+            if (closed.get()) throw errors.aborted(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE, "the communicator was closed; create a new one")
+            failures.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+        }
+
+        override fun abort(cause: CommunicationException) {
+            this@NcclCommunicator.abort(cause)
+        }
+    }
 
     /** The object collectives' bytes, staged through temporary device buffers on this communicator's stream. */
     private val objects = object : ObjectTransport {

@@ -24,6 +24,7 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.future.asCompletableFuture
 import kotlinx.coroutines.runBlocking
 import kotlinx.serialization.KSerializer
+import kotlin.time.toKotlinDuration
 
 /**
  * A [Communicator] for Java: every collective as a method returning a [CompletableFuture], and a
@@ -177,6 +178,16 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     /** Resolves (to null) once every rank has entered the barrier. */
     public fun barrier(): CompletableFuture<Void?> = issue { comm.barrier(); null }
+
+    /**
+     * A barrier that names the ranks that did not reach it within [timeout]: resolves (to null) when
+     * every rank arrived, otherwise completes exceptionally with [dev.tpcomm.MonitoredBarrierException]
+     * whose `getMissingRanks()` names the first missing rank, or all of them with [waitAllRanks]. A null
+     * or non-positive [timeout] completes it with [IllegalArgumentException]. See [Communicator.monitoredBarrier].
+     */
+    @JvmOverloads
+    public fun monitoredBarrier(timeout: java.time.Duration?, waitAllRanks: Boolean = false): CompletableFuture<Void?> =
+        issue { comm.monitoredBarrier(monitoredTimeout(timeout), waitAllRanks); null }
 
     /** Sends [tensor] to [dst] with [tag]; resolves (to null) once [tensor] may be reused. See [Communicator.send]. */
     @JvmOverloads
@@ -460,6 +471,14 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     /** [barrier], waiting. */
     public fun barrierBlocking(): Unit = block("barrier") { comm.barrier() }
+
+    /** [monitoredBarrier], waiting: throws the [dev.tpcomm.MonitoredBarrierException] itself. */
+    @JvmOverloads
+    public fun monitoredBarrierBlocking(timeout: java.time.Duration?, waitAllRanks: Boolean = false): Unit =
+        block("monitoredBarrier") { comm.monitoredBarrier(monitoredTimeout(timeout), waitAllRanks) }
+
+    private fun monitoredTimeout(timeout: java.time.Duration?): kotlin.time.Duration =
+        required(timeout, "monitoredBarrier", "timeout", "how long rank 0 waits for the other ranks, e.g. Duration.ofSeconds(30)").toKotlinDuration()
 
     /** [send], waiting. */
     @JvmOverloads

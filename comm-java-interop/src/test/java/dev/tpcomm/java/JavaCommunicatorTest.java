@@ -19,6 +19,7 @@ import dev.tpcomm.Communicator;
 import dev.tpcomm.CommunicatorAbortedException;
 import dev.tpcomm.DType;
 import dev.tpcomm.MessageInfo;
+import dev.tpcomm.MonitoredBarrierException;
 import dev.tpcomm.ReduceOp;
 import dev.tpcomm.Tensor;
 import java.time.Duration;
@@ -393,5 +394,40 @@ class JavaCommunicatorTest {
         CompletableFuture<JavaCommunicator> async = JavaComm.createAsync("no-such-backend", CommConfig.builder().build());
         assertInstanceOf(BackendUnavailableException.class, assertThrows(ExecutionException.class, async::get).getCause());
         assertThrows(IllegalArgumentException.class, () -> JavaComm.localWorld(0));
+    }
+
+    @Test
+    void monitoredBarrierNamesTheMissingRank() throws Exception {
+        List<JavaCommunicator> world = JavaComm.localWorld(4);
+        try {
+            // Every rank arrives: the future resolves to null, the blocking twin returns.
+            Ranks.run(world, comm -> {
+                assertNull(comm.monitoredBarrier(Duration.ofSeconds(5)).get());
+                comm.monitoredBarrierBlocking(Duration.ofSeconds(5), true);
+                ExecutionException bad = assertThrows(ExecutionException.class, () -> comm.monitoredBarrier(null).get());
+                assertInstanceOf(IllegalArgumentException.class, bad.getCause());
+                return null;
+            });
+            // Rank 2 stays away: rank 0's future fails naming it, and the ranks that arrived learn it from rank 0.
+            List<Throwable> errors = Ranks.run(world, comm -> {
+                if (comm.getRank() == 2) {
+                    Thread.sleep(1500);
+                    return null;
+                }
+                try {
+                    comm.monitoredBarrierBlocking(Duration.ofMillis(500));
+                    return null;
+                } catch (MonitoredBarrierException e) {
+                    return e;
+                }
+            });
+            for (int r : new int[] {0, 1, 3}) {
+                MonitoredBarrierException e = assertInstanceOf(MonitoredBarrierException.class, errors.get(r), "rank " + r);
+                assertEquals(List.of(2), e.getMissingRanks());
+            }
+            assertTrue(errors.get(0).getMessage().contains("rank 2 did not reach monitoredBarrier within 500ms"), errors.get(0).getMessage());
+        } finally {
+            Ranks.closeAll(world);
+        }
     }
 }

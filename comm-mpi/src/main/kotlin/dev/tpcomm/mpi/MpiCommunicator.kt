@@ -21,6 +21,8 @@ import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.MonitoredBarrier
+import dev.tpcomm.spi.MonitoredBarrierChannel
 import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
@@ -792,6 +794,58 @@ public class MpiCommunicator internal constructor(
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
+    /** The core's [MonitoredBarrier] over [control]. */
+    override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
+        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
+    }
+
+    /**
+     * The monitored barrier's messages: one `Int64` with tag [CONTROL_TAG] on [controlHandle], the
+     * private duplicate that carries the abort notices (tag [MpiAbortNotices.ABORT_TAG]), so no user
+     * receive on [handle] can match them, `MPI_ANY_TAG` and `MPI_ANY_SOURCE` included. Sent with
+     * `MPI_Isend` and received as [recv] receives (probe, then `MPI_Irecv` of exactly the probed
+     * message), through the same progress loop and deadline; a receive still probing when it is
+     * abandoned never posts its `MPI_Irecv`, so a token arriving late stays unreceived in MPI's queue
+     * and is never written anywhere. Recorded as `monitoredBarrier`. Its abort breaks the communicator
+     * without abort notices: the ranks that reached the barrier learn the missing ranks from rank 0's
+     * answer, which a notice arriving first would replace with a generic abort.
+     */
+    private val control = object : MonitoredBarrierChannel {
+        override val errors: CommunicationErrors get() = this@MpiCommunicator.errors
+        override val concurrentReceives: Boolean get() = true
+
+        override suspend fun send(value: Long, dst: Int) {
+            val name = MonitoredBarrier.OPERATION
+            val t = Tensor.of(longArrayOf(value))
+            val entry = recorder.start(name, t.dtype, t.shape, t.byteSize, peer = dst, tag = CONTROL_TAG)
+            val buf = t.segment.address(); val type = abi.datatype(t.dtype)
+            pointToPoint(entry, name, t, MpiPending.Kind.Request) { r -> binding.isend(buf, 1, type, dst, CONTROL_TAG, controlHandle, r) }
+        }
+
+        override suspend fun recv(src: Int): Long {
+            val name = MonitoredBarrier.OPERATION
+            val t = Tensor.zeros(dev.tpcomm.DType.Int64, 1)
+            val entry = recorder.start(name, t.dtype, t.shape, t.byteSize, peer = src, tag = CONTROL_TAG)
+            val buf = t.segment.address(); val type = abi.datatype(t.dtype)
+            val receive = { r: Long, from: Int, withTag: Int -> binding.irecv(buf, 1, type, from, withTag, controlHandle, r) }
+            val probe = MpiStatusResult().also { it.probeSource = src; it.probeTag = CONTROL_TAG; it.probeHandle = controlHandle }
+            val status = pointToPoint(entry, name, t, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
+            if (status.refusedBytes >= 0) {
+                throw errors.failure(name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
+                    .also { entry.fail(it); markBroken(it) }
+            }
+            return t.getLong(0)
+        }
+
+        override fun ensureUsable() {
+            this@MpiCommunicator.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+        }
+
+        override fun abort(cause: CommunicationException) {
+            markBroken(cause, notifyPeers = false)
+        }
+    }
+
     // ------------------------------------------------------------------ groups
 
     override suspend fun split(color: Int?, key: Int): Communicator? {
@@ -1061,6 +1115,7 @@ public class MpiCommunicator internal constructor(
         for (q in probingReceives) {
             if (q === p) return false
             val other = q.result ?: continue
+            if (mine.probeHandle != other.probeHandle) continue // another MPI communicator: they never take each other's messages
             val source = mine.probeSource == other.probeSource || mine.probeSource == abi.anySource || other.probeSource == abi.anySource
             val tag = mine.probeTag == other.probeTag || mine.probeTag == abi.anyTag || other.probeTag == abi.anyTag
             if (source && tag) return true
@@ -1451,6 +1506,9 @@ public class MpiCommunicator internal constructor(
 
         /** The operation named when a peer's notice aborts a communicator between calls. */
         private const val PEER_NOTICE: String = "between calls"
+
+        /** The monitored barrier's tag on the control duplicate (never [MpiAbortNotices.ABORT_TAG]; within the standard's minimum MPI_TAG_UB). */
+        const val CONTROL_TAG: Int = 8
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
         const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
         const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST

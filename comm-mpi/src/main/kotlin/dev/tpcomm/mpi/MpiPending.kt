@@ -17,6 +17,9 @@ internal class MpiStatusResult {
     var probeSource: Int = 0
     var probeTag: Int = 0
 
+    /** The MPI communicator probed and received on: the user's (null) or the private control duplicate (the monitored barrier's). */
+    var probeHandle: Long? = null
+
     /** The size of a probed message refused by a receive of another size; -1 when none was refused. */
     var refusedBytes: Long = -1
 }
@@ -84,7 +87,7 @@ internal class MpiPending(
                         if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
                         return false
                     }
-                    comm.check(b.iprobe(r.probeSource, r.probeTag, comm.handle, flag, status), operation, entry)
+                    comm.check(b.iprobe(r.probeSource, r.probeTag, r.probeHandle ?: comm.handle, flag, status), operation, entry)
                     if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
                         comm.probingReceives.remove(this)
                         val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))

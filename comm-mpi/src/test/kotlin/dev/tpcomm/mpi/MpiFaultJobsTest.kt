@@ -30,8 +30,19 @@ class MpiFaultJobsTest : FunSpec({
     /** A job that must complete. */
     class Healthy(val mode: String, val np: Int, val timeoutSeconds: Int, val extra: List<String>, val expect: List<String>)
 
-    /** A job that must fail: [survivorsSay] is a pattern the job's output must contain. */
-    class Fault(val mode: String, val label: String, val survivorsSay: String, val np: Int = 3)
+    /**
+     * A job that must fail: [survivorsSay] (and each of [alsoSay]) is a pattern the job's output must contain. The
+     * communicators' timeout is [timeoutSeconds]; the job must end within [deadlineSeconds] plus 5 s after the fault.
+     */
+    class Fault(
+        val mode: String,
+        val label: String,
+        val survivorsSay: String,
+        val np: Int = 3,
+        val alsoSay: List<String> = emptyList(),
+        val timeoutSeconds: Int = timeout,
+        val deadlineSeconds: Int = timeoutSeconds,
+    )
 
     val healthy = listOf(
         // (e) rank 0 finishes and closes while the others compute 12 s (more than the old fixed
@@ -57,6 +68,14 @@ class MpiFaultJobsTest : FunSpec({
         // (issue 11 item 2), and an early-returning peer exited 0 (item 3).
         Fault("stuck", "(d) is stuck in computation", rank0TimedOut, np = 2),
         Fault("early", "(a) returns from main early", rank0TimedOut, np = 2),
+        // Issue 22 item 4: rank 0's monitoredBarrier names the late rank, and tells rank 1, which arrived.
+        Fault(
+            "monbar", "(h) sleeps past a monitoredBarrier's timeout",
+            "CAUGHT rank 0 dev\\.tpcomm\\.MonitoredBarrierException: [^\\n]*rank 2 did not reach monitoredBarrier within 2s",
+            alsoSay = listOf("CAUGHT rank 1 dev\\.tpcomm\\.MonitoredBarrierException: [^\\n]*rank 2 did not reach monitoredBarrier within 2s \\(reported by rank 0\\)"),
+            // A long communicator timeout (MPI's start-up under load), but the barrier's 2 s decide the deadline.
+            timeoutSeconds = 30, deadlineSeconds = 2,
+        ),
     )
 
     fun summary(launcher: Launcher, mode: String, job: JobResult, faultToEnd: Long?) {
@@ -88,8 +107,8 @@ class MpiFaultJobsTest : FunSpec({
             }
         }
         for (f in faults) {
-            test("faults.${launcher.id}.np${f.np} ${f.mode}: one rank ${f.label}: every rank exits non-zero within the timeout plus 5 s").config(timeout = 3.minutes) {
-                val job = MpiJobs.runMpiPerRank(launcher, f.np, MpiFaultMain::class.java.name, listOf(f.mode, "$timeout"), limitSeconds = 120)
+            test("faults.${launcher.id}.np${f.np} ${f.mode}: one rank ${f.label}: every rank exits non-zero within ${if (f.deadlineSeconds == f.timeoutSeconds) "the timeout" else "${f.deadlineSeconds} s"} plus 5 s").config(timeout = 3.minutes) {
+                val job = MpiJobs.runMpiPerRank(launcher, f.np, MpiFaultMain::class.java.name, listOf(f.mode, "${f.timeoutSeconds}"), limitSeconds = 120)
                 val fault = Regex("^FAULT (\\d+)$", RegexOption.MULTILINE).findAll(job.stdout).map { it.groupValues[1].toLong() }.minOrNull()
                 val faultToEnd = fault?.let { job.endEpochMillis - it }
                 summary(launcher, "np${f.np} ${f.mode}", job, faultToEnd)
@@ -99,8 +118,10 @@ class MpiFaultJobsTest : FunSpec({
                     job.rankExitCodes shouldNotContain 0
                     job.leftovers shouldBe 0
                     fault shouldNotBe null
-                    faultToEnd!! shouldBeLessThanOrEqual (timeout + 5) * 1000L
+                    faultToEnd!! shouldBeLessThanOrEqual (f.deadlineSeconds + 5) * 1000L
                     Regex(f.survivorsSay).containsMatchIn(job.stdout + job.stderr) shouldBe true
+                    for (line in f.alsoSay) withClue(line) { Regex(line).containsMatchIn(job.stdout + job.stderr) shouldBe true }
+                    job.stdout.contains("WRONG") shouldBe false
                 }
             }
         }

@@ -7,14 +7,15 @@ package dev.tpcomm.testkit
  *
  * [all] lists the [CaseKind.Collective] cases first (every collective on every dtype, op, dim and
  * root; random collectives; concurrent issue; object collectives; split and group; point-to-point;
- * refused bad arguments), then the [CaseKind.Failure] cases (a rank that never calls; mismatched op,
- * dtype, shape, root and order; cancellation of an in-flight call; use after close), then the
+ * refused bad arguments; monitored barriers), then the [CaseKind.Failure] cases (a rank that never calls; mismatched op,
+ * dtype, shape, root and order; cancellation of an in-flight call; use after close; a monitored barrier
+ * naming a rank that never calls), then the
  * [CaseKind.Soak].
  */
 public object ConformanceCases {
     /** Every case, in the order runners run them. */
     public val all: List<ConformanceCase> by lazy {
-        CollectiveCases.all + MessageCases.all + FailureCases.all + ConformanceCase("soak", CaseKind.Soak, 1) { comm, ctx -> ConformanceSoak.run(comm, ctx) }
+        CollectiveCases.all + MessageCases.all + MonitoredBarrierCases.collective + FailureCases.all + MonitoredBarrierCases.failure + ConformanceCase("soak", CaseKind.Soak, 1) { comm, ctx -> ConformanceSoak.run(comm, ctx) }
     }
 
     /** The case named [name]. @throws NoSuchElementException when there is none. */

@@ -10,6 +10,9 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.spi.MonitoredBarrier
+import dev.tpcomm.spi.MonitoredBarrierChannel
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
@@ -52,6 +55,11 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
 
     private fun aborted(rank: Int, operation: String, seq: Long, cause: Throwable?) =
         CommunicatorAbortedException("the communicator was aborted: ${cause?.message ?: "closed"}", rank, BACKEND, operation, seq, cause)
+
+    /** Throws what a call on the aborted (or closed) world throws; returns while it is usable. */
+    fun ensureUsable(rank: Int, operation: String) {
+        synchronized(lock) { abortCause }?.let { throw aborted(rank, operation, -1, it) }
+    }
 
     fun abort(cause: Throwable) {
         val pending = ArrayList<Call>()
@@ -245,7 +253,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 synchronized(lock) {
                     abortCause?.let { throw aborted(me, operation, seq, it) }
                     val box = mailboxes[me]
-                    val i = box.indexOfFirst { (src == Communicator.ANY_SOURCE || it.src == src) && (tag == Communicator.ANY_TAG || it.tag == tag) }
+                    val i = box.indexOfFirst { (src == Communicator.ANY_SOURCE || it.src == src) && (if (tag == Communicator.ANY_TAG) it.tag >= 0 else it.tag == tag) }
                     if (i >= 0) {
                         val m = box[i]
                         if (into != null) {
@@ -405,6 +413,38 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
 
     override suspend fun split(color: Int?, key: Int): Communicator? =
         call("split", emptyMap(), color, key) as Communicator?
+
+    /** The core's protocol over this world's mailboxes, on tag -2, which `ANY_TAG` never matches. */
+    override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
+        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
+    }
+
+    private val control = object : MonitoredBarrierChannel {
+        override val errors = CommunicationErrors(rank, ReferenceWorld.BACKEND)
+        override val concurrentReceives: Boolean get() = true
+
+        override suspend fun send(value: Long, dst: Int) {
+            world.send(rank, next(MonitoredBarrier.OPERATION), Tensor.of(longArrayOf(value)), dst, CONTROL_TAG)
+        }
+
+        override suspend fun recv(src: Int): Long {
+            val t = Tensor.zeros(dev.tpcomm.DType.Int64, 1)
+            world.receive(rank, next(MonitoredBarrier.OPERATION), src, CONTROL_TAG, t, MonitoredBarrier.OPERATION)
+            return t.getLong(0)
+        }
+
+        override fun ensureUsable() {
+            world.ensureUsable(rank, MonitoredBarrier.OPERATION)
+        }
+
+        override fun abort(cause: dev.tpcomm.CommunicationException) {
+            world.abort(cause)
+        }
+    }
+
+    private companion object {
+        const val CONTROL_TAG = -2
+    }
 
     override fun close() {
         if (closed) return

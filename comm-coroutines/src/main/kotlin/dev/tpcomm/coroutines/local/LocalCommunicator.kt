@@ -4,6 +4,7 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
@@ -15,6 +16,8 @@ import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
+import dev.tpcomm.spi.MonitoredBarrier
+import dev.tpcomm.spi.MonitoredBarrierChannel
 import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.TimeoutCancellationException
@@ -22,6 +25,7 @@ import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
 import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlin.coroutines.resume
+import kotlin.time.Duration
 
 /**
  * One rank of a [LocalGroup]: the in-process backend's [Communicator].
@@ -182,6 +186,48 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     override suspend fun barrier() {
         return collective(OpKind.BARRIER, null, null, null, null, -1, 0, null, Unit)
+    }
+
+    /** The core's [MonitoredBarrier] over [control]. */
+    override suspend fun monitoredBarrier(timeout: Duration, waitAllRanks: Boolean) {
+        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
+    }
+
+    /**
+     * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
+     * which no user receive matches (user tags are >= 0 and [Mailbox] matches `ANY_TAG` to those
+     * only), recorded as `monitoredBarrier`. Its abort aborts the world, with the barrier's exception
+     * as the cause every later failure carries.
+     */
+    private val control = object : MonitoredBarrierChannel {
+        override val errors: CommunicationErrors get() = this@LocalCommunicator.errors
+        override val concurrentReceives: Boolean get() = true
+
+        override suspend fun send(value: Long, dst: Int) {
+            val t = Tensor.of(longArrayOf(value))
+            val entry = issueP2p(MonitoredBarrier.OPERATION, t, dst, CONTROL_TAG)
+            try {
+                group.mailboxes[dst].deliver(rank, CONTROL_TAG, t.segment)
+                entry.complete()
+            } catch (e: Throwable) {
+                entry.fail(e); throw e
+            }
+        }
+
+        override suspend fun recv(src: Int): Long {
+            val t = Tensor.zeros(DType.Int64, 1)
+            val entry = issueP2p(MonitoredBarrier.OPERATION, t, src, CONTROL_TAG)
+            receive(MonitoredBarrier.OPERATION, src, CONTROL_TAG, t, entry)
+            return t.getLong(0)
+        }
+
+        override fun ensureUsable() {
+            unusable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)?.let { throw it }
+        }
+
+        override fun abort(cause: CommunicationException) {
+            world.abort(cause)
+        }
     }
 
     override suspend fun split(color: Int?, key: Int): Communicator? {
@@ -617,6 +663,9 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
 
     companion object {
         const val BACKEND = "local"
+
+        /** The tag of the monitored barrier's messages: negative, so no user receive (tags >= 0, or `ANY_TAG`) matches it. */
+        const val CONTROL_TAG = -2
 
         /** Busy-wait iterations before a waiting rank suspends. `-Dtpcomm.local.spin=N` overrides. */
         private val SPIN: Int = Integer.getInteger("tpcomm.local.spin", 0)

@@ -47,8 +47,9 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val startNanos: Long,
     )
 
+    /** `ANY_TAG` matches user tags (>= 0) only, never the library's negative ones ([LocalCommunicator.CONTROL_TAG]). */
     private fun matches(src: Int, tag: Int, msgSource: Int, msgTag: Int): Boolean =
-        (src == Communicator.ANY_SOURCE || src == msgSource) && (tag == Communicator.ANY_TAG || tag == msgTag)
+        (src == Communicator.ANY_SOURCE || src == msgSource) && (if (tag == Communicator.ANY_TAG) msgTag >= 0 else tag == msgTag)
 
     /**
      * Returns once no [deliver] is copying into a receive that was cancelled before this call: a

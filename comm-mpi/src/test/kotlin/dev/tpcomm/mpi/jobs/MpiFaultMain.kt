@@ -33,6 +33,8 @@ import kotlin.time.Duration.Companion.seconds
  * - `recvsize`: rank 0 sends 16 floats to rank 1, which receives into 8 (wrong size), then receives
  *   into 16; every rank then all-reduces, closes and exits 0.
  * - `selfsend`: every rank sends 16 MiB to itself, then receives it, checks it, and closes.
+ * - `monbar`: every rank calls `monitoredBarrier(2 s)`; the victim sleeps 6 s first (past the
+ *   others' deadline), then calls it too. The others print what they caught and rethrow it.
  */
 object MpiFaultMain {
     private fun say(line: String) {
@@ -107,6 +109,19 @@ object MpiFaultMain {
                 "late" -> comm.allReduce(t)
                 "recvsize" -> recvSize(comm)
                 "selfsend" -> selfSend(comm)
+                "monbar" -> {
+                    if (victim) {
+                        say("FAULT ${System.currentTimeMillis()}")
+                        Thread.sleep(6_000)
+                    }
+                    try {
+                        comm.monitoredBarrier(2.seconds)
+                        say("WRONG rank ${comm.rank}: monitoredBarrier returned although rank ${comm.worldSize - 1} was late")
+                    } catch (e: CommunicationException) {
+                        say("CAUGHT rank ${comm.rank} ${e.javaClass.name}: ${e.message}")
+                        throw e
+                    }
+                }
                 else -> error("unknown mode $mode")
             }
             comm.close()
