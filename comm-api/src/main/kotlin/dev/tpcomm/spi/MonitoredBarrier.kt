@@ -54,6 +54,13 @@ public object MonitoredBarrier {
             "$OPERATION: timeout $timeout must be positive and finite; pass how long rank 0 waits for the other ranks, e.g. 30.seconds"
         }
         channel.ensureUsable()
+        channel.callTimeout?.let { limit ->
+            require(timeout * 2 < limit) {
+                "$OPERATION: timeout $timeout must be under half the communicator's timeout ($limit): the ranks that arrive wait up to " +
+                    "twice the timeout for rank 0's answer, and the communicator's deadline would end that wait first; pass a shorter " +
+                    "timeout, or create the communicator with a longer CommConfig.timeout"
+            }
+        }
         if (comm.worldSize == 1) return
         if (comm.rank == 0) root(comm, channel, timeout, waitAllRanks) else member(comm.rank, channel, timeout)
     }

@@ -2,6 +2,7 @@ package dev.tpcomm.spi
 
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.InternalTpcommApi
+import kotlin.time.Duration
 
 /**
  * What a backend supplies to [MonitoredBarrier], the one implementation of
@@ -27,6 +28,15 @@ public interface MonitoredBarrierChannel {
      * arrived once one is missing.
      */
     public val concurrentReceives: Boolean
+
+    /**
+     * How long one message of this channel may take before the communicator's own deadline fails
+     * it (its `CommConfig.timeout`), or null when nothing bounds it. [MonitoredBarrier] refuses a
+     * barrier timeout of half this or more: the ranks that arrive wait up to twice the timeout for
+     * rank 0's answer, and the communicator's deadline (on MPI, by default, an `MPI_Abort` of the
+     * job) would end that wait before the barrier could name anyone.
+     */
+    public val callTimeout: Duration? get() = null
 
     /**
      * Throws what any call on this communicator throws once it was aborted or closed

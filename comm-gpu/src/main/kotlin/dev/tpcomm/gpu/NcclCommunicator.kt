@@ -474,6 +474,7 @@ public class NcclCommunicator internal constructor(
     private val control = object : MonitoredBarrierChannel {
         override val errors: CommunicationErrors get() = this@NcclCommunicator.errors
         override val concurrentReceives: Boolean get() = false
+        override val callTimeout: kotlin.time.Duration get() = config.timeout
 
         override suspend fun send(value: Long, dst: Int) {
             objects.sendLength(MonitoredBarrier.OPERATION, value, dst, 0)

@@ -813,6 +813,7 @@ public class MpiCommunicator internal constructor(
     private val control = object : MonitoredBarrierChannel {
         override val errors: CommunicationErrors get() = this@MpiCommunicator.errors
         override val concurrentReceives: Boolean get() = true
+        override val callTimeout: kotlin.time.Duration get() = config.timeout
 
         override suspend fun send(value: Long, dst: Int) {
             val name = MonitoredBarrier.OPERATION

@@ -202,6 +202,7 @@ internal class LocalCommunicator(private val group: LocalGroup, override val ran
     private val control = object : MonitoredBarrierChannel {
         override val errors: CommunicationErrors get() = this@LocalCommunicator.errors
         override val concurrentReceives: Boolean get() = true
+        override val callTimeout: kotlin.time.Duration get() = group.world.config.timeout
 
         override suspend fun send(value: Long, dst: Int) {
             val t = Tensor.of(longArrayOf(value))

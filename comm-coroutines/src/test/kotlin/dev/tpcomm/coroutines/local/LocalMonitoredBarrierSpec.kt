@@ -160,4 +160,12 @@ class LocalMonitoredBarrierSpec : FunSpec({
         }
         runLocalWorld(1) { comm -> timed { comm.monitoredBarrier(1.seconds) }.error.shouldBeNull() }
     }
+
+    test("a timeout of half the communicator's timeout or more is refused, saying what to change; under half works") {
+        runLocalWorld(2, CommConfig(timeout = 4.seconds)) { comm ->
+            shouldThrow<IllegalArgumentException> { comm.monitoredBarrier(2.seconds) }.message shouldContain
+                "monitoredBarrier: timeout 2s must be under half the communicator's timeout (4s)"
+            comm.monitoredBarrier(1.seconds)
+        }
+    }
 })
