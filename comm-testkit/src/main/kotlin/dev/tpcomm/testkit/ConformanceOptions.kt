@@ -50,7 +50,6 @@ import kotlin.time.Duration.Companion.seconds
 public data class ConformanceOptions(
     public val dtypes: Set<DType> = DType.entries.toSet(),
     public val ops: Set<ReduceOp> = ReduceOp.entries.toSet(),
-    public val reducedDtypes: Set<DType> = dtypes,
     public val pointToPoint: Boolean = true,
     public val taggedPointToPoint: Boolean = true,
     public val groups: Boolean = true,
@@ -69,6 +68,7 @@ public data class ConformanceOptions(
     public val seed: Long = 20261122L,
     public val propertySeed: Long? = null,
     public val placement: TensorPlacement = TensorPlacement.Host,
+    public val reducedDtypes: Set<DType> = dtypes,
 ) {
     init {
         require(dtypes.isNotEmpty()) { "ConformanceOptions.dtypes must not be empty" }
