@@ -247,7 +247,10 @@ public class Tensor private constructor(
         return this
     }
 
-    /** Element [index] (flat, row-major) converted to Double; 64-bit integers beyond 2^53 lose precision (use [getLong]). */
+    /**
+     * Element [index] (flat, row-major) converted to Double; 64-bit integers beyond 2^53 lose precision
+     * (use [getLong]); UInt32 and UInt64 read unsigned; [DType.Bool] reads 1.0 (any non-zero byte) or 0.0.
+     */
     public fun getDouble(index: Long): Double {
         val s = segment
         checkIndex(index)
@@ -261,10 +264,20 @@ public class Tensor private constructor(
             DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toInt() and 0xFF).toDouble()
             DType.Int32 -> s.get(I32, off).toDouble()
             DType.Int64 -> s.get(I64, off).toDouble()
+            DType.UInt32 -> (s.get(I32, off).toLong() and 0xFFFF_FFFFL).toDouble()
+            DType.UInt64 -> s.get(I64, off).toULong().toDouble()
+            DType.Float8E4M3 -> Float8.e4m3ToFloat(s.get(ValueLayout.JAVA_BYTE, off)).toDouble()
+            DType.Float8E5M2 -> Float8.e5m2ToFloat(s.get(ValueLayout.JAVA_BYTE, off)).toDouble()
+            DType.Int16 -> s.get(I16, off).toDouble()
+            DType.Bool -> if (s.get(ValueLayout.JAVA_BYTE, off).toInt() != 0) 1.0 else 0.0
         }
     }
 
-    /** Stores [value] at [index], converted to [dtype] (rounded to nearest for floats, truncated toward zero and wrapped for integers). */
+    /**
+     * Stores [value] at [index], converted to [dtype]: rounded to nearest for floats (FP8 saturating
+     * to its largest finite value, see [Float8]), truncated toward zero and wrapped for integers
+     * (UInt64 takes values up to 2^64 - 1), and for [DType.Bool] true unless [value] is 0 (NaN is true).
+     */
     public fun setDouble(index: Long, value: Double) {
         val s = segment
         checkIndex(index)
@@ -275,12 +288,21 @@ public class Tensor private constructor(
             DType.Float16 -> s.set(I16, off, HalfPrecision.floatToFloat16(value.toFloat()))
             DType.BFloat16 -> s.set(I16, off, HalfPrecision.floatToBFloat16(value.toFloat()))
             DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toLong().toByte())
-            DType.Int32 -> s.set(I32, off, value.toLong().toInt())
+            DType.Int32, DType.UInt32 -> s.set(I32, off, value.toLong().toInt())
             DType.Int64 -> s.set(I64, off, value.toLong())
+            DType.UInt64 -> s.set(I64, off, if (value >= TWO_TO_63) value.toULong().toLong() else value.toLong())
+            DType.Float8E4M3 -> s.set(ValueLayout.JAVA_BYTE, off, Float8.toE4M3(value))
+            DType.Float8E5M2 -> s.set(ValueLayout.JAVA_BYTE, off, Float8.toE5M2(value))
+            DType.Int16 -> s.set(I16, off, value.toLong().toShort())
+            DType.Bool -> s.set(ValueLayout.JAVA_BYTE, off, if (value != 0.0) 1 else 0)
         }
     }
 
-    /** Element [index] as a Long: exact for integer dtypes, truncated toward zero for floats. */
+    /**
+     * Element [index] as a Long: exact for integer dtypes (UInt32 as 0..2^32-1; UInt64 as its 64 bits,
+     * so values from 2^63 read negative, as `ULong.toLong()`), 0 or 1 for [DType.Bool], truncated
+     * toward zero for floats.
+     */
     public fun getLong(index: Long): Long {
         val s = segment
         checkIndex(index)
@@ -289,20 +311,25 @@ public class Tensor private constructor(
             DType.Int8 -> s.get(ValueLayout.JAVA_BYTE, off).toLong()
             DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toLong() and 0xFF)
             DType.Int32 -> s.get(I32, off).toLong()
-            DType.Int64 -> s.get(I64, off)
+            DType.Int64, DType.UInt64 -> s.get(I64, off)
+            DType.UInt32 -> s.get(I32, off).toLong() and 0xFFFF_FFFFL
+            DType.Int16 -> s.get(I16, off).toLong()
+            DType.Bool -> if (s.get(ValueLayout.JAVA_BYTE, off).toInt() != 0) 1L else 0L
             else -> getDouble(index).toLong()
         }
     }
 
-    /** Stores [value] at [index]: exact (wrapping) for integer dtypes, rounded for floats. */
+    /** Stores [value] at [index]: exact (wrapping) for integer dtypes (UInt64 takes the 64 bits), true unless 0 for [DType.Bool], rounded for floats. */
     public fun setLong(index: Long, value: Long) {
         val s = segment
         checkIndex(index)
         val off = index * dtype.byteSize
         when (dtype) {
             DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toByte())
-            DType.Int32 -> s.set(I32, off, value.toInt())
-            DType.Int64 -> s.set(I64, off, value)
+            DType.Int32, DType.UInt32 -> s.set(I32, off, value.toInt())
+            DType.Int64, DType.UInt64 -> s.set(I64, off, value)
+            DType.Int16 -> s.set(I16, off, value.toShort())
+            DType.Bool -> s.set(ValueLayout.JAVA_BYTE, off, if (value != 0L) 1 else 0)
             else -> setDouble(index, value.toDouble())
         }
     }
@@ -336,6 +363,9 @@ public class Tensor private constructor(
         if (dtype == DType.Int64) return segment.toArray(I64)
         return LongArray(checkedCount()) { getLong(it.toLong()) }
     }
+
+    /** All elements as Booleans (true for any non-zero element, whatever the dtype), row-major. */
+    public fun toBooleanArray(): BooleanArray = BooleanArray(checkedCount()) { getDouble(it.toLong()) != 0.0 }
 
     /** True when [other] has the same dtype, shape and element bits. */
     public fun contentEquals(other: Tensor): Boolean =
@@ -439,6 +469,7 @@ public class Tensor private constructor(
         private val I16 = ValueLayout.JAVA_SHORT_UNALIGNED
         private val I32 = ValueLayout.JAVA_INT_UNALIGNED
         private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
+        private const val TWO_TO_63: Double = 9.223372036854775807E18
 
         /**
          * The number of elements of [shape], computed exactly (the one place Tensor multiplies sizes):
@@ -532,6 +563,31 @@ public class Tensor private constructor(
         public fun of(values: LongArray, vararg shape: Int): Tensor =
             allocate(DType.Int64, resolveShape(values.size, shape), null, zero = false).also {
                 MemorySegment.copy(values, 0, it.segment, I64, 0, values.size)
+            }
+
+        /** An Int16 tensor holding a copy of [values]; shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: ShortArray, vararg shape: Int): Tensor =
+            allocate(DType.Int16, resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, I16, 0, values.size)
+            }
+
+        /** A [DType.Bool] tensor holding [values] (1 for true, 0 for false); shape defaults to one dimension. */
+        @JvmStatic
+        public fun of(values: BooleanArray, vararg shape: Int): Tensor =
+            allocate(DType.Bool, resolveShape(values.size, shape), null, zero = false).also { t ->
+                val s = t.segment
+                for (i in values.indices) s.set(ValueLayout.JAVA_BYTE, i.toLong(), if (values[i]) 1 else 0)
+            }
+
+        /**
+         * A tensor of [dtype] holding [values] stored with [setLong] (exact, wrapping, for integer dtypes:
+         * the way to build UInt32 and UInt64 tensors); shape defaults to one dimension.
+         */
+        @JvmStatic
+        public fun fromLongs(dtype: DType, values: LongArray, vararg shape: Int): Tensor =
+            allocate(dtype, resolveShape(values.size, shape), null, zero = false).also { t ->
+                for (i in values.indices) t.setLong(i.toLong(), values[i])
             }
 
         /** A tensor of [dtype] holding [values] converted with [setDouble]; shape defaults to one dimension. */

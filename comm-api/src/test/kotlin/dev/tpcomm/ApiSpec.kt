@@ -24,10 +24,24 @@ class ApiSpec : FunSpec({
         BackendUnavailableException("nccl", "libnccl.so.2 not found").shouldBeInstanceOf<CommunicationException>()
     }
 
-    test("ReduceOp support table: bitwise on integers only") {
+    test("ReduceOp support table: bitwise on integers and Bool only, Avg on all but Bool") {
         for (op in ReduceOp.entries) for (dt in DType.entries) {
-            op.supports(dt) shouldBe (!op.isBitwise || dt.isInteger)
+            val expected = when {
+                op.isBitwise -> dt.isInteger || dt == DType.Bool
+                op == ReduceOp.Avg -> dt != DType.Bool
+                else -> true
+            }
+            op.supports(dt) shouldBe expected
         }
+        DType.entries.filter { it.isFloatingPoint } shouldContainExactly
+            listOf(DType.Float32, DType.Float64, DType.Float16, DType.BFloat16, DType.Float8E4M3, DType.Float8E5M2)
+        DType.entries.filter { it.isInteger } shouldContainExactly
+            listOf(DType.Int8, DType.UInt8, DType.Int32, DType.Int64, DType.UInt32, DType.UInt64, DType.Int16)
+    }
+
+    test("the dtypes' ordinals are part of the signature wire format: the first eight keep theirs") {
+        DType.entries.take(8) shouldContainExactly
+            listOf(DType.Float32, DType.Float64, DType.Float16, DType.BFloat16, DType.Int8, DType.UInt8, DType.Int32, DType.Int64)
     }
 
     test("argument checks say what to change") {

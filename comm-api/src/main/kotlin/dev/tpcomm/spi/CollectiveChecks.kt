@@ -60,7 +60,12 @@ public object CollectiveChecks {
     @JvmStatic
     public fun op(op: ReduceOp, dtype: DType, operation: String) {
         require(op.supports(dtype)) {
-            "$operation: $op is defined on integer dtypes only, but the tensor is $dtype; use an integer tensor or an arithmetic op"
+            if (dtype == DType.Bool) {
+                "$operation: $op is not defined on Bool (the average of truth values is not a truth value); " +
+                    "use Sum or Max for a logical or, Product or Min for a logical and, or convert to Int32 and use Avg to get a fraction"
+            } else {
+                "$operation: $op is defined on integer dtypes and Bool only, but the tensor is $dtype; use an integer tensor or an arithmetic op"
+            }
         }
     }
 

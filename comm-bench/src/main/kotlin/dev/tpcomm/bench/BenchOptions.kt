@@ -93,7 +93,10 @@ public data class BenchOptions(
         }
         for (op in ops) {
             if (op.reduces) {
-                require(redop.supports(dtype)) { "--redop ${redop.name.lowercase()} does not apply to ${dtype.name}; use an integer --dtype or sum/prod/min/max/avg" }
+                require(redop.supports(dtype)) {
+                    if (dtype == DType.Bool) "--redop avg does not apply to Bool; use sum/max (or), prod/min (and) or a bitwise op"
+                    else "--redop ${redop.name.lowercase()} does not apply to ${dtype.name}; use an integer --dtype or sum/prod/min/max/avg"
+                }
             }
         }
     }
@@ -116,6 +119,7 @@ public data class BenchOptions(
             |  --sizes LIST             bytes per rank, e.g. 8,1K,64K,1M,16M,64M (the default)
             |  -b MIN -e MAX [-f F|-i I] a size range: multiply by F (default 2) or add I
             |  --dtype, -d TYPE         float32|float|float64|double|float16|half|bfloat16|int8|uint8|int32|int64
+            |                           |uint32|uint64|f8e4m3|f8e5m2|int16|bool
             |  --redop, -o OP           sum|prod|min|max|avg|band|bor|bxor (default sum)
             |  --root, -r R             root of broadcast and reduce (default 0)
             |  --warmup, -w N           warm-up iterations per size (default: 20000 or --warmup-time, whichever first)
@@ -147,8 +151,15 @@ public data class BenchOptions(
             "uint8", "u8", "byte" -> DType.UInt8
             "int32", "i32", "int" -> DType.Int32
             "int64", "i64", "long" -> DType.Int64
+            "uint32", "u32" -> DType.UInt32
+            "uint64", "u64" -> DType.UInt64
+            "float8e4m3", "f8e4m3", "fp8e4m3", "e4m3" -> DType.Float8E4M3
+            "float8e5m2", "f8e5m2", "fp8e5m2", "e5m2" -> DType.Float8E5M2
+            "int16", "i16", "short" -> DType.Int16
+            "bool", "boolean" -> DType.Bool
             else -> throw IllegalArgumentException(
-                "unknown --dtype '$name'; use float32, float64, float16, bfloat16, int8, uint8, int32 or int64"
+                "unknown --dtype '$name'; use float32, float64, float16, bfloat16, int8, uint8, int32, int64, uint32, uint64, " +
+                    "f8e4m3, f8e5m2, int16 or bool"
             )
         }
 

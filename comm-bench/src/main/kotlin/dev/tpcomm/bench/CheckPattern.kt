@@ -1,6 +1,7 @@
 package dev.tpcomm.bench
 
 import dev.tpcomm.DType
+import dev.tpcomm.Float8
 import dev.tpcomm.HalfPrecision
 import dev.tpcomm.ReduceOp
 
@@ -30,6 +31,16 @@ internal object CheckPattern {
                 else -> throw IllegalArgumentException("$op does not apply to $dtype")
             }
             roundTo(dtype, v)
+        } else if (dtype == DType.Bool) {
+            // Truth values: Sum/Max/BitwiseOr are a logical or, Product/Min/BitwiseAnd an and, BitwiseXor an xor.
+            val truths = xs.map { it != 0L }
+            val v = when (op) {
+                ReduceOp.Sum, ReduceOp.Max, ReduceOp.BitwiseOr -> truths.any { it }
+                ReduceOp.Product, ReduceOp.Min, ReduceOp.BitwiseAnd -> truths.all { it }
+                ReduceOp.BitwiseXor -> truths.count { it } % 2 == 1
+                else -> throw IllegalArgumentException("$op does not apply to $dtype")
+            }
+            if (v) 1.0 else 0.0
         } else {
             val v = when (op) {
                 ReduceOp.Sum -> wrap(dtype, xs.sum())
@@ -58,7 +69,9 @@ internal object CheckPattern {
     fun wrap(dtype: DType, v: Long): Long = when (dtype) {
         DType.Int8 -> v.toByte().toLong()
         DType.UInt8 -> v and 0xFF
+        DType.Int16 -> v.toShort().toLong()
         DType.Int32 -> v.toInt().toLong()
+        DType.UInt32 -> v and 0xFFFF_FFFFL
         else -> v
     }
 
@@ -67,6 +80,7 @@ internal object CheckPattern {
         DType.Float32 -> v.toFloat().toDouble()
         DType.Float16 -> HalfPrecision.float16ToFloat(HalfPrecision.floatToFloat16(v.toFloat())).toDouble()
         DType.BFloat16 -> HalfPrecision.bfloat16ToFloat(HalfPrecision.floatToBFloat16(v.toFloat())).toDouble()
+        DType.Float8E4M3, DType.Float8E5M2 -> Float8.toFloat(dtype, Float8.fromDouble(dtype, v)).toDouble()
         else -> v
     }
 }

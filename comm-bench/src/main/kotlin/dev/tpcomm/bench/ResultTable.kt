@@ -61,6 +61,12 @@ public class ResultTable(private val out: PrintStream, private val options: Benc
             DType.UInt8 -> "uint8"
             DType.Int32 -> "int32"
             DType.Int64 -> "int64"
+            DType.UInt32 -> "uint32"
+            DType.UInt64 -> "uint64"
+            DType.Float8E4M3 -> "f8e4m3"
+            DType.Float8E5M2 -> "f8e5m2"
+            DType.Int16 -> "int16"
+            DType.Bool -> "bool"
         }
 
         internal fun fmt(pattern: String, vararg args: Any?): String = String.format(Locale.ROOT, pattern, *args)

@@ -28,7 +28,7 @@ class BenchRunnerTest : FunSpec({
 
     test("every collective is correct on 2 and 3 ranks, every dtype with sum") {
         for (world in listOf(2, 3)) {
-            for (dtype in listOf("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")) {
+            for (dtype in listOf("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64", "uint32", "uint64", "f8e4m3", "f8e5m2", "int16", "bool")) {
                 val o = tiny("--op", "all", "--world", "$world", "--dtype", dtype, "--root", "1")
                 val results = withContext(Dispatchers.Default) {
                     runLocalWorld(world, CommConfig(worldSize = world)) { comm -> BenchRunner(comm, o).run() }
@@ -50,6 +50,10 @@ class BenchRunnerTest : FunSpec({
             val o = tiny("--op", "all_reduce,reduce_scatter,reduce", "--world", "4", "--redop", redop)
             val r = withContext(Dispatchers.Default) { runLocalWorld(4) { comm -> BenchRunner(comm, o).run() } }[0]
             r.map { it.wrong } shouldBe List(6) { 0L }
+        }
+        for (dtype in listOf("bool", "uint64", "f8e4m3")) for (redop in listOf("sum", "prod", "min", "max")) {
+            val o = tiny("--op", "all_reduce,reduce", "--world", "3", "--redop", redop, "--dtype", dtype)
+            withContext(Dispatchers.Default) { runLocalWorld(3) { comm -> BenchRunner(comm, o).run() } }[0].map { it.wrong } shouldBe List(4) { 0L }
         }
         for (redop in listOf("band", "bor", "bxor")) {
             val o = tiny("--op", "all_reduce", "--world", "3", "--redop", redop, "--dtype", "int32")

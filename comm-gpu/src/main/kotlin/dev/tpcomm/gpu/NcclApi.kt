@@ -19,6 +19,15 @@ public interface NcclApi {
     /** Human-readable name of the library (`NCCL`, `RCCL`, ...), used in messages. */
     public val libraryName: String
 
+    /**
+     * Whether the library's `ncclFloat8e4m3`/`ncclFloat8e5m2` are the OCP formats that
+     * [dev.tpcomm.DType.Float8E4M3]/[dev.tpcomm.DType.Float8E5M2] hold: true for NCCL (CUDA's
+     * `__nv_fp8_e4m3`, E4M3FN, and `__nv_fp8_e5m2`); false for RCCL, whose `rccl_float8` is the
+     * FNUZ variant (ROCm/rccl `src/include/rccl_float8.h`, `negative_zero_nan`). When false the
+     * engine refuses FP8 reductions (data movement still carries the bytes).
+     */
+    public val float8IsOcp: Boolean get() = true
+
     /** `ncclGetVersion(int*)`. */
     public fun getVersion(version: IntArray): Int
 

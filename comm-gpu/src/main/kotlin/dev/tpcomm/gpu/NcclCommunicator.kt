@@ -208,7 +208,8 @@ public class NcclCommunicator internal constructor(
         validator.broadcast(tensor, root)
         checkTensor(tensor, name)
         return run(name, tensor, root = root, signature = sig(name, tensor, root = root)) {
-            nccl(api.broadcast(tensor.address, tensor.address, tensor.numel, dt(tensor), root, comm, stream), "ncclBroadcast")
+            val type = moveType(tensor)
+            nccl(api.broadcast(tensor.address, tensor.address, moveCount(tensor, type), type, root, comm, stream), "ncclBroadcast")
             tensor
         }
     }
@@ -953,11 +954,12 @@ public class NcclCommunicator internal constructor(
 
         fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
             val outer = outerCount(input.shape, norm(input, dim))
+            val type = moveType(input)
             if (outer == 1L) {
-                nccl(api.allGather(input.address, out.address, input.numel, dt(input), comm, stream), "ncclAllGather")
+                nccl(api.allGather(input.address, out.address, moveCount(input, type), type, comm, stream), "ncclAllGather")
             } else {
                 val blocks = temp(out.byteSize)
-                nccl(api.allGather(input.address, blocks, input.numel, dt(input), comm, stream), "ncclAllGather")
+                nccl(api.allGather(input.address, blocks, moveCount(input, type), type, comm, stream), "ncclAllGather")
                 blocksToColumns(out.address, blocks, input.byteSize, outer)
             }
         }
@@ -1406,12 +1408,37 @@ public class NcclCommunicator internal constructor(
         }
     }
 
+    /**
+     * What NCCL/RCCL reduce, checked before any data moves; returns the `ncclRedOp_t` code. Bool is
+     * reduced as uint8 with max (Sum, Max: a logical or) and min (Product, Min: a logical and), as
+     * PyTorch's `getNcclReduceOp` does; Int16 has no NCCL type; FP8 needs NCCL 2.24 and the OCP
+     * formats (not RCCL's FNUZ ones).
+     */
     private fun checkOp(op: ReduceOp, dtype: DType, operation: String): Int {
         CollectiveChecks.op(op, dtype, operation)
         val code = NcclRedOp.of(op)
         requireNotNull(code) {
             "$operation: $op is not supported by $backendName: ${api.libraryName} has no bitwise reductions; " +
-                "use the mpi or local backend for bitwise ops, or Sum/Product/Min/Max/Avg"
+                "use the mpi or local backend for bitwise ops, or Sum/Product/Min/Max/Avg" +
+                (if (dtype == DType.Bool) " (on Bool, Sum or Max is a logical or, Product or Min a logical and)" else "")
+        }
+        require(NcclDataType.of(dtype) != null) {
+            "$operation: $backendName cannot reduce $dtype: ${api.libraryName} has no ${dtype.name.lowercase()} type; " +
+                "convert the tensor to Int32 (exact for every $dtype value) and reduce that, or use the mpi or local backend " +
+                "(data movement such as broadcast and allGather carries $dtype as it is)"
+        }
+        if (dtype == DType.Float8E4M3 || dtype == DType.Float8E5M2) {
+            require(api.float8IsOcp) {
+                "$operation: $backendName cannot reduce $dtype: ${api.libraryName}'s 8-bit float types are not the OCP formats tpcomm's $dtype holds " +
+                    "(RCCL's are AMD's FNUZ variants on MI300); convert to Float16 or BFloat16 and reduce, or use the mpi or local backend"
+            }
+            require(libraryVersionCode >= NcclDataType.FLOAT8_VERSION) {
+                "$operation: $backendName cannot reduce $dtype: ${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no " +
+                    "8-bit float types (ncclFloat8e4m3/ncclFloat8e5m2 need NCCL 2.24 or later); convert to Float16 or BFloat16 and reduce, or upgrade"
+            }
+        }
+        if (dtype == DType.Bool) {
+            return if (op == ReduceOp.Product || op == ReduceOp.Min) NcclRedOp.MIN else NcclRedOp.MAX
         }
         if (op == ReduceOp.Avg) {
             require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
@@ -1451,7 +1478,15 @@ public class NcclCommunicator internal constructor(
     }
 
 
-    private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype)
+    /** The `ncclDataType_t` a reduction of [t] uses; [checkOp] refused the dtypes without one. */
+    private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype) ?: throw IllegalStateException("${t.dtype} has no NCCL type; checkOp refuses it")
+
+    /** The type data movement uses: [t]'s own where this library has it, else bytes ([moveCount] then counts bytes). */
+    private fun moveType(t: Tensor): Int =
+        NcclDataType.of(t.dtype)?.takeIf { libraryVersionCode >= NcclDataType.minimumVersion(t.dtype) } ?: BYTES
+
+    /** The element count for [type]: bytes when [moveType] fell back to bytes. */
+    private fun moveCount(t: Tensor, type: Int): Long = if (type == BYTES) t.byteSize else t.numel
 
     public companion object {
         /**

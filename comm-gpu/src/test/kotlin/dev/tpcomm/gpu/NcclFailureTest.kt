@@ -206,7 +206,7 @@ class NcclFailureTest : FunSpec({
         shouldThrow<IllegalArgumentException> { c.allReduce(host) }.message shouldContain "got a host tensor; copy it to Cuda(index=0) first (no hidden copies are made)"
         shouldThrow<IllegalArgumentException> { c.allReduce(Tensor.wrapDevice(Device.Cuda(1), A, DType.Float32, 4)) }.message shouldContain "Cuda(index=1)"
         shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Int32, 4), ReduceOp.BitwiseXor) }.message shouldContain "no bitwise reductions"
-        shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Float32, 4), ReduceOp.BitwiseAnd) }.message shouldContain "integer dtypes only"
+        shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Float32, 4), ReduceOp.BitwiseAnd) }.message shouldContain "integer dtypes and Bool only"
         shouldThrow<IllegalArgumentException> { c.reduceScatter(dev(A, DType.Float32, 4), ReduceOp.Avg) }.message shouldContain "Avg needs NCCL 2.10"
         shouldThrow<IllegalArgumentException> { c.broadcast(dev(A, DType.BFloat16, 4), 0) }.message shouldContain "no bfloat16"
         shouldThrow<IllegalArgumentException> { c.send(dev(A, DType.Float32, 4), 1, 3) }.message shouldContain "pass tag 0"

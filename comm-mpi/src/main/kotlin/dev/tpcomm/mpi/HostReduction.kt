@@ -1,6 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.DType
+import dev.tpcomm.Float8
 import dev.tpcomm.HalfPrecision
 import dev.tpcomm.ReduceOp
 import java.lang.foreign.MemorySegment
@@ -8,9 +9,10 @@ import java.lang.foreign.ValueLayout
 
 /**
  * Reductions the backend finishes on the host: the division of [ReduceOp.Avg] after an MPI sum,
- * and Float16/BFloat16 reductions, which MPI cannot do (it has no such types): the ranks' inputs
- * are gathered and reduced here in float32, in rank order, rounded once to nearest even, so
- * every rank computes bit-identical results. Pure functions over segments; thread-safe.
+ * and the reductions MPI cannot do: Float16, BFloat16 and the FP8 types (MPI has no such types):
+ * the ranks' inputs are gathered and reduced here in float32, in rank order, rounded once (to
+ * nearest even; FP8 saturating, see [Float8]), so every rank computes bit-identical results; and
+ * 8/16-bit integer sums where the library saturates them. Pure functions over segments; thread-safe.
  */
 internal object HostReduction {
     private val F32 = ValueLayout.JAVA_FLOAT_UNALIGNED
@@ -20,9 +22,14 @@ internal object HostReduction {
     private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
     private val I8 = ValueLayout.JAVA_BYTE
 
+    /** The floating-point dtypes narrower than float32, which MPI has no type for: reduced by [reduceBlocks]. */
+    fun isNarrowFloat(dtype: DType): Boolean =
+        dtype == DType.Float16 || dtype == DType.BFloat16 || dtype == DType.Float8E4M3 || dtype == DType.Float8E5M2
+
     /**
      * Divides the [count] elements of [segment] (a wrapped-around sum) by [n]: IEEE division for
-     * floats, truncation toward zero for integers (as [ReduceOp.Avg] says).
+     * floats, truncation toward zero for integers, unsigned division for the unsigned ones (as
+     * [ReduceOp.Avg] says).
      */
     fun divide(segment: MemorySegment, dtype: DType, count: Long, n: Int) {
         if (n == 1) return
@@ -31,11 +38,15 @@ internal object HostReduction {
             DType.Float64 -> for (i in 0 until count) segment.setAtIndex(F64, i, segment.getAtIndex(F64, i) / n)
             DType.Int8 -> for (i in 0 until count) segment.set(I8, i, (segment.get(I8, i).toInt() / n).toByte())
             DType.UInt8 -> for (i in 0 until count) segment.set(I8, i, ((segment.get(I8, i).toInt() and 0xFF) / n).toByte())
+            DType.Int16 -> for (i in 0 until count) segment.setAtIndex(I16, i, (segment.getAtIndex(I16, i).toInt() / n).toShort())
             DType.Int32 -> for (i in 0 until count) segment.setAtIndex(I32, i, segment.getAtIndex(I32, i) / n)
+            DType.UInt32 -> for (i in 0 until count) segment.setAtIndex(I32, i, Integer.divideUnsigned(segment.getAtIndex(I32, i), n))
             DType.Int64 -> for (i in 0 until count) segment.setAtIndex(I64, i, segment.getAtIndex(I64, i) / n)
-            DType.Float16, DType.BFloat16 -> for (i in 0 until count) {
-                segment.setAtIndex(I16, i, fromFloat(dtype, toFloat(dtype, segment.getAtIndex(I16, i)) / n))
+            DType.UInt64 -> for (i in 0 until count) segment.setAtIndex(I64, i, java.lang.Long.divideUnsigned(segment.getAtIndex(I64, i), n.toLong()))
+            DType.Float16, DType.BFloat16, DType.Float8E4M3, DType.Float8E5M2 -> for (i in 0 until count) {
+                write(dtype, segment, i, read(dtype, segment, i) / n)
             }
+            DType.Bool -> throw IllegalArgumentException("Avg is not defined on Bool")
         }
     }
 
@@ -45,15 +56,39 @@ internal object HostReduction {
     fun fromFloat(dtype: DType, value: Float): Short =
         if (dtype == DType.Float16) HalfPrecision.floatToFloat16(value) else HalfPrecision.floatToBFloat16(value)
 
+    /** Element [i] of a narrow-float [dtype] in [segment], widened to float32 (exact). */
+    private fun read(dtype: DType, segment: MemorySegment, i: Long): Float = when (dtype) {
+        DType.Float8E4M3, DType.Float8E5M2 -> Float8.toFloat(dtype, segment.get(I8, i))
+        else -> toFloat(dtype, segment.getAtIndex(I16, i))
+    }
+
+    /** Stores [value] at element [i] of a narrow-float [dtype], rounded once. */
+    private fun write(dtype: DType, segment: MemorySegment, i: Long, value: Float) {
+        when (dtype) {
+            DType.Float8E4M3, DType.Float8E5M2 -> segment.set(I8, i, Float8.fromDouble(dtype, value.toDouble()))
+            else -> segment.setAtIndex(I16, i, fromFloat(dtype, value))
+        }
+    }
+
     /**
      * Reduces [ranks] blocks of [count] elements laid out one after another in [blocks] (block r =
-     * rank r's data) into [out]: 16-bit floats through [reduceHalves], 8-bit integers by a
+     * rank r's data) into [out]: narrow floats through [reduceHalves], 8/16-bit integers by a
      * wrapping sum (Avg: the wrapped sum divided with truncation toward zero).
      */
     fun reduceBlocks(blocks: MemorySegment, ranks: Int, count: Long, dtype: DType, op: ReduceOp, out: MemorySegment) {
-        if (dtype == DType.Float16 || dtype == DType.BFloat16) return reduceHalves(blocks, ranks, count, dtype, op, out)
-        require((dtype == DType.Int8 || dtype == DType.UInt8) && (op == ReduceOp.Sum || op == ReduceOp.Avg)) {
-            "reduceBlocks handles 16-bit floats and 8-bit integer sums, got $dtype $op"
+        if (isNarrowFloat(dtype)) return reduceHalves(blocks, ranks, count, dtype, op, out)
+        require((dtype == DType.Int8 || dtype == DType.UInt8 || dtype == DType.Int16) && (op == ReduceOp.Sum || op == ReduceOp.Avg)) {
+            "reduceBlocks handles narrow floats and 8/16-bit integer sums, got $dtype $op"
+        }
+        if (dtype == DType.Int16) {
+            for (i in 0 until count) {
+                var acc = 0
+                for (r in 0 until ranks) acc += blocks.getAtIndex(I16, r * count + i).toInt()
+                var v = acc.toShort().toInt() // wrap around
+                if (op == ReduceOp.Avg) v /= ranks
+                out.setAtIndex(I16, i, v.toShort())
+            }
+            return
         }
         for (i in 0 until count) {
             var acc = 0
@@ -65,16 +100,17 @@ internal object HostReduction {
     }
 
     /**
-     * Reduces [ranks] blocks of [count] 16-bit floats laid out one after another in [blocks]
-     * (block r = rank r's data) with [op], in float32 in rank order, and writes the rounded
-     * result into [out]. [op] must be arithmetic (bitwise ops are refused earlier).
+     * Reduces [ranks] blocks of [count] narrow floats (Float16, BFloat16, Float8E4M3, Float8E5M2)
+     * laid out one after another in [blocks] (block r = rank r's data) with [op], in float32 in rank
+     * order, and writes the result, rounded once, into [out]. [op] must be arithmetic (bitwise ops
+     * are refused earlier). Min and Max propagate NaN.
      */
     fun reduceHalves(blocks: MemorySegment, ranks: Int, count: Long, dtype: DType, op: ReduceOp, out: MemorySegment) {
-        require(dtype == DType.Float16 || dtype == DType.BFloat16) { "reduceHalves takes Float16 or BFloat16, got $dtype" }
+        require(isNarrowFloat(dtype)) { "reduceHalves takes Float16, BFloat16, Float8E4M3 or Float8E5M2, got $dtype" }
         for (i in 0 until count) {
-            var acc = toFloat(dtype, blocks.getAtIndex(I16, i))
+            var acc = read(dtype, blocks, i)
             for (r in 1 until ranks) {
-                val v = toFloat(dtype, blocks.getAtIndex(I16, r * count + i))
+                val v = read(dtype, blocks, r * count + i)
                 acc = when (op) {
                     ReduceOp.Sum, ReduceOp.Avg -> acc + v
                     ReduceOp.Product -> acc * v
@@ -84,7 +120,7 @@ internal object HostReduction {
                 }
             }
             if (op == ReduceOp.Avg) acc /= ranks
-            out.setAtIndex(I16, i, fromFloat(dtype, acc))
+            write(dtype, out, i, acc)
         }
     }
 }

@@ -27,14 +27,17 @@ internal interface MpiAbi {
     val maxErrorString: Int
     val statusLayout: StatusLayout
 
-    /** MPI datatype carrying [dtype]; Float16/BFloat16 travel as `MPI_UINT16_T` (no arithmetic). */
+    /**
+     * MPI datatype carrying [dtype]; Float16/BFloat16 travel as `MPI_UINT16_T` and the FP8 types as
+     * `MPI_UINT8_T` (no arithmetic: reduced on the host), Bool as `MPI_C_BOOL` (MPI's "logical" category).
+     */
     fun datatype(dtype: DType): Long
 
-    /** True when MPI_MIN/MPI_MAX on unsigned 8-bit integers compare them as signed (MPICH 4.0). */
-    val unsignedByteMinMaxBroken: Boolean get() = false
+    /** True when MPI_MIN/MPI_MAX on unsigned integers (8, 32 and 64 bits) compare them as signed (MPICH 4.0). */
+    val unsignedMinMaxBroken: Boolean get() = false
 
-    /** True when MPI_SUM on 8-bit integers saturates instead of wrapping around (Open MPI 4.1's AVX kernels). */
-    val byteSumSaturates: Boolean get() = false
+    /** True when MPI_SUM on 8- and 16-bit integers saturates instead of wrapping around (Open MPI 4.1's AVX kernels). */
+    val narrowSumSaturates: Boolean get() = false
 
     /** `MPI_BYTE`. */
     val byteType: Long
@@ -44,6 +47,26 @@ internal interface MpiAbi {
 
     /** MPI op for [op]; [ReduceOp.Avg] maps to `MPI_SUM` (the engine divides afterwards). */
     fun op(op: ReduceOp): Long
+
+    /** `MPI_LAND`, `MPI_LOR`, `MPI_LXOR`: the ops MPI defines on `MPI_C_BOOL` (MPI 4.0, 6.9.2). */
+    val logicalAnd: Long
+    val logicalOr: Long
+    val logicalXor: Long
+
+    /**
+     * MPI op for [op] on [dtype]: on Bool (`MPI_C_BOOL`, whose only ops are the logical ones) Sum,
+     * Max and BitwiseOr are `MPI_LOR`, Product, Min and BitwiseAnd `MPI_LAND`, BitwiseXor `MPI_LXOR`;
+     * otherwise [op] of [op].
+     */
+    fun op(op: ReduceOp, dtype: DType): Long {
+        if (dtype != DType.Bool) return op(op)
+        return when (op) {
+            ReduceOp.Sum, ReduceOp.Max, ReduceOp.BitwiseOr -> logicalOr
+            ReduceOp.Product, ReduceOp.Min, ReduceOp.BitwiseAnd -> logicalAnd
+            ReduceOp.BitwiseXor -> logicalXor
+            else -> throw IllegalArgumentException("$op is not defined on Bool")
+        }
+    }
 
     /** Reads a handle (e.g. an `MPI_Request` or `MPI_Comm` written by MPI) at [offset] of [segment]. */
     fun readHandle(segment: MemorySegment, offset: Long): Long =

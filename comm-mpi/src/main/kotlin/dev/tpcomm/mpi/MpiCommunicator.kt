@@ -274,7 +274,7 @@ public class MpiCommunicator internal constructor(
         val n = count(tensor, name)
         val entry = start(name, tensor, op = op)
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
-        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op); val inPlace = abi.inPlace
+        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op, tensor.dtype); val inPlace = abi.inPlace
         if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
@@ -334,7 +334,7 @@ public class MpiCommunicator internal constructor(
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val entry = start(name, tensor, root = root, op = op)
-        val buf = addr(tensor); val o = abi.op(op)
+        val buf = addr(tensor); val o = abi.op(op, tensor.dtype)
         val send = if (rank == root) abi.inPlace else buf
         val recv = if (rank == root) buf else 0L
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
@@ -413,7 +413,7 @@ public class MpiCommunicator internal constructor(
             HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
             return output
         }
-        val src = addr(send); val dst = addr(output); val o = abi.op(op)
+        val src = addr(send); val dst = addr(output); val o = abi.op(op, input.dtype)
         val flip = workarounds.flipsUnsignedBytes(input, op)
         val rt = workarounds.reduceType(input, op)
         if (flip) workarounds.flipTopBits(send)
@@ -587,7 +587,7 @@ public class MpiCommunicator internal constructor(
         }
         val meta = intArrays(counts)
         val cAddr = addr(meta)
-        val src = addr(input); val dst = addr(output); val o = abi.op(op)
+        val src = addr(input); val dst = addr(output); val o = abi.op(op, input.dtype)
         val flip = workarounds.flipsUnsignedBytes(input, op)
         val rt = workarounds.reduceType(input, op)
         if (flip) workarounds.flipTopBits(input)

@@ -24,7 +24,7 @@ internal object MpichAbi : MpiAbi {
     override val statusLayout: StatusLayout = MpichStatusLayout
     override val byteType: Long = 0x4c00010dL
     override val int64Type: Long = 0x4c00083aL
-    override val unsignedByteMinMaxBroken: Boolean = true
+    override val unsignedMinMaxBroken: Boolean = true
 
     override fun datatype(dtype: DType): Long = when (dtype) {
         DType.Float32 -> 0x4c00040aL
@@ -34,7 +34,16 @@ internal object MpichAbi : MpiAbi {
         DType.UInt8 -> 0x4c00013bL
         DType.Int32 -> 0x4c000439L
         DType.Int64 -> 0x4c00083aL
+        DType.UInt32 -> 0x4c00043dL // MPI_UINT32_T
+        DType.UInt64 -> 0x4c00083eL // MPI_UINT64_T
+        DType.Float8E4M3, DType.Float8E5M2 -> 0x4c00013bL // MPI_UINT8_T
+        DType.Int16 -> 0x4c000238L // MPI_INT16_T
+        DType.Bool -> 0x4c00013fL // MPI_C_BOOL
     }
+
+    override val logicalAnd: Long = 0x58000005L // MPI_LAND
+    override val logicalOr: Long = 0x58000007L // MPI_LOR
+    override val logicalXor: Long = 0x58000009L // MPI_LXOR
 
     override fun op(op: ReduceOp): Long = when (op) {
         ReduceOp.Max -> 0x58000001L

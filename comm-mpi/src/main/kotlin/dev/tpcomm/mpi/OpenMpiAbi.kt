@@ -31,7 +31,11 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
     override val tagUbKey: Int = 0
     override val maxErrorString: Int = 256
     override val statusLayout: StatusLayout = OpenMpiStatusLayout
-    override val byteSumSaturates: Boolean = true
+    // ompi/mca/op/avx/op_avx_functions.c (v4.1.4): OP_AVX_FUNC(sum, i, 8, int8_t, adds) and (sum, i, 16, int16_t, adds).
+    override val narrowSumSaturates: Boolean = true
+    override val logicalAnd: Long = resolve("ompi_mpi_op_land")
+    override val logicalOr: Long = resolve("ompi_mpi_op_lor")
+    override val logicalXor: Long = resolve("ompi_mpi_op_lxor")
     override val byteType: Long = resolve("ompi_mpi_byte")
     override val int64Type: Long = resolve("ompi_mpi_int64_t")
 
@@ -46,6 +50,11 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
                     DType.UInt8 -> "ompi_mpi_uint8_t"
                     DType.Int32 -> "ompi_mpi_int32_t"
                     DType.Int64 -> "ompi_mpi_int64_t"
+                    DType.UInt32 -> "ompi_mpi_uint32_t"
+                    DType.UInt64 -> "ompi_mpi_uint64_t"
+                    DType.Float8E4M3, DType.Float8E5M2 -> "ompi_mpi_uint8_t"
+                    DType.Int16 -> "ompi_mpi_int16_t"
+                    DType.Bool -> "ompi_mpi_c_bool"
                 },
             )
         }

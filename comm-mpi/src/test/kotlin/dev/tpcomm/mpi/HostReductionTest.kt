@@ -61,6 +61,22 @@ class HostReductionTest : FunSpec({
         uo.getLong(0) shouldBe 22L
     }
 
+    test("FP8 reduces in float32 in rank order and rounds once, saturating; Int16 sums wrap") {
+        val blocks = Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(16.0, 448.0, 1.0, 448.0, 1.0, 1.0, 1.0, 2.0)) // 4 ranks x 2
+        val out = Tensor.zeros(DType.Float8E4M3, 2)
+        HostReduction.reduceBlocks(blocks.segment, 4, 2, DType.Float8E4M3, ReduceOp.Sum, out.segment)
+        out.toDoubleArray().toList() shouldBe listOf(20.0, 448.0) // 19 rounds to even (20); 899 saturates
+        HostReduction.reduceBlocks(blocks.segment, 4, 2, DType.Float8E4M3, ReduceOp.Avg, out.segment)
+        out.toDoubleArray().toList() shouldBe listOf(5.0, 224.0) // 19 / 4 = 4.75 -> 5 (ties to even); 899.0 / 4 = 224.75 -> 224
+        val shorts = Tensor.of(shortArrayOf(32767, -32768, 1, -1))
+        val o16 = Tensor.zeros(DType.Int16, 2)
+        HostReduction.reduceBlocks(shorts.segment, 2, 2, DType.Int16, ReduceOp.Sum, o16.segment)
+        o16.toLongArray().toList() shouldBe listOf(-32768L, 32767L)
+        val u32 = Tensor.fromLongs(DType.UInt32, longArrayOf(0xFFFF_FFFCL))
+        HostReduction.divide(u32.segment, DType.UInt32, 1, 2)
+        u32.getLong(0) shouldBe 0x7FFF_FFFEL
+    }
+
     test("NaN propagates through Min and Max") {
         val blocks = Tensor.zeros(DType.Float16, 2)
         blocks.segment.setAtIndex(ValueLayout.JAVA_SHORT, 0, HalfPrecision.floatToFloat16(Float.NaN))

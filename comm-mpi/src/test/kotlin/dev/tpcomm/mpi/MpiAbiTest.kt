@@ -21,11 +21,19 @@ class MpiAbiTest : FunSpec({
         abi.datatype(DType.Float16) shouldBe names.getValue("ompi_mpi_uint16_t")
         abi.op(ReduceOp.Avg) shouldBe names.getValue("ompi_mpi_op_sum")
         abi.op(ReduceOp.BitwiseXor) shouldBe names.getValue("ompi_mpi_op_bxor")
+        abi.datatype(DType.UInt32) shouldBe names.getValue("ompi_mpi_uint32_t")
+        abi.datatype(DType.UInt64) shouldBe names.getValue("ompi_mpi_uint64_t")
+        abi.datatype(DType.Int16) shouldBe names.getValue("ompi_mpi_int16_t")
+        abi.datatype(DType.Bool) shouldBe names.getValue("ompi_mpi_c_bool")
+        abi.datatype(DType.Float8E5M2) shouldBe names.getValue("ompi_mpi_uint8_t")
+        abi.op(ReduceOp.Max, DType.Bool) shouldBe names.getValue("ompi_mpi_op_lor")
+        abi.op(ReduceOp.Product, DType.Bool) shouldBe names.getValue("ompi_mpi_op_land")
+        abi.op(ReduceOp.BitwiseXor, DType.Bool) shouldBe names.getValue("ompi_mpi_op_lxor")
         abi.inPlace shouldBe 1L
         abi.statusIgnore shouldBe 0L
         abi.anySource shouldBe -1
         abi.handleBytes shouldBe 8
-        abi.byteSumSaturates shouldBe true
+        abi.narrowSumSaturates shouldBe true
     }
 
     test("a missing Open MPI symbol is named in the error") {
@@ -45,8 +53,18 @@ class MpiAbiTest : FunSpec({
         MpichAbi.statusIgnore shouldBe 1L
         MpichAbi.anySource shouldBe -2
         MpichAbi.handleBytes shouldBe 4
-        MpichAbi.unsignedByteMinMaxBroken shouldBe true
-        DType.entries.map { MpichAbi.datatype(it) }.toSet() shouldHaveSize DType.entries.size - 1 // Float16 and BFloat16 share MPI_UINT16_T
+        MpichAbi.unsignedMinMaxBroken shouldBe true
+        MpichAbi.datatype(DType.UInt32) shouldBe 0x4c00043dL
+        MpichAbi.datatype(DType.UInt64) shouldBe 0x4c00083eL
+        MpichAbi.datatype(DType.Int16) shouldBe 0x4c000238L
+        MpichAbi.datatype(DType.Bool) shouldBe 0x4c00013fL
+        MpichAbi.datatype(DType.Float8E4M3) shouldBe MpichAbi.datatype(DType.UInt8)
+        MpichAbi.op(ReduceOp.Sum, DType.Bool) shouldBe 0x58000007L // MPI_LOR
+        MpichAbi.op(ReduceOp.Min, DType.Bool) shouldBe 0x58000005L // MPI_LAND
+        MpichAbi.op(ReduceOp.BitwiseXor, DType.Bool) shouldBe 0x58000009L // MPI_LXOR
+        MpichAbi.op(ReduceOp.Sum, DType.Int16) shouldBe 0x58000003L
+        // Float16 and BFloat16 share MPI_UINT16_T; the two FP8 types share MPI_UINT8_T with UInt8.
+        DType.entries.map { MpichAbi.datatype(it) }.toSet() shouldHaveSize DType.entries.size - 3
     }
 
     test("Open MPI's 24-byte status: source, tag, error, size_t count") {

@@ -30,9 +30,13 @@ class NcclTypesTest : FunSpec({
         NcclDataType.of(DType.Float32) shouldBe nccl.ncclFloat32
         NcclDataType.of(DType.Float64) shouldBe nccl.ncclFloat64
         NcclDataType.of(DType.BFloat16) shouldBe nccl.ncclBfloat16
-        NcclDataType.UINT32 shouldBe nccl.ncclUint32
-        NcclDataType.UINT64 shouldBe nccl.ncclUint64
-        for (d in DType.entries) NcclDataType.toDType(NcclDataType.of(d)) shouldBe d
+        NcclDataType.of(DType.UInt32) shouldBe nccl.ncclUint32
+        NcclDataType.of(DType.UInt64) shouldBe nccl.ncclUint64
+        NcclDataType.of(DType.Float8E4M3) shouldBe nccl.ncclFloat8e4m3
+        NcclDataType.of(DType.Float8E5M2) shouldBe nccl.ncclFloat8e5m2
+        NcclDataType.of(DType.Bool) shouldBe nccl.ncclUint8 // as PyTorch's ProcessGroupNCCL
+        NcclDataType.of(DType.Int16) shouldBe null // NCCL has no int16
+        for (d in DType.entries.filter { it != DType.Bool && it != DType.Int16 }) NcclDataType.toDType(NcclDataType.of(d)!!) shouldBe d
     }
 
     test("op codes equal ncclRedOp_t; bitwise ops have none") {

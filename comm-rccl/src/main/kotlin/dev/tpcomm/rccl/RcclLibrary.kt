@@ -41,6 +41,9 @@ public class RcclLibrary internal constructor(private val lib: NativeLibrary, pr
 
     override val libraryName: String get() = name
 
+    /** False: RCCL's `ncclFp8E4M3`/`ncclFp8E5M2` are `rccl_float8`/`rccl_bfloat8`, FNUZ formats (ROCm/rccl `src/include/rccl_float8.h`). */
+    override val float8IsOcp: Boolean get() = false
+
     private fun f(name: String, ret: ValueLayout?, vararg args: java.lang.foreign.MemoryLayout): MethodHandle =
         lib.function(name, if (ret == null) FunctionDescriptor.ofVoid(*args) else FunctionDescriptor.of(ret, *args))
 

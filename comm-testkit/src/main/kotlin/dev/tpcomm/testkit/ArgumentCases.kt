@@ -105,6 +105,38 @@ internal object ArgumentCases {
             }
             stillUsable(comm, ctx, "refused unsupported ops")
         },
+        ConformanceCase("arguments: reductions of dtypes the backend does not reduce are refused, naming the dtype", CaseKind.Collective,
+            skipReason = { o, _ -> if (o.reducedDtypes.containsAll(o.dtypes)) "the backend reduces every dtype it moves" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            for (dtype in ctx.options.dtypes.filter { it !in ctx.options.reducedDtypes }.sortedBy { it.ordinal }) {
+                for (op in ReduceOp.entries.filter { it in ctx.options.ops && it.supports(dtype) }) {
+                    val t = input(ctx, dtype, 2 * n)
+                    suspend fun check(what: String, block: suspend () -> Unit) {
+                        refused(comm, ctx, what, listOf(t), block)
+                        val message = attempt(block).error?.message
+                        ctx.expect(message != null && dtype.name in message) { "$what: the message must name $dtype, got \"$message\"" }
+                    }
+                    check("allReduce($dtype, $op)") { comm.allReduce(t, op) }
+                    check("reduce($dtype, $op)") { comm.reduce(t, 0, op) }
+                    check("reduceScatter($dtype, $op)") { comm.reduceScatter(t, op) }
+                }
+                // Data movement still carries the dtype.
+                val x = ctx.options.placement.toBackend(TestData.input(ctx.seed, 200, comm.rank, dtype, listOf(2 * n)))
+                comm.broadcast(x, 0)
+                TestData.exactMismatch(TestData.input(ctx.seed, 200, 0, dtype, listOf(2 * n)), ctx.options.placement.toHost(x))
+                    ?.let { ctx.fail("broadcast of $dtype (a dtype moved but not reduced): $it") }
+            }
+            stillUsable(comm, ctx, "refused reductions of dtypes the backend does not reduce")
+        },
+        ConformanceCase("arguments: Avg on Bool is refused", CaseKind.Collective,
+            skipReason = { o, _ -> if (DType.Bool !in o.dtypes) "the backend has no Bool" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            val t = input(ctx, DType.Bool, 2 * n)
+            refused(comm, ctx, "allReduce(Bool, Avg)", listOf(t)) { comm.allReduce(t, ReduceOp.Avg) }
+            refused(comm, ctx, "reduce(Bool, Avg)", listOf(t)) { comm.reduce(t, 0, ReduceOp.Avg) }
+            refused(comm, ctx, "reduceScatter(Bool, Avg)", listOf(t)) { comm.reduceScatter(t, ReduceOp.Avg) }
+            stillUsable(comm, ctx, "refused Avg on Bool")
+        },
         ConformanceCase("arguments: wrong output shape or dtype for Into variants is refused", CaseKind.Collective) { comm, ctx ->
             val n = comm.worldSize
             val dt = anyDtype(ctx)

@@ -52,6 +52,9 @@ internal object CollectiveCases {
 
     private fun ops(ctx: CaseContext, dtype: DType) = ReduceOp.entries.filter { ctx.options.performs(it, dtype) }
 
+    /** The dtypes the backend sums (the default op of a reduction). */
+    private fun summed(ctx: CaseContext) = dtypes(ctx).filter { ctx.options.performs(ReduceOp.Sum, it) }
+
     val all: List<ConformanceCase> = listOf(
         collective("allReduce: every dtype and op") { comm, ctx ->
             for (dtype in dtypes(ctx)) for (op in ops(ctx, dtype)) {
@@ -69,7 +72,7 @@ internal object CollectiveCases {
                 scenario(comm, ctx, CollectiveScenario(Collective.Reduce, dtype, listOf(11), op = op, root = i++ % comm.worldSize, salt = ctx.random.nextLong()))
             }
             for (root in 0 until comm.worldSize) {
-                scenario(comm, ctx, CollectiveScenario(Collective.Reduce, DType.Float32.takeIf { it in ctx.options.dtypes } ?: dtypes(ctx)[0], listOf(4), root = root, salt = ctx.random.nextLong()))
+                scenario(comm, ctx, CollectiveScenario(Collective.Reduce, DType.Float32.takeIf { it in ctx.options.reducedDtypes } ?: summed(ctx)[0], listOf(4), root = root, salt = ctx.random.nextLong()))
             }
         },
         collective("allGather: every dim and dtype, allocating and Into") { comm, ctx ->
@@ -105,7 +108,7 @@ internal object CollectiveCases {
         collective("barrier: repeated, interleaved with allReduce") { comm, ctx ->
             repeat(10) {
                 comm.barrier()
-                scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtypes(ctx)[it % ctx.options.dtypes.size], listOf(1), salt = ctx.random.nextLong()))
+                scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, summed(ctx).let { d -> d[it % d.size] }, listOf(1), salt = ctx.random.nextLong()))
             }
         },
         collective("large tensors: allReduce, allGather and reduceScatter of 4 x maxElements") { comm, ctx ->

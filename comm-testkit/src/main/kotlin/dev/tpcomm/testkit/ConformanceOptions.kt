@@ -10,15 +10,19 @@ import kotlin.time.Duration.Companion.seconds
  * What a backend supports and how hard the conformance suite drives it.
  *
  * Capabilities decide which cases run: a dtype missing from [dtypes] is never generated; a
- * [ReduceOp] missing from [ops] is not used for results, and instead the suite checks that the
- * backend refuses it with [IllegalArgumentException] before any data moves (e.g. NCCL has no
- * bitwise reductions). Cases needing more ranks than a world has are skipped.
+ * [ReduceOp] missing from [ops], or a dtype in [dtypes] but missing from [reducedDtypes], is not
+ * used for reductions, and instead the suite checks that the backend refuses it with
+ * [IllegalArgumentException] before any data moves (e.g. NCCL has no bitwise reductions and no
+ * int16). Cases needing more ranks than a world has are skipped.
  *
  * Budget settings default to values that keep the local backend's full run well under three
  * minutes on a loaded two-core machine; [withSystemProperties] overrides them from `-D` flags.
  *
  * @property dtypes element types the backend moves.
  * @property ops reductions the backend performs; the others must be refused with [IllegalArgumentException].
+ * @property reducedDtypes the dtypes of [dtypes] the backend reduces (all of them by default); the
+ * backend moves the others but must refuse their reductions with an [IllegalArgumentException]
+ * that names the dtype.
  * @property pointToPoint whether send/recv/probe are implemented.
  * @property taggedPointToPoint whether messages are matched by tag, with ANY_SOURCE, ANY_TAG and
  * probe (MPI, local); false for backends that match messages between two ranks by order only
@@ -64,6 +68,7 @@ public data class ConformanceOptions(
     public val seed: Long = 20261122L,
     public val propertySeed: Long? = null,
     public val placement: TensorPlacement = TensorPlacement.Host,
+    public val reducedDtypes: Set<DType> = dtypes,
 ) {
     init {
         require(dtypes.isNotEmpty()) { "ConformanceOptions.dtypes must not be empty" }
@@ -79,8 +84,8 @@ public data class ConformanceOptions(
         require(maxElements >= 64) { "maxElements must be >= 64, got $maxElements" }
     }
 
-    /** Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]) and listed in [ops]. */
-    public fun performs(op: ReduceOp, dtype: DType): Boolean = op in ops && op.supports(dtype)
+    /** Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]), listed in [ops], and [dtype] in [reducedDtypes]. */
+    public fun performs(op: ReduceOp, dtype: DType): Boolean = op in ops && op.supports(dtype) && dtype in reducedDtypes
 
     /** The world sizes the in-process spec runs the cases with: [worldSizes] up to [maxWorldSize]. */
     public val effectiveWorldSizes: List<Int> get() = worldSizes.filter { it <= maxWorldSize }.distinct()

@@ -51,8 +51,15 @@ internal object MessageCases {
             }
             if (f32) {
                 expectMessage(ctx, "allReduce(Float32, BitwiseAnd)",
-                    "allReduce: BitwiseAnd is defined on integer dtypes only, but the tensor is Float32; use an integer tensor or an arithmetic op") {
+                    "allReduce: BitwiseAnd is defined on integer dtypes and Bool only, but the tensor is Float32; use an integer tensor or an arithmetic op") {
                     comm.allReduce(t(2), ReduceOp.BitwiseAnd)
+                }
+            }
+            if (DType.Bool in ctx.options.dtypes) {
+                expectMessage(ctx, "allReduce(Bool, Avg)",
+                    "allReduce: Avg is not defined on Bool (the average of truth values is not a truth value); " +
+                        "use Sum or Max for a logical or, Product or Min for a logical and, or convert to Int32 and use Avg to get a fraction") {
+                    comm.allReduce(p.toBackend(Tensor.zeros(DType.Bool, 2)), ReduceOp.Avg)
                 }
             }
             if (n > 1) {

@@ -10,7 +10,7 @@ import io.kotest.property.arbitrary.list
 import kotlin.random.Random
 
 /**
- * Kotest generators of [DType]s: uniformly one of [dtypes] (all eight by default). Shrinks toward
+ * Kotest generators of [DType]s: uniformly one of [dtypes] (all of them by default). Shrinks toward
  * the first of [dtypes].
  */
 public fun Arb.Companion.dtype(dtypes: Collection<DType> = DType.entries): Arb<DType> {
@@ -73,8 +73,11 @@ internal object TensorFill {
     fun range(dtype: DType): LongRange = when (dtype) {
         DType.Int8 -> Byte.MIN_VALUE.toLong()..Byte.MAX_VALUE.toLong()
         DType.UInt8 -> 0L..255L
+        DType.Int16 -> Short.MIN_VALUE.toLong()..Short.MAX_VALUE.toLong()
         DType.Int32 -> Int.MIN_VALUE.toLong()..Int.MAX_VALUE.toLong()
-        else -> Long.MIN_VALUE..Long.MAX_VALUE
+        DType.UInt32 -> 0L..0xFFFF_FFFFL
+        DType.Bool -> 0L..1L
+        else -> Long.MIN_VALUE..Long.MAX_VALUE // Int64, and UInt64 as its bits
     }
 
     fun random(dtype: DType, shape: List<Int>, random: Random, floats: ClosedFloatingPointRange<Double>, ints: LongRange?): Tensor {

@@ -10,9 +10,13 @@ import kotlin.math.abs
 /**
  * Default tolerances per dtype, as `(rtol, atol)`: PyTorch's `torch.testing.assert_close` defaults
  * (`_DTYPE_PRECISIONS` in pytorch/pytorch `torch/testing/_comparison.py`): Float16 (1e-3, 1e-5),
- * BFloat16 (1.6e-2, 1e-5), Float32 (1.3e-6, 1e-5), Float64 (1e-7, 1e-7); integers exact (0, 0).
+ * BFloat16 (1.6e-2, 1e-5), Float32 (1.3e-6, 1e-5), Float64 (1e-7, 1e-7); integers and Bool exact
+ * (0, 0). PyTorch has none for FP8: one unit in the last place of the format, relative, and its
+ * smallest subnormal, absolute: Float8E4M3 (0.125, 2^-9), Float8E5M2 (0.25, 2^-16).
  */
 public fun defaultTolerance(dtype: DType): Pair<Double, Double> = when (dtype) {
+    DType.Float8E4M3 -> 0.125 to Math.scalb(1.0, -9)
+    DType.Float8E5M2 -> 0.25 to Math.scalb(1.0, -16)
     DType.Float16 -> 1e-3 to 1e-5
     DType.BFloat16 -> 1.6e-2 to 1e-5
     DType.Float32 -> 1.3e-6 to 1e-5
@@ -73,7 +77,7 @@ internal object TensorComparison {
 
     /** Element [i] at its dtype's precision (a Float32 element as a Float, not as its Double expansion). */
     fun show(t: Tensor, i: Long): String = when {
-        t.dtype.isInteger -> t.getLong(i).toString()
+        !t.dtype.isFloatingPoint -> t.getLong(i).toString()
         t.dtype == DType.Float64 -> t.getDouble(i).toString()
         else -> t.getFloat(i).toString()
     }
@@ -87,7 +91,7 @@ internal object TensorComparison {
                 { "${actual.dtype}${actual.shape} should not have been close to the expected tensor" },
             )
         }
-        val exactIntegers = actual.dtype.isInteger && rtol == 0.0 && atol == 0.0
+        val exactIntegers = !actual.dtype.isFloatingPoint && rtol == 0.0 && atol == 0.0
         var wrong = 0L
         var worst = -1L
         var worstError = -1.0

@@ -18,8 +18,9 @@ internal object TestData {
 
     /**
      * A host tensor of [dtype] and [shape]: integers uniform over the dtype's whole range (so sums
-     * and products wrap), floats uniform in [-2, 2) rounded to the dtype (products of eight stay
-     * far from Float16's overflow).
+     * and products wrap, and unsigned values above the signed range are common), Bool true or false,
+     * floats uniform in [-2, 2) rounded to the dtype (products of eight stay far from Float16's
+     * overflow, and sums and products of eight within FP8's finite range).
      */
     fun input(seed: Long, salt: Long, rank: Int, dtype: DType, shape: List<Int>): Tensor {
         val random = Random(mix(seed, salt, rank))
@@ -27,8 +28,10 @@ internal object TestData {
         for (i in 0 until t.numel) {
             when (dtype) {
                 DType.Int8, DType.UInt8 -> t.setLong(i, random.nextInt(256).toLong())
-                DType.Int32 -> t.setLong(i, random.nextInt().toLong())
-                DType.Int64 -> t.setLong(i, random.nextLong())
+                DType.Int16 -> t.setLong(i, random.nextInt(65536).toLong())
+                DType.Int32, DType.UInt32 -> t.setLong(i, random.nextInt().toLong())
+                DType.Int64, DType.UInt64 -> t.setLong(i, random.nextLong())
+                DType.Bool -> t.setLong(i, random.nextInt(2).toLong())
                 else -> t.setDouble(i, random.nextDouble(-2.0, 2.0))
             }
         }
@@ -47,12 +50,12 @@ internal object TestData {
         var wrong = 0L
         var first = -1L
         for (i in 0 until expected.numel) {
-            val differs = if (expected.dtype.isInteger) expected.getLong(i) != actual.getLong(i)
+            val differs = if (!expected.dtype.isFloatingPoint) expected.getLong(i) != actual.getLong(i)
             else expected.getDouble(i).toRawBits() != actual.getDouble(i).toRawBits()
             if (differs) { wrong++; if (first < 0) first = i }
         }
         if (wrong == 0L) return "element bits differ although every value reads back equal (NaN payload or padding)"
-        val show = { t: Tensor -> if (t.dtype.isInteger) t.getLong(first).toString() else t.getDouble(first).toString() }
+        val show = { t: Tensor -> if (!t.dtype.isFloatingPoint) t.getLong(first).toString() else t.getDouble(first).toString() }
         return "$wrong of ${expected.numel} elements differ; first at $first: got ${show(actual)}, expected ${show(expected)}"
     }
 }

@@ -30,6 +30,23 @@ class ReferenceReductionTest : FunSpec({
         ReferenceReduction.reduceLong(DType.UInt8, ReduceOp.BitwiseOr, longArrayOf(0x80, 0x01)) shouldBe 0x81
     }
 
+    test("the dtypes of issue 22: unsigned compare and divide, Int16 wraps, Bool is logical") {
+        ReferenceReduction.reduceLong(DType.UInt32, ReduceOp.Max, longArrayOf(0xF000_0000L, 5)) shouldBe 0xF000_0000L
+        ReferenceReduction.reduceLong(DType.UInt32, ReduceOp.Avg, longArrayOf(0xFFFF_FFFEL, 0xFFFF_FFFEL)) shouldBe 0x7FFF_FFFEL
+        ReferenceReduction.reduceLong(DType.UInt64, ReduceOp.Min, longArrayOf(-1L, 3L)) shouldBe 3L
+        ReferenceReduction.reduceLong(DType.UInt64, ReduceOp.Avg, longArrayOf(-2L, 0L)) shouldBe Long.MAX_VALUE
+        ReferenceReduction.reduceLong(DType.Int16, ReduceOp.Sum, longArrayOf(32767, 1)) shouldBe -32768
+        ReferenceReduction.reduceLong(DType.Bool, ReduceOp.Sum, longArrayOf(1, 0, 0)) shouldBe 1
+        ReferenceReduction.reduceLong(DType.Bool, ReduceOp.Product, longArrayOf(1, 0, 1)) shouldBe 0
+        ReferenceReduction.reduceLong(DType.Bool, ReduceOp.BitwiseXor, longArrayOf(1, 1, 1)) shouldBe 1
+        val fp8 = Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(16.0))
+        val ones = Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(1.0))
+        // NCCL's pairwise rounding (16) and the host's single rounding (20) are both within FP8's tolerance of 19.
+        for (v in listOf(16.0, 20.0)) {
+            ReferenceReduction.firstMismatch(ReduceOp.Sum, listOf(fp8, ones, ones, ones), Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(v))) shouldBe null
+        }
+    }
+
     test("float tolerance grows with the rank count and the unit roundoff, and is zero for min and max") {
         val values = doubleArrayOf(1.0, -1.0, 0.5)
         ReferenceReduction.tolerance(DType.Float32, ReduceOp.Sum, values) shouldBe (2.0 * 4 * Math.ulp(1.0f) / 2 * 2.5 + 3 * java.lang.Float.MIN_VALUE.toDouble())

@@ -1,6 +1,7 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.DType
+import dev.tpcomm.Float8
 import dev.tpcomm.HalfPrecision
 import dev.tpcomm.ReduceOp
 import java.lang.foreign.MemorySegment
@@ -19,7 +20,11 @@ import java.lang.foreign.ValueLayout
  * module is present (see [VectorKernels.supports] for the few ops left to the scalar path). The other
  * paths move blocks of [BLOCK] elements between the segments and small per-thread heap arrays (which
  * stay in L1 and which the JIT vectorizes), combine there, and copy the result out.
- * Float16/BFloat16 compute in float32 and round once to nearest even at the end.
+ * Float16/BFloat16 compute in float32 and round once to nearest even at the end; so do the FP8
+ * types, whose final rounding saturates to the largest finite value ([dev.tpcomm.Float8]).
+ * UInt32/UInt64 Sum, Product and the bitwise ops share Int32/Int64's kernels (the same bits);
+ * their Min, Max and Avg compare and divide unsigned. Bool is one byte, 0 or not: or, and, xor,
+ * written back as 0 or 1.
  */
 internal object ReduceKernels {
     const val BLOCK: Int = 1024
@@ -44,7 +49,7 @@ internal object ReduceKernels {
         val da = DoubleArray(BLOCK); val db = DoubleArray(BLOCK)
         val ia = IntArray(BLOCK); val ib = IntArray(BLOCK)
         val la = LongArray(BLOCK); val lb = LongArray(BLOCK)
-        val sa = ShortArray(BLOCK)
+        val sa = ShortArray(BLOCK); val sb = ShortArray(BLOCK)
         val ba = ByteArray(BLOCK); val bb = ByteArray(BLOCK)
     }
 
@@ -61,11 +66,24 @@ internal object ReduceKernels {
             VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
-        if (vectorAvailable && VectorKernels.supports(dtype, op)) {
-            VectorKernels.other(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
-            return
+        if (vectorAvailable) {
+            val kernel = sameBits(dtype, op)
+            if (VectorKernels.supports(kernel, op)) {
+                VectorKernels.other(kernel, op, w, ins, inOff, outs, nOuts, outOff, count)
+                return
+            }
         }
         reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+    }
+
+    /** The signed dtype whose kernel gives the same bits: UInt32/UInt64 under Sum, Product and the bitwise ops (wrapping arithmetic is sign-agnostic). */
+    private fun sameBits(dtype: DType, op: ReduceOp): DType {
+        val signAgnostic = op == ReduceOp.Sum || op == ReduceOp.Product || op.isBitwise
+        return when {
+            dtype == DType.UInt32 && signAgnostic -> DType.Int32
+            dtype == DType.UInt64 && signAgnostic -> DType.Int64
+            else -> dtype
+        }
     }
 
     /** [reduce] without the Vector API (the path taken when the module is absent). */
@@ -80,10 +98,15 @@ internal object ReduceKernels {
             DType.Float32 -> float32(s, op, w, ins, inOff, outs, nOuts, outOff, count)
             DType.Float64 -> float64(s, op, w, ins, inOff, outs, nOuts, outOff, count)
             DType.Float16, DType.BFloat16 -> half(s, dtype == DType.BFloat16, op, w, ins, inOff, outs, nOuts, outOff, count)
-            DType.Int32 -> int32(s, op, w, ins, inOff, outs, nOuts, outOff, count)
-            DType.Int64 -> int64(s, op, w, ins, inOff, outs, nOuts, outOff, count)
+            DType.Int32 -> int32(s, op, w, false, ins, inOff, outs, nOuts, outOff, count)
+            DType.Int64 -> int64(s, op, w, false, ins, inOff, outs, nOuts, outOff, count)
+            DType.UInt32 -> int32(s, op, w, true, ins, inOff, outs, nOuts, outOff, count)
+            DType.UInt64 -> int64(s, op, w, true, ins, inOff, outs, nOuts, outOff, count)
             DType.Int8 -> int8(s, op, w, false, ins, inOff, outs, nOuts, outOff, count)
             DType.UInt8 -> int8(s, op, w, true, ins, inOff, outs, nOuts, outOff, count)
+            DType.Int16 -> int16(s, op, w, ins, inOff, outs, nOuts, outOff, count)
+            DType.Float8E4M3, DType.Float8E5M2 -> float8(s, dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+            DType.Bool -> bool(s, op, w, ins, inOff, outs, nOuts, outOff, count)
         }
     }
 
@@ -201,7 +224,7 @@ internal object ReduceKernels {
 
     private inline fun i32Loop(
         s: Scratch, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
-        count: Long, avg: Boolean, combine: (Int, Int) -> Int,
+        count: Long, avg: Boolean, combine: (Int, Int) -> Int, unsigned: Boolean = false,
     ) {
         val a = s.ia; val b = s.ib
         var done = 0L
@@ -213,23 +236,28 @@ internal object ReduceKernels {
                 MemorySegment.copy(ins[r]!!, I32, ib, b, 0, n)
                 for (j in 0 until n) a[j] = combine(a[j], b[j])
             }
-            if (avg) for (j in 0 until n) a[j] = a[j] / w
+            if (avg) {
+                if (unsigned) for (j in 0 until n) a[j] = Integer.divideUnsigned(a[j], w) else for (j in 0 until n) a[j] = a[j] / w
+            }
             val ob = (outOff + done) * 4
             for (o in 0 until nOuts) MemorySegment.copy(a, 0, outs[o]!!, I32, ob, n)
             done += n
         }
     }
 
-    private fun int32(s: Scratch, op: ReduceOp, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
+    /** Int32, or UInt32 when [unsigned] (Min/Max compare unsigned, Avg divides unsigned). */
+    private fun int32(s: Scratch, op: ReduceOp, w: Int, unsigned: Boolean, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
         when (op) {
-            ReduceOp.Sum -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x + y }
-            ReduceOp.Avg -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, true) { x, y -> x + y }
-            ReduceOp.Product -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x * y }
-            ReduceOp.Min -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.min(x, y) }
-            ReduceOp.Max -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.max(x, y) }
-            ReduceOp.BitwiseAnd -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
-            ReduceOp.BitwiseOr -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
-            ReduceOp.BitwiseXor -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+            ReduceOp.Sum -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x + y })
+            ReduceOp.Avg -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, true, { x, y -> x + y }, unsigned)
+            ReduceOp.Product -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x * y })
+            ReduceOp.Min -> if (unsigned) i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> if (Integer.compareUnsigned(x, y) <= 0) x else y })
+                else i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> Math.min(x, y) })
+            ReduceOp.Max -> if (unsigned) i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> if (Integer.compareUnsigned(x, y) >= 0) x else y })
+                else i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> Math.max(x, y) })
+            ReduceOp.BitwiseAnd -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x and y })
+            ReduceOp.BitwiseOr -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x or y })
+            ReduceOp.BitwiseXor -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x xor y })
         }
     }
 
@@ -237,7 +265,7 @@ internal object ReduceKernels {
 
     private inline fun i64Loop(
         s: Scratch, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
-        count: Long, avg: Boolean, combine: (Long, Long) -> Long,
+        count: Long, avg: Boolean, combine: (Long, Long) -> Long, unsigned: Boolean = false,
     ) {
         val a = s.la; val b = s.lb
         var done = 0L
@@ -250,23 +278,28 @@ internal object ReduceKernels {
                 MemorySegment.copy(ins[r]!!, I64, ib, b, 0, n)
                 for (j in 0 until n) a[j] = combine(a[j], b[j])
             }
-            if (avg) for (j in 0 until n) a[j] = a[j] / div
+            if (avg) {
+                if (unsigned) for (j in 0 until n) a[j] = java.lang.Long.divideUnsigned(a[j], div) else for (j in 0 until n) a[j] = a[j] / div
+            }
             val ob = (outOff + done) * 8
             for (o in 0 until nOuts) MemorySegment.copy(a, 0, outs[o]!!, I64, ob, n)
             done += n
         }
     }
 
-    private fun int64(s: Scratch, op: ReduceOp, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
+    /** Int64, or UInt64 when [unsigned] (Min/Max compare unsigned, Avg divides unsigned). */
+    private fun int64(s: Scratch, op: ReduceOp, w: Int, unsigned: Boolean, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
         when (op) {
-            ReduceOp.Sum -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x + y }
-            ReduceOp.Avg -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, true) { x, y -> x + y }
-            ReduceOp.Product -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x * y }
-            ReduceOp.Min -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.min(x, y) }
-            ReduceOp.Max -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.max(x, y) }
-            ReduceOp.BitwiseAnd -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
-            ReduceOp.BitwiseOr -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
-            ReduceOp.BitwiseXor -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+            ReduceOp.Sum -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x + y })
+            ReduceOp.Avg -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, true, { x, y -> x + y }, unsigned)
+            ReduceOp.Product -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x * y })
+            ReduceOp.Min -> if (unsigned) i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> if (java.lang.Long.compareUnsigned(x, y) <= 0) x else y })
+                else i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> Math.min(x, y) })
+            ReduceOp.Max -> if (unsigned) i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> if (java.lang.Long.compareUnsigned(x, y) >= 0) x else y })
+                else i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> Math.max(x, y) })
+            ReduceOp.BitwiseAnd -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x and y })
+            ReduceOp.BitwiseOr -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x or y })
+            ReduceOp.BitwiseXor -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x xor y })
         }
     }
 
@@ -313,6 +346,123 @@ internal object ReduceKernels {
             ReduceOp.BitwiseAnd -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
             ReduceOp.BitwiseOr -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
             ReduceOp.BitwiseXor -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+        }
+    }
+
+    // ---- int16: combine in Int, the store truncates (wraps) ----
+
+    private inline fun i16Loop(
+        s: Scratch, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
+        count: Long, avg: Boolean, combine: (Int, Int) -> Int,
+    ) {
+        val a = s.ia; val h = s.sa
+        var done = 0L
+        while (done < count) {
+            val n = minOf(BLOCK.toLong(), count - done).toInt()
+            val ib = (inOff + done) * 2
+            MemorySegment.copy(ins[0]!!, I16, ib, h, 0, n)
+            for (j in 0 until n) a[j] = h[j].toInt()
+            for (r in 1 until w) {
+                MemorySegment.copy(ins[r]!!, I16, ib, h, 0, n)
+                for (j in 0 until n) a[j] = combine(a[j], h[j].toInt())
+            }
+            // Avg: the wrapped-around sum in Int16's range, divided with truncation toward zero.
+            if (avg) for (j in 0 until n) a[j] = a[j].toShort().toInt() / w
+            val out = s.sb
+            for (j in 0 until n) out[j] = a[j].toShort()
+            val ob = (outOff + done) * 2
+            for (o in 0 until nOuts) MemorySegment.copy(out, 0, outs[o]!!, I16, ob, n)
+            done += n
+        }
+    }
+
+    private fun int16(s: Scratch, op: ReduceOp, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
+        when (op) {
+            ReduceOp.Sum -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> (x + y).toShort().toInt() }
+            ReduceOp.Avg -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, true) { x, y -> (x + y).toShort().toInt() }
+            ReduceOp.Product -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> (x * y).toShort().toInt() }
+            ReduceOp.Min -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.min(x, y) }
+            ReduceOp.Max -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.max(x, y) }
+            ReduceOp.BitwiseAnd -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
+            ReduceOp.BitwiseOr -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
+            ReduceOp.BitwiseXor -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+        }
+    }
+
+    // ---- FP8: widen through a 256-entry table, compute in float32, round once (saturating) ----
+
+    private val E4M3_TABLE = FloatArray(256) { Float8.e4m3ToFloat(it.toByte()) }
+    private val E5M2_TABLE = FloatArray(256) { Float8.e5m2ToFloat(it.toByte()) }
+
+    private inline fun f8Loop(
+        s: Scratch, e4m3: Boolean, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
+        count: Long, avg: Boolean, combine: (Float, Float) -> Float,
+    ) {
+        val a = s.fa; val bytes = s.ba
+        val table = if (e4m3) E4M3_TABLE else E5M2_TABLE
+        var done = 0L
+        val div = w.toFloat()
+        while (done < count) {
+            val n = minOf(BLOCK.toLong(), count - done).toInt()
+            val ib = inOff + done
+            MemorySegment.copy(ins[0]!!, I8, ib, bytes, 0, n)
+            for (j in 0 until n) a[j] = table[bytes[j].toInt() and 0xFF]
+            for (r in 1 until w) {
+                MemorySegment.copy(ins[r]!!, I8, ib, bytes, 0, n)
+                for (j in 0 until n) a[j] = combine(a[j], table[bytes[j].toInt() and 0xFF])
+            }
+            if (avg) for (j in 0 until n) a[j] = a[j] / div
+            val out = s.bb
+            if (e4m3) for (j in 0 until n) out[j] = Float8.toE4M3(a[j]) else for (j in 0 until n) out[j] = Float8.toE5M2(a[j])
+            val ob = outOff + done
+            for (o in 0 until nOuts) MemorySegment.copy(out, 0, outs[o]!!, I8, ob, n)
+            done += n
+        }
+    }
+
+    private fun float8(s: Scratch, dtype: DType, op: ReduceOp, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
+        val e4m3 = dtype == DType.Float8E4M3
+        when (op) {
+            ReduceOp.Sum -> f8Loop(s, e4m3, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x + y }
+            ReduceOp.Avg -> f8Loop(s, e4m3, w, ins, inOff, outs, nOuts, outOff, count, true) { x, y -> x + y }
+            ReduceOp.Product -> f8Loop(s, e4m3, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x * y }
+            ReduceOp.Min -> f8Loop(s, e4m3, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.min(x, y) }
+            ReduceOp.Max -> f8Loop(s, e4m3, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> Math.max(x, y) }
+            else -> throw IllegalArgumentException("$op is not defined on $dtype")
+        }
+    }
+
+    // ---- Bool: truth values 0/1 (any non-zero byte is true), written back as 0 or 1 ----
+
+    private inline fun boolLoop(
+        s: Scratch, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
+        count: Long, combine: (Int, Int) -> Int,
+    ) {
+        val a = s.ia; val bytes = s.ba
+        var done = 0L
+        while (done < count) {
+            val n = minOf(BLOCK.toLong(), count - done).toInt()
+            val ib = inOff + done
+            MemorySegment.copy(ins[0]!!, I8, ib, bytes, 0, n)
+            for (j in 0 until n) a[j] = if (bytes[j].toInt() != 0) 1 else 0
+            for (r in 1 until w) {
+                MemorySegment.copy(ins[r]!!, I8, ib, bytes, 0, n)
+                for (j in 0 until n) a[j] = combine(a[j], if (bytes[j].toInt() != 0) 1 else 0)
+            }
+            val out = s.bb
+            for (j in 0 until n) out[j] = a[j].toByte()
+            val ob = outOff + done
+            for (o in 0 until nOuts) MemorySegment.copy(out, 0, outs[o]!!, I8, ob, n)
+            done += n
+        }
+    }
+
+    private fun bool(s: Scratch, op: ReduceOp, w: Int, ins: Array<MemorySegment?>, inOff: Long, outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long) {
+        when (op) {
+            ReduceOp.Sum, ReduceOp.Max, ReduceOp.BitwiseOr -> boolLoop(s, w, ins, inOff, outs, nOuts, outOff, count) { x, y -> x or y }
+            ReduceOp.Product, ReduceOp.Min, ReduceOp.BitwiseAnd -> boolLoop(s, w, ins, inOff, outs, nOuts, outOff, count) { x, y -> x and y }
+            ReduceOp.BitwiseXor -> boolLoop(s, w, ins, inOff, outs, nOuts, outOff, count) { x, y -> x xor y }
+            else -> throw IllegalArgumentException("$op is not defined on Bool")
         }
     }
 }

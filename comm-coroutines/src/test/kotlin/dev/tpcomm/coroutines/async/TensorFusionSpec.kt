@@ -75,7 +75,7 @@ class TensorFusionSpec : FunSpec({
         val (left, right) = whole.chunk(2)
         shouldThrow<IllegalArgumentException> { c0.allReduceCoalesced(listOf(whole, right)) }.message shouldContain "tensors 0 and 1 overlap"
         c0.allReduceCoalesced(emptyList()) shouldBe emptyList()
-        shouldThrow<IllegalArgumentException> { c0.allReduceCoalesced(listOf(t), ReduceOp.BitwiseOr) }.message shouldContain "integer dtypes only"
+        shouldThrow<IllegalArgumentException> { c0.allReduceCoalesced(listOf(t), ReduceOp.BitwiseOr) }.message shouldContain "integer dtypes and Bool only"
         shouldThrow<IllegalArgumentException> { c0.allReduceCoalesced(listOf(t), thresholdBytes = 0) }.message shouldContain "thresholdBytes"
         val closed = Tensor.of(floatArrayOf(1f)).also { it.close() }
         shouldThrow<IllegalArgumentException> { c0.allReduceCoalesced(listOf(t, closed)) }.message shouldContain "closed"

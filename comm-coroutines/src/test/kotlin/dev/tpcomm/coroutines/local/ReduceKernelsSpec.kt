@@ -1,6 +1,7 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.DType
+import dev.tpcomm.Float8
 import dev.tpcomm.HalfPrecision
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
@@ -14,18 +15,33 @@ class ReduceKernelsSpec : FunSpec({
     fun wrap(dtype: DType, v: Long): Long = when (dtype) {
         DType.Int8 -> v.toByte().toLong()
         DType.UInt8 -> v and 0xFF
+        DType.Int16 -> v.toShort().toLong()
         DType.Int32 -> v.toInt().toLong()
+        DType.UInt32 -> v and 0xFFFF_FFFFL
+        DType.Bool -> if (v != 0L) 1L else 0L
         else -> v
     }
 
     fun intReference(dtype: DType, op: ReduceOp, values: List<Long>): Long {
         val w = values.size
+        if (dtype == DType.Bool) {
+            val truths = values.map { it != 0L }
+            val v = when (op) {
+                ReduceOp.Sum, ReduceOp.Max, ReduceOp.BitwiseOr -> truths.any { it }
+                ReduceOp.Product, ReduceOp.Min, ReduceOp.BitwiseAnd -> truths.all { it }
+                ReduceOp.BitwiseXor -> truths.count { it } % 2 == 1
+                else -> error("$op is not defined on Bool")
+            }
+            return if (v) 1L else 0L
+        }
+        val unsigned = Comparator<Long> { a, b -> java.lang.Long.compareUnsigned(a, b) }
         return when (op) {
             ReduceOp.Sum -> wrap(dtype, values.fold(0L) { a, b -> a + b })
-            ReduceOp.Avg -> wrap(dtype, values.fold(0L) { a, b -> a + b }) / w
+            ReduceOp.Avg -> if (dtype == DType.UInt64) java.lang.Long.divideUnsigned(values.fold(0L) { a, b -> a + b }, w.toLong())
+                else wrap(dtype, values.fold(0L) { a, b -> a + b }) / w
             ReduceOp.Product -> wrap(dtype, values.fold(1L) { a, b -> a * b })
-            ReduceOp.Min -> values.min()
-            ReduceOp.Max -> values.max()
+            ReduceOp.Min -> if (dtype == DType.UInt64) values.minWith(unsigned) else values.min()
+            ReduceOp.Max -> if (dtype == DType.UInt64) values.maxWith(unsigned) else values.max()
             ReduceOp.BitwiseAnd -> wrap(dtype, values.reduce { a, b -> a and b })
             ReduceOp.BitwiseOr -> wrap(dtype, values.reduce { a, b -> a or b })
             ReduceOp.BitwiseXor -> wrap(dtype, values.reduce { a, b -> a xor b })
@@ -62,10 +78,10 @@ class ReduceKernelsSpec : FunSpec({
                 val results = runLocalWorld(w) { comm ->
                     val t = Tensor.zeros(dtype, n)
                     for (i in 0 until n) {
-                        if (dtype.isInteger) t.setLong(i.toLong(), values[comm.rank][i]) else t.setDouble(i.toLong(), values[comm.rank][i] / 4.0)
+                        if (!dtype.isFloatingPoint) t.setLong(i.toLong(), values[comm.rank][i]) else t.setDouble(i.toLong(), values[comm.rank][i] / 4.0)
                     }
                     comm.allReduce(t, op)
-                    List(n) { i -> if (dtype.isInteger) t.getLong(i.toLong()) else java.lang.Double.doubleToRawLongBits(t.getDouble(i.toLong())) }
+                    List(n) { i -> if (!dtype.isFloatingPoint) t.getLong(i.toLong()) else java.lang.Double.doubleToRawLongBits(t.getDouble(i.toLong())) }
                 }
                 for (i in 0 until n) {
                     val column = values.map { it[i] }
@@ -78,6 +94,11 @@ class ReduceKernelsSpec : FunSpec({
                         DType.BFloat16 -> java.lang.Double.doubleToRawLongBits(
                             HalfPrecision.bfloat16ToFloat(HalfPrecision.floatToBFloat16(floatReference(op, column.map { it / 4f }))).toDouble(),
                         )
+                        // FP8: the stored (rounded) inputs, reduced in float32, rounded once with saturation.
+                        DType.Float8E4M3, DType.Float8E5M2 -> {
+                            fun fp8(x: Double) = Float8.toFloat(dtype, Float8.fromDouble(dtype, x))
+                            java.lang.Double.doubleToRawLongBits(fp8(floatReference(op, column.map { fp8(it / 4.0) }).toDouble()).toDouble())
+                        }
                         else -> intReference(dtype, op, column.map { wrap(dtype, it) })
                     }
                     for (r in 0 until w) results[r][i] shouldBe expected

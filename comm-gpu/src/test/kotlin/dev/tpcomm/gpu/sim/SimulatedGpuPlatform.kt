@@ -56,6 +56,8 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
      * accepts two ranks of one communicator on one device (`src/init.cc`, `initTransportsRank`).
      */
     public val environment: Map<String, String> = emptyMap(),
+    /** What [NcclApi.float8IsOcp] reports: true as NCCL, false to stand in for RCCL (FNUZ FP8 types). */
+    public val float8IsOcp: Boolean = true,
 ) : AutoCloseable {
     internal val handles = ConcurrentHashMap<Long, Any>()
     private val nextHandle = AtomicLong(0x1000)

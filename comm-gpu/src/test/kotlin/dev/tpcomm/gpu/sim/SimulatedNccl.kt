@@ -337,7 +337,10 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     private fun copyOf(s: MemorySegment): MemorySegment = Arena.ofAuto().allocate(s.byteSize().coerceAtLeast(1)).also { MemorySegment.copy(s, 0, it, 0, s.byteSize()) }
 
-    /** The reduction through comm-testkit's [ReferenceReduction] (the project's one reference). */
+    /**
+     * The reduction through comm-testkit's [ReferenceReduction] (the project's one reference), except
+     * FP8, which [Float8Reduction] reduces as NCCL's kernels do (pairwise through half precision).
+     */
     private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long): MemorySegment {
         val dt = NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported datatype $dtype")
         val reduceOp = when (op) {
@@ -349,6 +352,9 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
         }
         if (n == 0L) return Arena.ofAuto().allocate(1)
+        if (dt == dev.tpcomm.DType.Float8E4M3 || dt == dev.tpcomm.DType.Float8E5M2) {
+            return copyOf(Float8Reduction.reduce(reduceOp, inputs.map { Tensor.wrap(it.asSlice(0, n), dt, n.toInt()) }).segment)
+        }
         val result = ReferenceReduction.expected(reduceOp, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
         return copyOf(result.segment)
     }
@@ -362,6 +368,15 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     // ------------------------------------------------------------------ the API
 
     override val libraryName: String get() = platform.libraryName
+
+    override val float8IsOcp: Boolean get() = platform.float8IsOcp
+
+    /**
+     * `ncclInvalidArgument` for a datatype the simulated version lacks: `ArgsCheck` (NVIDIA/nccl
+     * `src/misc/argcheck.cc`) refuses `datatype >= ncclNumTypes`, which is 10 before 2.24 (no FP8).
+     */
+    private fun knownType(code: Int): Boolean =
+        NcclDataType.toDType(code)?.let { platform.version >= NcclDataType.minimumVersion(it) } == true
 
     override fun getVersion(version: IntArray): Int { version[0] = platform.version; return NcclResult.SUCCESS }
 
@@ -547,7 +562,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
         val st = platform.lookup<SimStream>(stream) ?: return NcclResult.INVALID_ARGUMENT
         ready(sc).let { if (it != NcclResult.SUCCESS) return it }
-        if (NcclDataType.toDType(c.dtype) == null || c.op !in NcclRedOp.SUM..NcclRedOp.AVG) return NcclResult.INVALID_ARGUMENT
+        if (!knownType(c.dtype) || c.op !in NcclRedOp.SUM..NcclRedOp.AVG) return NcclResult.INVALID_ARGUMENT
         try {
             memory.checkDeviceBuffer(c.send, sendBytes)
             memory.checkDeviceBuffer(c.recv, recvBytes)
