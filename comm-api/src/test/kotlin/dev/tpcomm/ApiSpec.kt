@@ -30,6 +30,23 @@ class ApiSpec : FunSpec({
         }
     }
 
+    test("ReduceOp.PreMulSum: floating point only, equal by factor, named PreMulSum, the factor rounded to the dtype") {
+        for (dt in DType.entries) ReduceOp.PreMulSum(0.5).supports(dt) shouldBe dt.isFloatingPoint
+        ReduceOp.PreMulSum(0.25) shouldBe ReduceOp.PreMulSum(0.25)
+        (ReduceOp.PreMulSum(0.25) == ReduceOp.PreMulSum(0.5)) shouldBe false
+        ReduceOp.PreMulSum(0.25).name shouldBe "PreMulSum"
+        ReduceOp.PreMulSum(0.25).toString() shouldBe "PreMulSum(0.25)"
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float64) shouldBe 1.0 / 3
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float32) shouldBe (1.0f / 3).toDouble()
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.BFloat16) shouldBe 0.333984375
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float16) shouldBe 0.333251953125
+        ReduceOp.entries.map { it.name } shouldBe listOf("Sum", "Product", "Min", "Max", "Avg", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+        ReduceOp.entries.map { it.ordinal } shouldBe (0..7).toList()
+        ReduceOp.valueOf("Max") shouldBe ReduceOp.Max
+        shouldThrow<IllegalArgumentException> { ReduceOp.valueOf("PreMulSum") }.message shouldContain "construct ReduceOp.PreMulSum(factor)"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.PreMulSum(0.5), DType.Int32, "allReduce") }.message shouldContain "floating-point dtypes only"
+    }
+
     test("argument checks say what to change") {
         shouldThrow<IllegalArgumentException> { CollectiveChecks.root(4, 4, "broadcast") }.message shouldContain "0 until 4"
         val t = Tensor.zeros(DType.Float32, 6, 2)

@@ -60,7 +60,12 @@ public object CollectiveChecks {
     @JvmStatic
     public fun op(op: ReduceOp, dtype: DType, operation: String) {
         require(op.supports(dtype)) {
-            "$operation: $op is defined on integer dtypes only, but the tensor is $dtype; use an integer tensor or an arithmetic op"
+            if (op is ReduceOp.PreMulSum) {
+                "$operation: PreMulSum is defined on floating-point dtypes only, but the tensor is $dtype; " +
+                    "use a floating-point tensor, or Sum (or Avg) on integers"
+            } else {
+                "$operation: $op is defined on integer dtypes only, but the tensor is $dtype; use an integer tensor or an arithmetic op"
+            }
         }
     }
 

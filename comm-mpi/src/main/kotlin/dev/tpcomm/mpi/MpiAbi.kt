@@ -42,7 +42,7 @@ internal interface MpiAbi {
     /** `MPI_LONG` (int64 on LP64), used for the signature exchange and timing. */
     val int64Type: Long
 
-    /** MPI op for [op]; [ReduceOp.Avg] maps to `MPI_SUM` (the engine divides afterwards). */
+    /** MPI op for [op]; [ReduceOp.Avg] maps to `MPI_SUM` (the engine divides afterwards), [ReduceOp.PreMulSum] too (the engine scales first). */
     fun op(op: ReduceOp): Long
 
     /** Reads a handle (e.g. an `MPI_Request` or `MPI_Comm` written by MPI) at [offset] of [segment]. */

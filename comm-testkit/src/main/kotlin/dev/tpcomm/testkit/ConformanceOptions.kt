@@ -79,8 +79,12 @@ public data class ConformanceOptions(
         require(maxElements >= 64) { "maxElements must be >= 64, got $maxElements" }
     }
 
-    /** Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]) and listed in [ops]. */
-    public fun performs(op: ReduceOp, dtype: DType): Boolean = op in ops && op.supports(dtype)
+    /**
+     * Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]) and listed in [ops]
+     * ([ReduceOp.PreMulSum], whatever its factor, is performed by every backend: natively on
+     * NCCL/RCCL, scaled on the host elsewhere).
+     */
+    public fun performs(op: ReduceOp, dtype: DType): Boolean = (op is ReduceOp.PreMulSum || op in ops) && op.supports(dtype)
 
     /** The world sizes the in-process spec runs the cases with: [worldSizes] up to [maxWorldSize]. */
     public val effectiveWorldSizes: List<Int> get() = worldSizes.filter { it <= maxWorldSize }.distinct()
