@@ -63,6 +63,10 @@ class NcclPreMulSumTest : FunSpec({
             platform.download(h).toDoubleArray().toList() shouldBe listOf(
                 ReduceOp.PreMulSum(3 * 3 * third).factorIn(DType.BFloat16), ReduceOp.PreMulSum(-6 * 3 * third).factorIn(DType.BFloat16),
             )
+            // Every rank's calls returned (destroying their operators) before the barrier completes;
+            // the communicators are still alive here, so a leaked operator would still be counted.
+            c.barrier()
+            platform.liveRedOps shouldBe 0
         }
         platform.liveRedOps shouldBe 0
         platform.assertNoMisuse()
@@ -74,6 +78,7 @@ class NcclPreMulSumTest : FunSpec({
             val t = platform.upload(Tensor.of(doubleArrayOf(1.0, -2.0), 2), Device.Cuda(0))
             c.allReduce(t, ReduceOp.PreMulSum(0.25))
             platform.download(t).toDoubleArray().toList() shouldBe listOf(0.25, -0.5)
+            platform.liveRedOps shouldBe 0
         }
         platform.liveRedOps shouldBe 0
         platform.assertNoMisuse()
