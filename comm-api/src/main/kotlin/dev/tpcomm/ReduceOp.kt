@@ -16,10 +16,15 @@ package dev.tpcomm
  *   Floating-point dtypes only (see [PreMulSum]).
  *
  * The eight operations without a parameter are objects, written `ReduceOp.Sum` from Kotlin and
- * from Java alike (Java reads the static field `ReduceOp.Sum`); [PreMulSum] is a class,
- * `ReduceOp.PreMulSum(0.25)` in Kotlin and `new ReduceOp.PreMulSum(0.25)` in Java. A `when` over a
- * `ReduceOp` is exhaustive with the eight objects and `is ReduceOp.PreMulSum`. Every instance is
- * immutable and thread-safe.
+ * from Java alike (Java reads the static field `ReduceOp.Sum`, which holds the same object);
+ * [PreMulSum] is a class, `ReduceOp.PreMulSum(0.25)` in Kotlin and `new ReduceOp.PreMulSum(0.25)`
+ * in Java. A `when` over a `ReduceOp` is exhaustive with the eight objects and
+ * `is ReduceOp.PreMulSum`. Every instance is immutable and thread-safe.
+ *
+ * `ReduceOp` is a sealed interface whose members have no default bodies: the JVM then never
+ * initializes it as part of initializing one of the objects (JLS 12.4.1), so its static fields for
+ * Java are filled from the objects whichever is touched first. (As a sealed class it would be the
+ * objects' superclass, and an object initialized first would leave the field null.)
  *
  * NaN under [Max] and [Min] **propagates**: the rule is IEEE 754-2019 `maximum`/`minimum` (as
  * PyTorch's `torch.maximum`/`torch.minimum` and Java's `Math.max`/`Math.min`): if any rank's value
@@ -31,77 +36,90 @@ package dev.tpcomm
  * rank order, e.g. `[NaN, 1]` on one and `[1, NaN]` on the other), and NCCL/RCCL use the device's
  * own max/min. Programs that must see NaN on those backends should check for NaN before reducing.
  */
-public sealed class ReduceOp {
+public sealed interface ReduceOp {
     /**
      * The operation's name without its parameter (`Sum`, ..., `PreMulSum`): what collective
      * signatures compare across ranks and what the flight recorder records.
      */
-    public abstract val name: String
+    public val name: String
 
     /**
      * Position of this operation in the signature encoding: the eight parameterless operations in
      * [entries] order (0 to 7), then [PreMulSum] (8), whatever its factor.
      */
-    public abstract val ordinal: Int
+    public val ordinal: Int
 
     /** True for the three bitwise operations. */
-    public val isBitwise: Boolean get() = this === BitwiseAnd || this === BitwiseOr || this === BitwiseXor
+    public val isBitwise: Boolean
 
     /**
      * Whether this operation is defined on [dtype]: the bitwise ones on integer dtypes only,
      * [PreMulSum] on floating-point dtypes only, the others on every dtype.
      */
-    public fun supports(dtype: DType): Boolean = when (this) {
-        is PreMulSum -> dtype.isFloatingPoint
-        else -> !isBitwise || dtype.isInteger
-    }
+    public fun supports(dtype: DType): Boolean
 
     /** The element-wise sum. */
-    public data object Sum : ReduceOp() {
+    public data object Sum : ReduceOp {
         override val name: String get() = "Sum"
         override val ordinal: Int get() = 0
+        override val isBitwise: Boolean get() = false
+        override fun supports(dtype: DType): Boolean = true
     }
 
     /** The element-wise product. */
-    public data object Product : ReduceOp() {
+    public data object Product : ReduceOp {
         override val name: String get() = "Product"
         override val ordinal: Int get() = 1
+        override val isBitwise: Boolean get() = false
+        override fun supports(dtype: DType): Boolean = true
     }
 
     /** The element-wise minimum (NaN propagates, see [ReduceOp]). */
-    public data object Min : ReduceOp() {
+    public data object Min : ReduceOp {
         override val name: String get() = "Min"
         override val ordinal: Int get() = 2
+        override val isBitwise: Boolean get() = false
+        override fun supports(dtype: DType): Boolean = true
     }
 
     /** The element-wise maximum (NaN propagates, see [ReduceOp]). */
-    public data object Max : ReduceOp() {
+    public data object Max : ReduceOp {
         override val name: String get() = "Max"
         override val ordinal: Int get() = 3
+        override val isBitwise: Boolean get() = false
+        override fun supports(dtype: DType): Boolean = true
     }
 
     /** The sum divided by the number of ranks (see [ReduceOp] for integers). */
-    public data object Avg : ReduceOp() {
+    public data object Avg : ReduceOp {
         override val name: String get() = "Avg"
         override val ordinal: Int get() = 4
+        override val isBitwise: Boolean get() = false
+        override fun supports(dtype: DType): Boolean = true
     }
 
     /** Bitwise and; integer dtypes only. */
-    public data object BitwiseAnd : ReduceOp() {
+    public data object BitwiseAnd : ReduceOp {
         override val name: String get() = "BitwiseAnd"
         override val ordinal: Int get() = 5
+        override val isBitwise: Boolean get() = true
+        override fun supports(dtype: DType): Boolean = dtype.isInteger
     }
 
     /** Bitwise or; integer dtypes only. */
-    public data object BitwiseOr : ReduceOp() {
+    public data object BitwiseOr : ReduceOp {
         override val name: String get() = "BitwiseOr"
         override val ordinal: Int get() = 6
+        override val isBitwise: Boolean get() = true
+        override fun supports(dtype: DType): Boolean = dtype.isInteger
     }
 
     /** Bitwise exclusive or; integer dtypes only. */
-    public data object BitwiseXor : ReduceOp() {
+    public data object BitwiseXor : ReduceOp {
         override val name: String get() = "BitwiseXor"
         override val ordinal: Int get() = 7
+        override val isBitwise: Boolean get() = true
+        override fun supports(dtype: DType): Boolean = dtype.isInteger
     }
 
     /**
@@ -131,13 +149,17 @@ public sealed class ReduceOp {
      * @property factor this rank's multiplier; finite.
      * @throws IllegalArgumentException when [factor] is NaN or infinite.
      */
-    public class PreMulSum(public val factor: Double) : ReduceOp() {
+    public class PreMulSum(public val factor: Double) : ReduceOp {
         init {
             require(factor.isFinite()) { "ReduceOp.PreMulSum: factor $factor is not finite; pass a finite multiplier such as 1.0 / worldSize" }
         }
 
         override val name: String get() = "PreMulSum"
         override val ordinal: Int get() = 8
+        override val isBitwise: Boolean get() = false
+
+        /** True for the floating-point dtypes only. */
+        override fun supports(dtype: DType): Boolean = dtype.isFloatingPoint
 
         /**
          * [factor] as a scalar of [dtype] holds it (the value every backend multiplies by): rounded to
@@ -161,7 +183,7 @@ public sealed class ReduceOp {
         override fun toString(): String = "PreMulSum($factor)"
     }
 
-    /** The parameterless operations and their Java fields. */
+    /** The parameterless operations as static fields for Java, and their list. */
     public companion object {
         /** [ReduceOp.Sum], as a static field for Java (`ReduceOp.Sum`). */
         @JvmField public val Sum: ReduceOp = ReduceOp.Sum
@@ -181,12 +203,10 @@ public sealed class ReduceOp {
         @JvmField public val BitwiseXor: ReduceOp = ReduceOp.BitwiseXor
 
         /** The eight parameterless operations, in [ordinal] order ([PreMulSum] takes a factor and is not listed). */
-        @JvmStatic
-        public val entries: List<ReduceOp> get() = ENTRIES
-
-        private val ENTRIES: List<ReduceOp> by lazy {
-            listOf(ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg, ReduceOp.BitwiseAnd, ReduceOp.BitwiseOr, ReduceOp.BitwiseXor)
-        }
+        @JvmField
+        public val entries: List<ReduceOp> = listOf(
+            ReduceOp.Sum, ReduceOp.Product, ReduceOp.Min, ReduceOp.Max, ReduceOp.Avg, ReduceOp.BitwiseAnd, ReduceOp.BitwiseOr, ReduceOp.BitwiseXor,
+        )
 
         /**
          * The parameterless operation named [name] (`"Sum"`, ...).
@@ -194,7 +214,7 @@ public sealed class ReduceOp {
          * @throws IllegalArgumentException for any other name (PreMulSum needs a factor: construct it).
          */
         @JvmStatic
-        public fun valueOf(name: String): ReduceOp = ENTRIES.firstOrNull { it.name == name }
-            ?: throw IllegalArgumentException("no ReduceOp named '$name'; pass one of ${ENTRIES.joinToString { it.name }}, or construct ReduceOp.PreMulSum(factor)")
+        public fun valueOf(name: String): ReduceOp = entries.firstOrNull { it.name == name }
+            ?: throw IllegalArgumentException("no ReduceOp named '$name'; pass one of ${entries.joinToString { it.name }}, or construct ReduceOp.PreMulSum(factor)")
     }
 }

@@ -30,6 +30,26 @@ class ApiSpec : FunSpec({
         }
     }
 
+    test("ReduceOp's static fields for Java hold the objects whichever class the JVM initializes first") {
+        // Fresh loaders for dev.tpcomm classes: touch an object first (as Kotlin code does), then read
+        // the Java field. With ReduceOp a sealed class the field read null here (an initialization cycle).
+        val base = ReduceOp::class.java.protectionDomain.codeSource.location
+        val parent = ReduceOp::class.java.classLoader
+        fun freshLoader() = object : java.net.URLClassLoader(arrayOf(base), parent) {
+            override fun loadClass(name: String, resolve: Boolean): Class<*> = synchronized(getClassLoadingLock(name)) {
+                if (!name.startsWith("dev.tpcomm.")) return super.loadClass(name, resolve)
+                findLoadedClass(name) ?: findClass(name)
+            }
+        }
+        for (first in listOf("Sum", "BitwiseXor")) {
+            val loader = freshLoader()
+            val obj = Class.forName("dev.tpcomm.ReduceOp$$first", true, loader).getField("INSTANCE").get(null)
+            val field = Class.forName("dev.tpcomm.ReduceOp", true, loader).getField(first).get(null)
+            (field === obj) shouldBe true
+        }
+        ReduceOp::class.java.getField("Max").get(null) shouldBe ReduceOp.Max
+    }
+
     test("ReduceOp.PreMulSum: floating point only, equal by factor, named PreMulSum, the factor rounded to the dtype") {
         for (dt in DType.entries) ReduceOp.PreMulSum(0.5).supports(dt) shouldBe dt.isFloatingPoint
         ReduceOp.PreMulSum(0.25) shouldBe ReduceOp.PreMulSum(0.25)
