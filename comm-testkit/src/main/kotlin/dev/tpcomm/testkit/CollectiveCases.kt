@@ -85,6 +85,12 @@ internal object CollectiveCases {
                 val shape = MutableList(3) { 2 }.also { it[dim] = 2 * n }
                 scenario(comm, ctx, CollectiveScenario(Collective.ReduceScatter, dtype, shape, dim = dim, op = op, into = k % 2 == 1, crossCheck = true, salt = ctx.random.nextLong()))
             }
+            // PreMulSum along every dim: along dim 0 the input goes straight to the library, so a
+            // backend that scales on the host must scale into a buffer of its own, not the input.
+            for (dtype in dtypes(ctx).filter { ReduceOp.PreMulSum(1.0).supports(it) }) for (dim in 0..2) {
+                val shape = MutableList(3) { 2 }.also { it[dim] = 2 * n }
+                scenario(comm, ctx, CollectiveScenario(Collective.ReduceScatter, dtype, shape, dim = dim, op = ReduceOp.PreMulSum(1.0 / n), into = dim == 1, salt = ctx.random.nextLong()))
+            }
         },
         collective("gather and scatter: every root and dim") { comm, ctx ->
             val n = comm.worldSize
