@@ -811,7 +811,8 @@ public class NcclCommunicator internal constructor(
          * `ncclRedOpRAII` destroys it after the launch (pytorch/pytorch
          * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `getNcclReduceOp`/`unpackPreMulSum`). NCCL
          * resolves the operator when each call is enqueued (NVIDIA/nccl `src/enqueue.cc`,
-         * `hostToDevRedOp` copies `userRedOps[ix].opFull`), and "an operator may be destroyed as soon
+         * `taskAppend` copies the operator through `hostToDevRedOp` "since the op handle may be destroyed
+         * before ncclGroupEnd()"), and "an operator may be destroyed as soon
          * as the last NCCL function which is given that operator returns" (`src/nccl.h.in`). After an
          * abort the operator ended with the communicator (`ncclCommAbort` frees `userRedOps`): it is
          * not destroyed again.

@@ -27,7 +27,7 @@ import java.util.concurrent.atomic.AtomicInteger
 
 /**
  * The NCCL part of the simulated platform ([NcclApi]). Its specification is docs/nccl-semantics.md
- * (rows N1-N17, NVIDIA/nccl v2.30.7-1, with file and function for each behaviour);
+ * (rows N1-N18, NVIDIA/nccl v2.30.7-1, with file and function for each behaviour);
  * `SimulatedPlatformSpecTest` checks each row. In short:
  *
  * - **Non-blocking communicators** (`blocking = 0`, unless `NCCL_COMM_BLOCKING` overrides it: N6,
