@@ -44,6 +44,43 @@ class ApiSpec : FunSpec({
             listOf(DType.Float32, DType.Float64, DType.Float16, DType.BFloat16, DType.Int8, DType.UInt8, DType.Int32, DType.Int64)
     }
 
+    test("ReduceOp's static fields for Java hold the objects whichever class the JVM initializes first") {
+        // Fresh loaders for dev.tpcomm classes: touch an object first (as Kotlin code does), then read
+        // the Java field. With ReduceOp a sealed class the field read null here (an initialization cycle).
+        val base = ReduceOp::class.java.protectionDomain.codeSource.location
+        val parent = ReduceOp::class.java.classLoader
+        fun freshLoader() = object : java.net.URLClassLoader(arrayOf(base), parent) {
+            override fun loadClass(name: String, resolve: Boolean): Class<*> = synchronized(getClassLoadingLock(name)) {
+                if (!name.startsWith("dev.tpcomm.")) return super.loadClass(name, resolve)
+                findLoadedClass(name) ?: findClass(name)
+            }
+        }
+        for (first in listOf("Sum", "BitwiseXor")) {
+            val loader = freshLoader()
+            val obj = Class.forName("dev.tpcomm.ReduceOp$$first", true, loader).getField("INSTANCE").get(null)
+            val field = Class.forName("dev.tpcomm.ReduceOp", true, loader).getField(first).get(null)
+            (field === obj) shouldBe true
+        }
+        ReduceOp::class.java.getField("Max").get(null) shouldBe ReduceOp.Max
+    }
+
+    test("ReduceOp.PreMulSum: floating point only, equal by factor, named PreMulSum, the factor rounded to the dtype") {
+        for (dt in DType.entries) ReduceOp.PreMulSum(0.5).supports(dt) shouldBe dt.isFloatingPoint
+        ReduceOp.PreMulSum(0.25) shouldBe ReduceOp.PreMulSum(0.25)
+        (ReduceOp.PreMulSum(0.25) == ReduceOp.PreMulSum(0.5)) shouldBe false
+        ReduceOp.PreMulSum(0.25).name shouldBe "PreMulSum"
+        ReduceOp.PreMulSum(0.25).toString() shouldBe "PreMulSum(0.25)"
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float64) shouldBe 1.0 / 3
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float32) shouldBe (1.0f / 3).toDouble()
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.BFloat16) shouldBe 0.333984375
+        ReduceOp.PreMulSum(1.0 / 3).factorIn(DType.Float16) shouldBe 0.333251953125
+        ReduceOp.entries.map { it.name } shouldBe listOf("Sum", "Product", "Min", "Max", "Avg", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+        ReduceOp.entries.map { it.ordinal } shouldBe (0..7).toList()
+        ReduceOp.valueOf("Max") shouldBe ReduceOp.Max
+        shouldThrow<IllegalArgumentException> { ReduceOp.valueOf("PreMulSum") }.message shouldContain "construct ReduceOp.PreMulSum(factor)"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.PreMulSum(0.5), DType.Int32, "allReduce") }.message shouldContain "floating-point dtypes only"
+    }
+
     test("argument checks say what to change") {
         shouldThrow<IllegalArgumentException> { CollectiveChecks.root(4, 4, "broadcast") }.message shouldContain "0 until 4"
         val t = Tensor.zeros(DType.Float32, 6, 2)

@@ -60,7 +60,10 @@ public object CollectiveChecks {
     @JvmStatic
     public fun op(op: ReduceOp, dtype: DType, operation: String) {
         require(op.supports(dtype)) {
-            if (dtype == DType.Bool) {
+            if (op is ReduceOp.PreMulSum) {
+                "$operation: PreMulSum is defined on Float32, Float64, Float16 and BFloat16 only, but the tensor is $dtype; " +
+                    "use one of those, or Sum (or Avg) on integers"
+            } else if (dtype == DType.Bool) {
                 "$operation: $op is not defined on Bool (the average of truth values is not a truth value); " +
                     "use Sum or Max for a logical or, Product or Min for a logical and, or convert to Int32 and use Avg to get a fraction"
             } else {

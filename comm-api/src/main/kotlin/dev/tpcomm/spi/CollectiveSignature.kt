@@ -12,7 +12,8 @@ import dev.tpcomm.Tensor
  * and call [compare] on the gathered words; the message names the ranks and the fields that differ.
  *
  * Layout (version 1): `[0]` [MAGIC], `[1]` operation ([CollectiveOp.ordinal]), `[2]` dtype ordinal
- * or -1, `[3]` reduce-op ordinal or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
+ * or -1, `[3]` reduce-op ordinal ([ReduceOp.ordinal]: the kind only, so ranks passing [ReduceOp.PreMulSum]
+ * with different factors agree) or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
  * of dimensions or -1 without a tensor, `[7]` extra (`group`: the ranks' hash; `allGatherV` and
  * `reduceScatterV`: [sizesDigest]; `allToAllV`: [splitsWord]), `[8..15]` the sizes of the first 8 dimensions
  * (a tensor of more dimensions stores a hash of the remaining sizes in `[15]`).
@@ -28,6 +29,7 @@ public object CollectiveSignature {
     public const val MAGIC: Long = 0x7470636f6d6d0001L
 
     private const val DIMS_AT = 8
+    private const val PRE_MUL_SUM = 8
     private const val MAX_EXACT_DIMS = SIZE - DIMS_AT
 
     private val FIELD_OF_WORD: Array<String> = arrayOf(
@@ -219,7 +221,8 @@ public object CollectiveSignature {
             val shape = if (ndim <= MAX_EXACT_DIMS) dims.joinToString() else dims.dropLast(1).joinToString() + ", ..."
             args += "$dtype[$shape]"
         }
-        ReduceOp.entries.getOrNull(words[offset + 3].toInt())?.let { args += "op=$it" }
+        val reduceOp = words[offset + 3].toInt()
+        (ReduceOp.entries.getOrNull(reduceOp)?.name ?: if (reduceOp == PRE_MUL_SUM) "PreMulSum" else null)?.let { args += "op=$it" }
         if (words[offset + 4] >= 0) args += "root=${words[offset + 4]}"
         if (words[offset + 5] >= 0) args += "dim=${words[offset + 5]}"
         if (op == CollectiveOp.Group) args += "ranks#${words[offset + 7]}"

@@ -16,7 +16,17 @@ class CollectiveSignatureSpec : FunSpec({
         CollectiveSignature.describe(s) shouldBe "allReduce(Float32[4, 8], op=Sum)"
     }
 
-    test("a mismatch names the ranks, what each called and the fields") {
+    test("PreMulSum: ranks with different factors agree (NCCL's factor is per rank); PreMulSum against Sum differs in op") {
+        val t = Tensor.zeros(DType.Float32, 4)
+        val half = CollectiveSignature.of(CollectiveOp.AllReduce, t, ReduceOp.PreMulSum(0.5))
+        val two = CollectiveSignature.of(CollectiveOp.AllReduce, t, ReduceOp.PreMulSum(2.0))
+        CollectiveSignature.compare(gathered(half, two), 2, 1, "a world of 2 ranks") shouldBe null
+        CollectiveSignature.describe(half) shouldBe "allReduce(Float32[4], op=PreMulSum)"
+        val sum = CollectiveSignature.of(CollectiveOp.AllReduce, t, ReduceOp.Sum)
+        CollectiveSignature.compare(gathered(half, sum), 2, 1, "a world of 2 ranks")!!.fields shouldBe listOf("op")
+    }
+
+        test("a mismatch names the ranks, what each called and the fields") {
         val a = CollectiveSignature.of(CollectiveOp.AllReduce, Tensor.zeros(DType.Float32, 4), ReduceOp.Sum)
         val b = CollectiveSignature.of(CollectiveOp.AllReduce, Tensor.zeros(DType.Float64, 5), ReduceOp.Max)
         val c = CollectiveSignature.of(CollectiveOp.Broadcast, Tensor.zeros(DType.Float32, 4), root = 0)

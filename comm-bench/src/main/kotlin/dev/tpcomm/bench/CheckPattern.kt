@@ -51,6 +51,7 @@ internal object CheckPattern {
                 ReduceOp.BitwiseAnd -> xs.reduce { a, x -> a and x }
                 ReduceOp.BitwiseOr -> xs.reduce { a, x -> a or x }
                 ReduceOp.BitwiseXor -> xs.reduce { a, x -> a xor x }
+                is ReduceOp.PreMulSum -> throw IllegalArgumentException("$op does not apply to $dtype")
             }
             wrap(dtype, v).toDouble()
         }

@@ -85,6 +85,24 @@ public interface NcclApi {
     /** `ncclReduceScatter(sendbuff, recvbuff, recvcount, datatype, op, comm, stream)`. */
     public fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int
 
+    /**
+     * `ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, datatype, residence, comm)` (NCCL 2.11+;
+     * NVIDIA/nccl `src/enqueue.cc`): writes into `op[0]` a new reduction operator of [comm] that
+     * multiplies this rank's input by the scalar of [datatype] at [scalar] before summing. With
+     * [residence] [NcclRedOp.SCALAR_HOST_IMMEDIATE] the scalar is host memory read before the call
+     * returns. The operator is for collectives of [comm] and [datatype] only (another datatype is
+     * `ncclInvalidArgument`); destroy it with [redOpDestroy] once the last call given it returned
+     * (`src/nccl.h.in`). Each rank creates its own, from its own scalar, without communicating.
+     */
+    public fun redOpCreatePreMulSum(op: IntArray, scalar: MemorySegment, datatype: Int, residence: Int, comm: Long): Int
+
+    /**
+     * `ncclRedOpDestroy(op, comm)`: frees an operator [redOpCreatePreMulSum] made on [comm]
+     * (`ncclInvalidArgument` for a built-in or unknown operator). The operators of a communicator
+     * also end with it (`ncclCommDestroy`/`ncclCommAbort` free them).
+     */
+    public fun redOpDestroy(op: Int, comm: Long): Int
+
     /** `ncclSend(sendbuff, count, datatype, peer, comm, stream)`. */
     public fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int
 

@@ -74,6 +74,10 @@ import kotlinx.serialization.KSerializer
  * point-to-point tags other than 0 (NCCL matches messages by order only), [Communicator.ANY_SOURCE],
  * and sends to oneself. [probe] is not available (UnsupportedOperationException).
  *
+ * **[ReduceOp.PreMulSum]** runs natively: each call creates its operator from this rank's factor
+ * (`ncclRedOpCreatePreMulSum`, the scalar in the tensor's dtype) and destroys it after the launch,
+ * also when the launch failed (unless the abort already freed it with the communicator).
+ *
  * **Failure.** Past [CommConfig.timeout] (counted from the call, also while the call waits for the
  * native thread), on an asynchronous error, on a failed library call, or
  * when a call in flight is cancelled, the communicator calls `ncclCommAbort`; that call and every
@@ -198,7 +202,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
         return run(name, tensor, op = op, signature = sig(name, tensor, op)) {
-            nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, comm, stream), "ncclAllReduce")
+            withRedOp(op, tensor, red) { r -> nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, comm, stream), "ncclAllReduce") }
             tensor
         }
     }
@@ -220,7 +224,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
         return run(name, tensor, root = root, op = op, signature = sig(name, tensor, op, root)) {
-            nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), red, root, comm, stream), "ncclReduce")
+            withRedOp(op, tensor, red) { r -> nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, root, comm, stream), "ncclReduce") }
             tensor
         }
     }
@@ -253,7 +257,7 @@ public class NcclCommunicator internal constructor(
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
-            issueReduceScatter(out, input, red, dim)
+            withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }
             out
         }
     }
@@ -264,7 +268,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
-            issueReduceScatter(output, input, red, dim)
+            withRedOp(op, input, red) { r -> issueReduceScatter(output, input, r, dim) }
             output
         }
     }
@@ -387,7 +391,7 @@ public class NcclCommunicator internal constructor(
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
             val out = allocateOutput(input.dtype, shape)
-            issueReduceScatterV(out, input, sizes, red)
+            withRedOp(op, input, red) { r -> issueReduceScatterV(out, input, sizes, r) }
             out
         }
     }
@@ -398,7 +402,7 @@ public class NcclCommunicator internal constructor(
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
-            issueReduceScatterV(output, input, sizes, red)
+            withRedOp(op, input, red) { r -> issueReduceScatterV(output, input, sizes, r) }
             output
         }
     }
@@ -833,6 +837,45 @@ public class NcclCommunicator internal constructor(
             cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
             temps += p[0]
             return p[0]
+        }
+
+        /**
+         * Runs [body] with the `ncclRedOp_t` of [op] for [tensor]'s dtype: [builtin] ([checkOp]'s code) as
+         * it is; for [ReduceOp.PreMulSum] an operator made now from this rank's factor in the dtype
+         * (`ncclRedOpCreatePreMulSum` with `ncclScalarHostImmediate`: NCCL copies the scalar before it
+         * returns) and destroyed with `ncclRedOpDestroy` once [body] returned or threw, as PyTorch's
+         * `ncclRedOpRAII` destroys it after the launch (pytorch/pytorch
+         * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `getNcclReduceOp`/`unpackPreMulSum`). NCCL
+         * resolves the operator when each call is enqueued (NVIDIA/nccl `src/enqueue.cc`,
+         * `taskAppend` copies the operator through `hostToDevRedOp` "since the op handle may be destroyed
+         * before ncclGroupEnd()"), and "an operator may be destroyed as soon
+         * as the last NCCL function which is given that operator returns" (`src/nccl.h.in`). After an
+         * abort the operator ended with the communicator (`ncclCommAbort` frees `userRedOps`): it is
+         * not destroyed again.
+         */
+        fun <T> withRedOp(op: ReduceOp, tensor: Tensor, builtin: Int, body: (Int) -> T): T {
+            if (op !is ReduceOp.PreMulSum) return body(builtin)
+            val handle = IntArray(1)
+            Arena.ofConfined().use { a ->
+                val scalar = a.allocate(8)
+                val factor = op.factorIn(tensor.dtype)
+                when (tensor.dtype) {
+                    DType.Float64 -> scalar.set(ValueLayout.JAVA_DOUBLE, 0, factor)
+                    DType.Float32 -> scalar.set(ValueLayout.JAVA_FLOAT, 0, factor.toFloat())
+                    DType.Float16 -> scalar.set(ValueLayout.JAVA_SHORT, 0, dev.tpcomm.HalfPrecision.floatToFloat16(factor.toFloat()))
+                    DType.BFloat16 -> scalar.set(ValueLayout.JAVA_SHORT, 0, dev.tpcomm.HalfPrecision.floatToBFloat16(factor.toFloat()))
+                    else -> throw IllegalStateException("PreMulSum on ${tensor.dtype} passed the argument checks")
+                }
+                nccl(api.redOpCreatePreMulSum(handle, scalar, dt(tensor), NcclRedOp.SCALAR_HOST_IMMEDIATE, comm), "ncclRedOpCreatePreMulSum")
+            }
+            val result = try {
+                body(handle[0])
+            } catch (t: Throwable) {
+                if (!commReleased.get()) api.redOpDestroy(handle[0], comm) // the call's own failure is what the caller sees
+                throw t
+            }
+            if (!commReleased.get()) nccl(api.redOpDestroy(handle[0], comm), "ncclRedOpDestroy")
+            return result
         }
 
         /**
@@ -1413,9 +1456,12 @@ public class NcclCommunicator internal constructor(
      * reduced as uint8 with max (Sum, Max: a logical or) and min (Product, Min: a logical and), as
      * PyTorch's `getNcclReduceOp` does; Int16 has no NCCL type; FP8 needs NCCL 2.24 and the OCP
      * formats (not RCCL's FNUZ ones).
+     * Returns -1 for [ReduceOp.PreMulSum], whose operator [Op.withRedOp] creates per call on the
+     * native thread (after the same dtype checks).
      */
     private fun checkOp(op: ReduceOp, dtype: DType, operation: String): Int {
         CollectiveChecks.op(op, dtype, operation)
+        if (op is ReduceOp.PreMulSum) return -1
         val code = NcclRedOp.of(op)
         requireNotNull(code) {
             "$operation: $op is not supported by $backendName: ${api.libraryName} has no bitwise reductions; " +

@@ -4,7 +4,8 @@ import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.ReduceOp
 
 /**
- * Reduction codes (`ncclRedOp_t`): sum 0, prod 1, max 2, min 3, avg 4 (NCCL 2.10+).
+ * Reduction codes (`ncclRedOp_t`): sum 0, prod 1, max 2, min 3, avg 4 (NCCL 2.10+); operators
+ * made by `ncclRedOpCreatePreMulSum` get codes from [NUM_OPS] on (per communicator).
  *
  * From NVIDIA/nccl `src/nccl.h.in` (commit 021e804) and ROCm/rccl `src/nccl.h.in` (commit 8de1783).
  * Neither library has bitwise reductions.
@@ -16,8 +17,15 @@ public object NcclRedOp {
     /** `ncclMax`. */ public const val MAX: Int = 2
     /** `ncclMin`. */ public const val MIN: Int = 3
     /** `ncclAvg` (NCCL 2.10+). */ public const val AVG: Int = 4
+    /** `ncclNumOps`: the first code of a user-created operator (`ncclRedOpCreatePreMulSum`). */ public const val NUM_OPS: Int = 5
 
-    /** The code for [op], or null for the bitwise ops, which NCCL and RCCL do not implement. */
+    /** `ncclScalarDevice`: the PreMulSum scalar is device memory, read while the collective runs. */ public const val SCALAR_DEVICE: Int = 0
+    /** `ncclScalarHostImmediate`: the PreMulSum scalar is host memory, read before `ncclRedOpCreatePreMulSum` returns. */ public const val SCALAR_HOST_IMMEDIATE: Int = 1
+
+    /**
+     * The built-in code for [op]; null for the bitwise ops, which NCCL and RCCL do not implement,
+     * and for [ReduceOp.PreMulSum], an operator created per call with `ncclRedOpCreatePreMulSum`.
+     */
     @JvmStatic
     public fun of(op: ReduceOp): Int? = when (op) {
         ReduceOp.Sum -> SUM
@@ -26,6 +34,7 @@ public object NcclRedOp {
         ReduceOp.Min -> MIN
         ReduceOp.Avg -> AVG
         ReduceOp.BitwiseAnd, ReduceOp.BitwiseOr, ReduceOp.BitwiseXor -> null
+        is ReduceOp.PreMulSum -> null
     }
 }
 

@@ -38,6 +38,8 @@ class MockPlatform(val version: Int = 23007) {
         every { api.reduce(any(), any(), any(), any(), any(), any(), any(), any()) } returns 0
         every { api.allGather(any(), any(), any(), any(), any(), any()) } returns 0
         every { api.reduceScatter(any(), any(), any(), any(), any(), any(), any()) } returns 0
+        every { api.redOpCreatePreMulSum(any(), any(), any(), any(), any()) } answers { firstArg<IntArray>()[0] = PREMUL_OP; 0 }
+        every { api.redOpDestroy(any(), any()) } returns 0
         every { api.send(any(), any(), any(), any(), any(), any()) } returns 0
         every { api.recv(any(), any(), any(), any(), any(), any()) } returns 0
         every { api.groupStart() } returns 0
@@ -75,6 +77,8 @@ class MockPlatform(val version: Int = 23007) {
     companion object {
         const val COMM = 0xC0001L
         const val CHILD = 0xC0002L
+        /** The handle the mocked `ncclRedOpCreatePreMulSum` returns. */
+        const val PREMUL_OP = 0x1234
         const val STREAM = 0x5000L
         const val EVENT = 0xE000L
         const val TEMP_BASE = 0x7000_0000L

@@ -83,7 +83,11 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     // ---- futures -------------------------------------------------------------------------------
 
-    /** Reduces [tensor] across ranks with [op], in place; the future resolves to [tensor]. See [Communicator.allReduce]. */
+    /**
+     * Reduces [tensor] across ranks with [op], in place; the future resolves to [tensor]. See [Communicator.allReduce].
+     * Every reducing method takes any [ReduceOp]: `ReduceOp.Sum`, ..., or `new ReduceOp.PreMulSum(1.0 / n)` to
+     * average in one pass (each rank its own factor).
+     */
     @JvmOverloads
     public fun allReduce(tensor: Tensor?, op: ReduceOp? = ReduceOp.Sum): CompletableFuture<Tensor> = issue { comm.allReduce(t(tensor, "allReduce"), op(op, "allReduce")) }
 

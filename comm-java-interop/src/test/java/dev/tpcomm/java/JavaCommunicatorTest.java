@@ -128,6 +128,38 @@ class JavaCommunicatorTest {
         }
     }
 
+    /** ReduceOp.PreMulSum from Java: new ReduceOp.PreMulSum(factor), per-rank factors, futures and blocking twins. */
+    @Test
+    void preMulSumFromJava() throws Exception {
+        List<JavaCommunicator> world = JavaComm.localWorld(4);
+        try {
+            List<String> out = Ranks.run(world, comm -> {
+                int r = comm.getRank();
+                int n = comm.getWorldSize();
+                // gradient averaging in one pass: (1 + 2 + 3 + 4) / 4
+                Tensor mean = comm.allReduce(Tensor.of(new float[] {r + 1f}), new ReduceOp.PreMulSum(1.0 / n)).get();
+                assertArrayEquals(new float[] {2.5f}, mean.toFloatArray());
+                // each rank its own factor: Σ (r + 1) * 2
+                ReduceOp mine = new ReduceOp.PreMulSum(r + 1.0);
+                assertArrayEquals(new float[] {20f}, comm.allReduceBlocking(Tensor.of(new float[] {2f}), mine).toFloatArray());
+                Tensor input = Tensor.of(new float[] {1f, 1f, 1f, 1f});
+                assertArrayEquals(new float[] {10f}, comm.reduceScatterBlocking(input, mine, 0).toFloatArray());
+                assertArrayEquals(new float[] {1f, 1f, 1f, 1f}, input.toFloatArray());
+                ReduceOp sum = ReduceOp.Sum;
+                assertEquals("Sum", sum.getName());
+                assertEquals("PreMulSum", mine.getName());
+                // an integer tensor: the future fails with IllegalArgumentException, nothing thrown at call time
+                CompletableFuture<Tensor> refused = comm.allReduce(Tensor.of(new int[] {r}), mine);
+                ExecutionException e = assertThrows(ExecutionException.class, refused::get);
+                assertInstanceOf(IllegalArgumentException.class, e.getCause());
+                return "ok " + r;
+            });
+            assertEquals(List.of("ok 0", "ok 1", "ok 2", "ok 3"), out);
+        } finally {
+            Ranks.closeAll(world);
+        }
+    }
+
     @Test
     void everyCollectiveBlocking() throws Exception {
         List<JavaCommunicator> world = JavaComm.localWorld(3);

@@ -50,6 +50,28 @@ internal object HostReduction {
         }
     }
 
+    /**
+     * [ReduceOp.PreMulSum]'s local step: writes [count] elements of [src] times [factor] (already in
+     * the dtype, [ReduceOp.PreMulSum.factorIn]), each product rounded to [dtype] as NCCL's
+     * `Apply_PreOp<FuncPreMulSum<T>>` does (NVIDIA/nccl `src/device/reduce_kernel.h`), into [dst];
+     * [dst] may be [src] (in place). MPI has no scaled sum: the backend then sums with `MPI_SUM`
+     * (or the host reduction of 16-bit floats).
+     */
+    fun scale(src: MemorySegment, dst: MemorySegment, dtype: DType, count: Long, factor: Double) {
+        when (dtype) {
+            DType.Float32 -> {
+                val f = factor.toFloat()
+                for (i in 0 until count) dst.setAtIndex(F32, i, src.getAtIndex(F32, i) * f)
+            }
+            DType.Float64 -> for (i in 0 until count) dst.setAtIndex(F64, i, src.getAtIndex(F64, i) * factor)
+            DType.Float16, DType.BFloat16 -> {
+                val f = factor.toFloat()
+                for (i in 0 until count) dst.setAtIndex(I16, i, fromFloat(dtype, toFloat(dtype, src.getAtIndex(I16, i)) * f))
+            }
+            else -> throw IllegalArgumentException("PreMulSum is not defined on $dtype")
+        }
+    }
+
     fun toFloat(dtype: DType, bits: Short): Float =
         if (dtype == DType.Float16) HalfPrecision.float16ToFloat(bits) else HalfPrecision.bfloat16ToFloat(bits)
 
@@ -112,7 +134,8 @@ internal object HostReduction {
             for (r in 1 until ranks) {
                 val v = read(dtype, blocks, r * count + i)
                 acc = when (op) {
-                    ReduceOp.Sum, ReduceOp.Avg -> acc + v
+                    // PreMulSum's blocks were scaled by each rank before the gather ([scale]).
+                    ReduceOp.Sum, ReduceOp.Avg, is ReduceOp.PreMulSum -> acc + v
                     ReduceOp.Product -> acc * v
                     ReduceOp.Min -> if (acc.isNaN() || v.isNaN()) Float.NaN else minOf(acc, v)
                     ReduceOp.Max -> if (acc.isNaN() || v.isNaN()) Float.NaN else maxOf(acc, v)

@@ -45,7 +45,7 @@ internal interface MpiAbi {
     /** `MPI_LONG` (int64 on LP64), used for the signature exchange and timing. */
     val int64Type: Long
 
-    /** MPI op for [op]; [ReduceOp.Avg] maps to `MPI_SUM` (the engine divides afterwards). */
+    /** MPI op for [op]; [ReduceOp.Avg] maps to `MPI_SUM` (the engine divides afterwards), [ReduceOp.PreMulSum] too (the engine scales first). */
     fun op(op: ReduceOp): Long
 
     /** `MPI_LAND`, `MPI_LOR`, `MPI_LXOR`: the ops MPI defines on `MPI_C_BOOL` (MPI 4.0, 6.9.2). */

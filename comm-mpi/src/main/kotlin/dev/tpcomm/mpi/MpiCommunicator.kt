@@ -258,6 +258,9 @@ public class MpiCommunicator internal constructor(
         if (!tensor.device.isGpu) validator.allReduce(tensor, op)
         checkTensor(tensor, name)
         CollectiveChecks.op(op, tensor.dtype, name)
+        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
+        // The tensor is allReduce's output: PreMulSum scales it in place.
+        val pre = preMul(op, tensor, inPlace = true, name)
         if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val n = count(tensor, name)
@@ -265,8 +268,8 @@ public class MpiCommunicator internal constructor(
             val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
             collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
-                { binding.allgather(src, n, t, dst, n, t, handle) },
-                { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
+                { pre?.apply(); binding.allgather(src, n, t, dst, n, t, handle) },
+                { r -> pre?.apply(); binding.iallgather(src, n, t, dst, n, t, handle, r) })
             HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
@@ -278,11 +281,11 @@ public class MpiCommunicator internal constructor(
         if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
-                inlineBlocking(entry, name, tensor, signature(OP_ALLREDUCE, tensor, -1, -1, op)) { binding.allreduce(inPlace, buf, n, t, o, handle) }
+                inlineBlocking(entry, name, tensor, signature(OP_ALLREDUCE, tensor, -1, -1, op)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
             } else {
                 collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
-                    { binding.allreduce(inPlace, buf, n, t, o, handle) },
-                    { r -> binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+                    { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
+                    { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
             }
         } finally {
             if (flip) workarounds.flipTopBits(tensor)
@@ -317,36 +320,41 @@ public class MpiCommunicator internal constructor(
         checkTensor(tensor, name)
         CollectiveChecks.root(root, worldSize, name)
         CollectiveChecks.op(op, tensor.dtype, name)
+        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(OP_REDUCE, tensor, root, -1, op)
+        // The root's tensor is the output (scaled in place); the other ranks' must stay unchanged.
+        val pre = preMul(op, tensor, inPlace = rank == root, name)
         if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
             val entry = start(name, tensor, root = root, op = op)
-            val src = addr(tensor); val dst = staging?.let { addr(it) } ?: 0L
-            collective(entry, name, sig, arrayOf(tensor, staging),
-                { binding.gather(src, n, t, dst, n, t, root, handle) },
-                { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
+            val src = addr(pre?.target ?: tensor); val dst = staging?.let { addr(it) } ?: 0L
+            collective(entry, name, sig, arrayOf(tensor, staging, pre?.target),
+                { pre?.apply(); binding.gather(src, n, t, dst, n, t, root, handle) },
+                { r -> pre?.apply(); binding.igather(src, n, t, dst, n, t, root, handle, r) })
+            pre?.release()
             if (staging != null) HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val entry = start(name, tensor, root = root, op = op)
         val buf = addr(tensor); val o = abi.op(op, tensor.dtype)
-        val send = if (rank == root) abi.inPlace else buf
+        val send = if (rank == root) abi.inPlace else addr(pre?.target ?: tensor)
         val recv = if (rank == root) buf else 0L
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
         val rt = workarounds.reduceType(tensor, op)
         if (flip) workarounds.flipTopBits(tensor)
         try {
-            collective(entry, name, sig, tensor,
-                { binding.reduce(send, recv, n, rt, o, root, handle) },
-                { r -> binding.ireduce(send, recv, n, rt, o, root, handle, r) })
+            collective(entry, name, sig, if (pre == null) tensor else arrayOf(tensor, pre.target),
+                { pre?.apply(); binding.reduce(send, recv, n, rt, o, root, handle) },
+                { r -> pre?.apply(); binding.ireduce(send, recv, n, rt, o, root, handle, r) })
         } finally {
             if (flip) workarounds.flipTopBits(tensor)
         }
+        pre?.release()
         if (op == ReduceOp.Avg && rank == root) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
         return tensor
     }
@@ -397,10 +405,17 @@ public class MpiCommunicator internal constructor(
         val n = count(output, name)
         val direct = contiguousAlong(input, d)
         val half = workarounds.hostReduced(input.dtype, op)
-        if (!direct || half || op == ReduceOp.Avg) {
-            checkHost(input, name, if (half) "this reduction runs on the host" else "this reduce-scatter finishes on the host")
+        if (!direct || half || op == ReduceOp.Avg || op is ReduceOp.PreMulSum) {
+            checkHost(input, name, when {
+                half -> "this reduction runs on the host"
+                op is ReduceOp.PreMulSum -> PRE_MUL_ON_HOST
+                else -> "this reduce-scatter finishes on the host"
+            })
         }
-        val send = if (direct) input else gatherBlocksAlong(input, d)
+        val gathered = if (direct) input else gatherBlocksAlong(input, d)
+        // The input is not the output: PreMulSum scales into a staging buffer (or the rearranged copy, ours).
+        val pre = preMul(op, gathered, inPlace = gathered !== input, name)
+        val send = pre?.target ?: gathered
         val t = abi.datatype(input.dtype)
         val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
         val entry = start(name, input, op = op, dim = d)
@@ -408,8 +423,9 @@ public class MpiCommunicator internal constructor(
             val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
             collective(entry, name, sig, arrayOf(input, send, blocks),
-                { binding.alltoall(src, n, t, dst, n, t, handle) },
-                { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
+                { pre?.apply(); binding.alltoall(src, n, t, dst, n, t, handle) },
+                { r -> pre?.apply(); binding.ialltoall(src, n, t, dst, n, t, handle, r) })
+            pre?.release()
             HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
             return output
         }
@@ -419,8 +435,9 @@ public class MpiCommunicator internal constructor(
         if (flip) workarounds.flipTopBits(send)
         try {
             collective(entry, name, sig, arrayOf(input, send, output),
-                { binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
-                { r -> binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
+                { pre?.apply(); binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
+                { r -> pre?.apply(); binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
+            pre?.release()
         } finally {
             if (flip) {
                 if (send === input) workarounds.flipTopBits(input)
@@ -569,6 +586,8 @@ public class MpiCommunicator internal constructor(
         val n = count(output, name)
         val t = abi.datatype(input.dtype)
         val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.ReduceScatterV, input, input.shape, op, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
+        // The input is not the output: PreMulSum scales into a staging buffer.
+        val pre = preMul(op, input, inPlace = false, name)
         val entry = start(name, input, op = op)
         if (workarounds.hostReduced(input.dtype, op)) {
             // As reduceScatter does for dtypes MPI cannot reduce: every rank's block for this rank
@@ -578,23 +597,25 @@ public class MpiCommunicator internal constructor(
             val recvDispls = IntArray(worldSize) { it * n }
             val meta = intArrays(counts, displs, recvCounts, recvDispls)
             val m = addr(meta); val w4 = 4L * worldSize
-            val src = addr(input); val dst = addr(blocks)
-            collective(entry, name, sig, arrayOf(input, blocks, meta),
-                { binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
-                { r -> binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) })
+            val src = addr(pre?.target ?: input); val dst = addr(blocks)
+            collective(entry, name, sig, arrayOf(input, blocks, meta, pre?.target),
+                { pre?.apply(); binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
+                { r -> pre?.apply(); binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) })
+            pre?.release()
             HostReduction.reduceBlocks(blocks.segment, worldSize, n.toLong(), input.dtype, op, output.segment)
             return output
         }
         val meta = intArrays(counts)
         val cAddr = addr(meta)
-        val src = addr(input); val dst = addr(output); val o = abi.op(op, input.dtype)
+        val src = addr(pre?.target ?: input); val dst = addr(output); val o = abi.op(op, input.dtype)
         val flip = workarounds.flipsUnsignedBytes(input, op)
         val rt = workarounds.reduceType(input, op)
         if (flip) workarounds.flipTopBits(input)
         try {
-            collective(entry, name, sig, arrayOf(input, output, meta),
-                { binding.reduceScatter(src, dst, cAddr, rt, o, handle) },
-                { r -> binding.ireduceScatter(src, dst, cAddr, rt, o, handle, r) })
+            collective(entry, name, sig, arrayOf(input, output, meta, pre?.target),
+                { pre?.apply(); binding.reduceScatter(src, dst, cAddr, rt, o, handle) },
+                { r -> pre?.apply(); binding.ireduceScatter(src, dst, cAddr, rt, o, handle, r) })
+            pre?.release()
         } finally {
             if (flip) {
                 workarounds.flipTopBits(input)
@@ -1458,6 +1479,34 @@ public class MpiCommunicator internal constructor(
         }
     }
 
+    /**
+     * [ReduceOp.PreMulSum]'s local step (MPI has no scaled sum; [MpiAbi.op] maps it to `MPI_SUM`):
+     * [apply] writes [source] times this rank's factor, each product rounded to the dtype
+     * ([HostReduction.scale]), into [target], which MPI then sends. The operations call [apply]
+     * inside their MPI lambda, after the signature check, so a mismatch or a bad argument leaves
+     * every buffer as it was.
+     */
+    private class PreMul(val source: Tensor, val target: Tensor, val factor: Double) {
+        fun apply() = HostReduction.scale(source.segment, target.segment, source.dtype, source.numel, factor)
+
+        /** Returns a staging [target] to the pool once the operation succeeded (after a failure MPI may still touch it: the GC frees it). */
+        fun release() {
+            if (target !== source) target.close()
+        }
+    }
+
+    /**
+     * Null unless [op] is [ReduceOp.PreMulSum]. [inPlace]: [input] is the caller's output (allReduce's
+     * tensor, the reduce root's, a rearranged copy of ours) and is scaled where it is; otherwise the
+     * products go to a pooled staging buffer, so an input the caller did not give as output is never
+     * written.
+     */
+    private fun preMul(op: ReduceOp, input: Tensor, inPlace: Boolean, operation: String): PreMul? {
+        if (op !is ReduceOp.PreMulSum) return null
+        val target = if (inPlace) input else Tensor.zeros(input.dtype, listOf(count(input, operation)))
+        return PreMul(input, target, op.factorIn(input.dtype))
+    }
+
     private fun checkHost(t: Tensor, operation: String, why: String) {
         require(!t.device.isGpu) {
             "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first, " +
@@ -1501,6 +1550,9 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
+        /** Why PreMulSum needs a host tensor (MPI has no scaled sum: the factor is applied on the host first). */
+        private const val PRE_MUL_ON_HOST: String = "PreMulSum scales on the host before the MPI sum"
+
 
         /** The operation named by the abort of a communicator whose process's program failed ([MpiRuntime.programFailed]). */
         private const val PROGRAM_FAILED: String = "program"

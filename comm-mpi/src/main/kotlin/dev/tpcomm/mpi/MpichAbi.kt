@@ -48,7 +48,7 @@ internal object MpichAbi : MpiAbi {
     override fun op(op: ReduceOp): Long = when (op) {
         ReduceOp.Max -> 0x58000001L
         ReduceOp.Min -> 0x58000002L
-        ReduceOp.Sum, ReduceOp.Avg -> 0x58000003L
+        ReduceOp.Sum, ReduceOp.Avg, is ReduceOp.PreMulSum -> 0x58000003L
         ReduceOp.Product -> 0x58000004L
         ReduceOp.BitwiseAnd -> 0x58000006L
         ReduceOp.BitwiseOr -> 0x58000008L

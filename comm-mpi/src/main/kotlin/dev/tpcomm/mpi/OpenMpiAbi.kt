@@ -64,7 +64,7 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
         for (op in ReduceOp.entries) {
             o[op.ordinal] = resolve(
                 when (op) {
-                    ReduceOp.Sum, ReduceOp.Avg -> "ompi_mpi_op_sum"
+                    ReduceOp.Sum, ReduceOp.Avg, is ReduceOp.PreMulSum -> "ompi_mpi_op_sum"
                     ReduceOp.Product -> "ompi_mpi_op_prod"
                     ReduceOp.Min -> "ompi_mpi_op_min"
                     ReduceOp.Max -> "ompi_mpi_op_max"
@@ -77,5 +77,5 @@ internal class OpenMpiAbi(symbol: (String) -> Long) : MpiAbi {
     }
 
     override fun datatype(dtype: DType): Long = types[dtype.ordinal]
-    override fun op(op: ReduceOp): Long = ops[op.ordinal]
+    override fun op(op: ReduceOp): Long = ops[if (op is ReduceOp.PreMulSum) ReduceOp.Sum.ordinal else op.ordinal]
 }

@@ -62,6 +62,8 @@ public class RcclLibrary internal constructor(private val lib: NativeLibrary, pr
     private val reduce = f("ncclReduce", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
     private val allGather = f("ncclAllGather", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS)
     private val reduceScatter = f("ncclReduceScatter", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
+    private val redOpCreatePreMulSum = f("ncclRedOpCreatePreMulSum", JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS)
+    private val redOpDestroy = f("ncclRedOpDestroy", JAVA_INT, JAVA_INT, ADDRESS)
     private val send = f("ncclSend", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
     private val recv = f("ncclRecv", JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS)
     private val groupStart = f("ncclGroupStart", JAVA_INT)
@@ -148,6 +150,11 @@ public class RcclLibrary internal constructor(private val lib: NativeLibrary, pr
 
     override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
         reduceScatter.invokeExact(p(sendBuf), p(recvBuf), recvCount, datatype, op, p(comm), p(stream)) as Int
+
+    override fun redOpCreatePreMulSum(op: IntArray, scalar: MemorySegment, datatype: Int, residence: Int, comm: Long): Int =
+        intOut(op) { redOpCreatePreMulSum.invokeExact(it, scalar, datatype, residence, p(comm)) as Int }
+
+    override fun redOpDestroy(op: Int, comm: Long): Int = redOpDestroy.invokeExact(op, p(comm)) as Int
 
     override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
         send.invokeExact(p(sendBuf), count, datatype, peer, p(comm), p(stream)) as Int

@@ -92,6 +92,19 @@ internal object ArgumentCases {
             }
             stillUsable(comm, ctx, "refused bitwise ops on floats")
         },
+        ConformanceCase("arguments: PreMulSum on integers is refused", CaseKind.Collective,
+            skipReason = { o, _ -> if (o.dtypes.none { it.isInteger }) "the backend has no integer dtypes" else null }) { comm, ctx ->
+            val n = comm.worldSize
+            val op = ReduceOp.PreMulSum(1.0 / n)
+            for (dtype in ctx.options.dtypes.filter { !op.supports(it) }.sortedBy { it.ordinal }) {
+                val t = input(ctx, dtype, 2 * n)
+                refused(comm, ctx, "allReduce($dtype, $op)", listOf(t)) { comm.allReduce(t, op) }
+                refused(comm, ctx, "reduce($dtype, $op)", listOf(t)) { comm.reduce(t, 0, op) }
+                refused(comm, ctx, "reduceScatter($dtype, $op)", listOf(t)) { comm.reduceScatter(t, op) }
+                refused(comm, ctx, "reduceScatterV($dtype, $op)", listOf(t)) { comm.reduceScatterV(t, List(n) { 2 }, op) }
+            }
+            stillUsable(comm, ctx, "refused PreMulSum on integers")
+        },
         ConformanceCase("arguments: ops the backend does not perform are refused", CaseKind.Collective,
             skipReason = { o, _ -> if (o.ops.containsAll(ReduceOp.entries)) "the backend performs every op" else null }) { comm, ctx ->
             val n = comm.worldSize

@@ -50,14 +50,14 @@ internal object CollectiveCases {
 
     private fun dtypes(ctx: CaseContext) = ctx.options.dtypes.sortedBy { it.ordinal }
 
-    private fun ops(ctx: CaseContext, dtype: DType) = ReduceOp.entries.filter { ctx.options.performs(it, dtype) }
+    private fun ops(ctx: CaseContext, dtype: DType, worldSize: Int) = CollectiveScenario.opsFor(ctx.options, dtype, worldSize)
 
     /** The dtypes the backend sums (the default op of a reduction). */
     private fun summed(ctx: CaseContext) = dtypes(ctx).filter { ctx.options.performs(ReduceOp.Sum, it) }
 
     val all: List<ConformanceCase> = listOf(
         collective("allReduce: every dtype and op") { comm, ctx ->
-            for (dtype in dtypes(ctx)) for (op in ops(ctx, dtype)) {
+            for (dtype in dtypes(ctx)) for (op in ops(ctx, dtype, comm.worldSize)) {
                 scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtype, listOf(3, 5), op = op, salt = ctx.random.nextLong()))
             }
         },
@@ -68,7 +68,7 @@ internal object CollectiveCases {
         },
         collective("reduce: to every root, every dtype and op") { comm, ctx ->
             var i = 0
-            for (dtype in dtypes(ctx)) for (op in ops(ctx, dtype)) {
+            for (dtype in dtypes(ctx)) for (op in ops(ctx, dtype, comm.worldSize)) {
                 scenario(comm, ctx, CollectiveScenario(Collective.Reduce, dtype, listOf(11), op = op, root = i++ % comm.worldSize, salt = ctx.random.nextLong()))
             }
             for (root in 0 until comm.worldSize) {
@@ -83,10 +83,16 @@ internal object CollectiveCases {
         },
         collective("reduceScatter: every dim, dtype and op, equal to the chunk of an allReduce") { comm, ctx ->
             val n = comm.worldSize
-            for (dtype in dtypes(ctx)) for ((k, op) in ops(ctx, dtype).withIndex()) {
+            for (dtype in dtypes(ctx)) for ((k, op) in ops(ctx, dtype, comm.worldSize).withIndex()) {
                 val dim = k % 3
                 val shape = MutableList(3) { 2 }.also { it[dim] = 2 * n }
                 scenario(comm, ctx, CollectiveScenario(Collective.ReduceScatter, dtype, shape, dim = dim, op = op, into = k % 2 == 1, crossCheck = true, salt = ctx.random.nextLong()))
+            }
+            // PreMulSum along every dim: along dim 0 the input goes straight to the library, so a
+            // backend that scales on the host must scale into a buffer of its own, not the input.
+            for (dtype in dtypes(ctx).filter { ReduceOp.PreMulSum(1.0).supports(it) }) for (dim in 0..2) {
+                val shape = MutableList(3) { 2 }.also { it[dim] = 2 * n }
+                scenario(comm, ctx, CollectiveScenario(Collective.ReduceScatter, dtype, shape, dim = dim, op = ReduceOp.PreMulSum(1.0 / n), into = dim == 1, salt = ctx.random.nextLong()))
             }
         },
         collective("gather and scatter: every root and dim") { comm, ctx ->

@@ -39,7 +39,25 @@ internal data class CollectiveScenario(
     val into: Boolean = false,
     val everyRoot: Boolean = false,
     val crossCheck: Boolean = false,
-)
+) {
+    /** The op rank [rank] passes: [op], except that ranks pass different [ReduceOp.PreMulSum] factors ([preMulSum]). */
+    fun opOf(rank: Int): ReduceOp = (op as? ReduceOp.PreMulSum)?.let { preMulSum(it.factor, rank) } ?: op
+
+    /** Every rank's op ([opOf]), for the reference. */
+    fun ops(worldSize: Int): List<ReduceOp> = List(worldSize) { opOf(it) }
+
+    companion object {
+        /**
+         * Rank [rank]'s PreMulSum for a scenario whose factor is [base]: `base * (1 + rank % 3) / 2`,
+         * so ranks pass different factors, as NCCL allows (each rank creates its own operator).
+         */
+        fun preMulSum(base: Double, rank: Int): ReduceOp.PreMulSum = ReduceOp.PreMulSum(base * (1 + rank % 3) / 2)
+
+        /** The ops the suite reduces [dtype] with on a backend with [options]: the performed fixed ops, and PreMulSum(1 / worldSize) on floating point. */
+        fun opsFor(options: ConformanceOptions, dtype: DType, worldSize: Int): List<ReduceOp> =
+            (ReduceOp.entries + ReduceOp.PreMulSum(1.0 / worldSize)).filter { options.performs(it, dtype) }
+    }
+}
 
 /** Draws random [CollectiveScenario]s that a backend with the given options supports. */
 internal object ScenarioGenerator {
@@ -55,7 +73,7 @@ internal object ScenarioGenerator {
         // A reduction draws among the dtypes the backend reduces (options.reducedDtypes).
         val dtypes = options.dtypes.sortedBy { it.ordinal }.filter { d -> !kind.needsOp || ReduceOp.entries.any { options.performs(it, d) } }
         val dtype = dtypes[random.nextInt(dtypes.size)]
-        val ops = ReduceOp.entries.filter { options.performs(it, dtype) }
+        val ops = CollectiveScenario.opsFor(options, dtype, worldSize)
         val op = if (kind.needsOp) ops[random.nextInt(ops.size)] else ReduceOp.Sum
         val rank = 1 + random.nextInt(3)
         val dimIndex = random.nextInt(rank)
@@ -100,13 +118,14 @@ internal object ScenarioRunner {
         fun exact(what: String, expected: Tensor, actual: Tensor) {
             TestData.exactMismatch(expected, actual)?.let { ctx.fail("$sc: $what: $it") }
         }
+        val op = sc.opOf(me)
         fun reduction(what: String, refInputs: List<Tensor>, actual: Tensor) {
-            ReferenceReduction.firstMismatch(sc.op, refInputs, actual)?.let { ctx.fail("$sc: $what: $it") }
+            ReferenceReduction.firstMismatch(sc.ops(n), refInputs, actual)?.let { ctx.fail("$sc: $what: $it") }
         }
         when (sc.kind) {
             Collective.AllReduce -> {
                 val t = p.toBackend(mine.copy())
-                val r = comm.allReduce(t, sc.op)
+                val r = comm.allReduce(t, op)
                 ctx.expect(r === t) { "$sc: allReduce must return the tensor it was given (in place)" }
                 reduction("allReduce result", inputs, p.toHost(t))
             }
@@ -121,7 +140,7 @@ internal object ScenarioRunner {
             }
             Collective.Reduce -> {
                 val t = p.toBackend(mine.copy())
-                val r = comm.reduce(t, sc.root, sc.op)
+                val r = comm.reduce(t, sc.root, op)
                 ctx.expect(r === t) { "$sc: reduce must return the tensor it was given (in place)" }
                 if (me == sc.root) reduction("reduce result on the root", inputs, p.toHost(t))
                 else exact("a non-root's tensor must be unchanged by reduce", mine, p.toHost(t))
@@ -145,17 +164,17 @@ internal object ScenarioRunner {
                 val t = p.toBackend(mine.copy())
                 val out = if (sc.into) {
                     val o = p.toBackend(Tensor.zeros(sc.dtype, CollectiveShapes.reduceScatter(mine, n, sc.dim)))
-                    val r = comm.reduceScatterInto(o, t, sc.op, sc.dim)
+                    val r = comm.reduceScatterInto(o, t, op, sc.dim)
                     ctx.expect(r === o) { "$sc: reduceScatterInto must return its output tensor" }
                     o
-                } else comm.reduceScatter(t, sc.op, sc.dim)
+                } else comm.reduceScatter(t, op, sc.dim)
                 val host = p.toHost(out)
                 val chunks = inputs.map { it.chunk(n, sc.dim)[me] }
                 reduction("reduceScatter result (chunk $me of the reduction)", chunks, host)
                 exact("reduceScatter's input must be unchanged", mine, p.toHost(t))
                 if (sc.crossCheck) {
                     val a = p.toBackend(mine.copy())
-                    comm.allReduce(a, sc.op)
+                    comm.allReduce(a, op)
                     val arChunk = p.toHost(a).chunk(n, sc.dim)[me]
                     reduction("chunk $me of allReduce (compared with reduceScatter)", chunks, arChunk)
                     if (!sc.dtype.isFloatingPoint) exact("reduceScatter must equal chunk $me of allReduce", arChunk, host)

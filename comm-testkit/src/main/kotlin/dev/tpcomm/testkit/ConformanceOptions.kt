@@ -84,8 +84,12 @@ public data class ConformanceOptions(
         require(maxElements >= 64) { "maxElements must be >= 64, got $maxElements" }
     }
 
-    /** Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]), listed in [ops], and [dtype] in [reducedDtypes]. */
-    public fun performs(op: ReduceOp, dtype: DType): Boolean = op in ops && op.supports(dtype) && dtype in reducedDtypes
+    /**
+     * Whether [op] is performed on [dtype]: defined there ([ReduceOp.supports]), listed in [ops]
+     * ([ReduceOp.PreMulSum], whatever its factor, is performed by every backend: natively on
+     * NCCL/RCCL, scaled on the host elsewhere), and [dtype] in [reducedDtypes].
+     */
+    public fun performs(op: ReduceOp, dtype: DType): Boolean = (op is ReduceOp.PreMulSum || op in ops) && op.supports(dtype) && dtype in reducedDtypes
 
     /** The world sizes the in-process spec runs the cases with: [worldSizes] up to [maxWorldSize]. */
     public val effectiveWorldSizes: List<Int> get() = worldSizes.filter { it <= maxWorldSize }.distinct()

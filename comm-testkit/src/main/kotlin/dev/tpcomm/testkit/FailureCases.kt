@@ -78,6 +78,7 @@ internal object FailureCases {
             }
         },
         mismatch("op", "op") { comm, ctx, odd -> comm.allReduce(floats(ctx, 1f, 2f), if (odd) ReduceOp.Max else ReduceOp.Sum) },
+        mismatch("op PreMulSum", "op") { comm, ctx, odd -> comm.allReduce(floats(ctx, 1f, 2f), if (odd) ReduceOp.PreMulSum(0.5) else ReduceOp.Sum) },
         mismatch("dtype", "dtype") { comm, ctx, odd ->
             comm.allReduce(ctx.options.placement.toBackend(Tensor.zeros(if (odd) DType.Int32 else DType.Float32, 4)))
         },

@@ -70,8 +70,11 @@ internal object UnevenCases {
             val me = comm.rank
             val p = ctx.options.placement
             for (dtype in dtypes(ctx)) {
-                val ops = ReduceOp.entries.filter { ctx.options.performs(it, dtype) }
-                for ((k, op) in ops.withIndex()) {
+                val ops = CollectiveScenario.opsFor(ctx.options, dtype, n)
+                for ((k, base) in ops.withIndex()) {
+                    // PreMulSum: every rank its own factor (CollectiveScenario.preMulSum).
+                    fun opOf(r: Int): ReduceOp = (base as? ReduceOp.PreMulSum)?.let { CollectiveScenario.preMulSum(it.factor, r) } ?: base
+                    val op = opOf(me)
                     val sizes = patterns(n, ctx.seed + k)[k % 3]
                     val total = sizes.sum()
                     val salt = 700L + 10 * dtype.ordinal + k
@@ -84,7 +87,8 @@ internal object UnevenCases {
                     }
                     val start = sizes.take(me).sum()
                     val mine = List(n) { rows(data(ctx, salt, it, dtype, total), start, sizes[me]) }
-                    ReferenceReduction.firstMismatch(op, mine, p.toHost(out))?.let { ctx.fail("reduceScatterV $dtype $op sizes $sizes: $it") }
+                    ReferenceReduction.firstMismatch(List(n) { opOf(it) }, mine, p.toHost(out))?.let { ctx.fail("reduceScatterV $dtype $op sizes $sizes: $it") }
+                    TestData.exactMismatch(data(ctx, salt, me, dtype, total), p.toHost(input))?.let { ctx.fail("reduceScatterV $dtype $op sizes $sizes: the input must be unchanged: $it") }
                 }
             }
         },

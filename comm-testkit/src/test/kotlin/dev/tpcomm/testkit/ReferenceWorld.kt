@@ -148,7 +148,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
         fun <T> arg(r: Int, i: Int) = calls[r].args[i] as T
         return when (calls[0].operation) {
             "allReduce" -> {
-                val expected = ReferenceReduction.expected(arg(0, 1), List(n) { arg<Tensor>(it, 0).copy() })
+                val expected = ReferenceReduction.expected(List(n) { arg<ReduceOp>(it, 1) }, List(n) { arg<Tensor>(it, 0).copy() })
                 List(n) { arg<Tensor>(it, 0).copyFrom(expected) }
             }
             "broadcast" -> {
@@ -158,7 +158,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             }
             "reduce" -> {
                 val root = arg<Int>(0, 1)
-                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 0).copy() })
+                val expected = ReferenceReduction.expected(List(n) { arg<ReduceOp>(it, 2) }, List(n) { arg<Tensor>(it, 0).copy() })
                 arg<Tensor>(root, 0).copyFrom(expected)
                 List(n) { arg<Tensor>(it, 0) }
             }
@@ -167,7 +167,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 List(n) { arg<Tensor>(it, 0).copyFrom(all) }
             }
             "reduceScatter" -> {
-                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 1).copy() })
+                val expected = ReferenceReduction.expected(List(n) { arg<ReduceOp>(it, 2) }, List(n) { arg<Tensor>(it, 1).copy() })
                 val chunks = expected.chunk(n, arg(0, 3))
                 List(n) { arg<Tensor>(it, 0).copyFrom(chunks[it]) }
             }
@@ -197,7 +197,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 out
             }
             "reduceScatterV" -> {
-                val expected = ReferenceReduction.expected(arg(0, 2), List(n) { arg<Tensor>(it, 1).copy() })
+                val expected = ReferenceReduction.expected(List(n) { arg<ReduceOp>(it, 2) }, List(n) { arg<Tensor>(it, 1).copy() })
                 val sizes = arg<List<Int>>(0, 3)
                 val rowBytes = expected.stride(0) * expected.dtype.byteSize
                 List(n) { r ->
@@ -331,7 +331,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         validator.allReduce(tensor, op)
-        call("allReduce", sig(tensor, "op" to op), tensor, op)
+        call("allReduce", sig(tensor, "op" to op.name), tensor, op)
         return tensor
     }
 
@@ -343,7 +343,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         validator.reduce(tensor, root, op)
-        call("reduce", sig(tensor, "root" to root, "op" to op), tensor, root, op)
+        call("reduce", sig(tensor, "root" to root, "op" to op.name), tensor, root, op)
         return tensor
     }
 
@@ -355,7 +355,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         validator.reduceScatterInto(output, input, op, dim)
-        call("reduceScatter", sig(input, "op" to op, "dim" to dim), output, input, op, dim)
+        call("reduceScatter", sig(input, "op" to op.name, "dim" to dim), output, input, op, dim)
         return output
     }
 
@@ -382,7 +382,7 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
 
     override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         validator.reduceScatterVInto(output, input, sizes, op, rank)
-        call("reduceScatterV", sig(input, "op" to op, "sizes" to sizes), output, input, op, sizes)
+        call("reduceScatterV", sig(input, "op" to op.name, "sizes" to sizes), output, input, op, sizes)
         return output
     }
 

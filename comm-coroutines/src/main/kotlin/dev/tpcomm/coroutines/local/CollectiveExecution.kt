@@ -35,6 +35,7 @@ internal object CollectiveExecution {
         val t0 = s.inputs[0]!!
         val dtype = t0.dtype
         val op = s.ops[0]!!
+        val factors = s.preMulFactors(w, dtype)
         val n = t0.numel
         val ins = s.inSegs
         for (r in 0 until w) ins[r] = s.inputs[r]!!.segment
@@ -46,14 +47,14 @@ internal object CollectiveExecution {
             outs = s.outSegs; outs[0] = ins[s.roots[0]]; nOuts = 1
         }
         if (n * dtype.byteSize * w < PARALLEL_BYTES || helpers() == 0) {
-            ReduceKernels.reduce(dtype, op, w, ins, 0, outs, nOuts, 0, n)
+            ReduceKernels.reduce(dtype, op, w, ins, 0, outs, nOuts, 0, n, factors)
             return
         }
         val units = ((n + REDUCE_CHUNK - 1) / REDUCE_CHUNK).toInt()
         object : ParallelWork(units) {
             override fun runUnit(unit: Int) {
                 val from = unit * REDUCE_CHUNK
-                ReduceKernels.reduce(dtype, op, w, ins, from, outs, nOuts, from, minOf(REDUCE_CHUNK, n - from))
+                ReduceKernels.reduce(dtype, op, w, ins, from, outs, nOuts, from, minOf(REDUCE_CHUNK, n - from), factors)
             }
         }.execute(helpers())
     }
@@ -62,6 +63,7 @@ internal object CollectiveExecution {
         val t0 = s.inputs[0]!!
         val dtype = t0.dtype
         val op = s.ops[0]!!
+        val factors = s.preMulFactors(w, dtype)
         val d = s.dims[0]
         val shape = t0.shape
         var outer = 1L
@@ -76,7 +78,7 @@ internal object CollectiveExecution {
         fun block(b: Long, from: Long, count: Long) {
             val r = (b % w).toInt()
             val o = b / w
-            ReduceKernels.reduce(dtype, op, w, ins, b * blk + from, s.singleOuts[r], 1, o * blk + from, count)
+            ReduceKernels.reduce(dtype, op, w, ins, b * blk + from, s.singleOuts[r], 1, o * blk + from, count, factors)
         }
         if (t0.numel * dtype.byteSize * w < PARALLEL_BYTES || helpers() == 0 || blk == 0L) {
             for (b in 0 until blocks) block(b, 0, blk)
@@ -224,6 +226,7 @@ internal object CollectiveExecution {
         val t0 = s.inputs[0]!!
         val dtype = t0.dtype
         val op = s.ops[0]!!
+        val factors = s.preMulFactors(w, dtype)
         val sizes = s.extras[0] as UnevenSizes
         val rowElements = t0.stride(0)
         val ins = s.inSegs
@@ -232,7 +235,7 @@ internal object CollectiveExecution {
             s.singleOuts[r][0] = s.outputs[r]!!.segment
         }
         if (t0.numel * dtype.byteSize * w < PARALLEL_BYTES || helpers() == 0) {
-            for (r in 0 until w) ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements, s.singleOuts[r], 1, 0, sizes.sizes[r] * rowElements)
+            for (r in 0 until w) ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements, s.singleOuts[r], 1, 0, sizes.sizes[r] * rowElements, factors)
             return
         }
         // Pieces of REDUCE_CHUNK elements of each rank's block, so a skewed split still spreads.
@@ -245,7 +248,7 @@ internal object CollectiveExecution {
                 val from = (unit % per) * REDUCE_CHUNK
                 val n = sizes.sizes[r] * rowElements
                 if (from >= n) return
-                ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements + from, s.singleOuts[r], 1, from, minOf(REDUCE_CHUNK, n - from))
+                ReduceKernels.reduce(dtype, op, w, ins, sizes.prefix[r] * rowElements + from, s.singleOuts[r], 1, from, minOf(REDUCE_CHUNK, n - from), factors)
             }
         }.execute(helpers())
     }

@@ -61,6 +61,20 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val outSegs = arrayOfNulls<MemorySegment>(size)
     @JvmField val singleOuts: Array<Array<MemorySegment?>> = Array(size) { arrayOfNulls<MemorySegment>(1) }
 
+    /** [ReduceOp.PreMulSum]'s factors, rank r's (in the dtype) at r, filled by [preMulFactors]. */
+    @JvmField val factors = DoubleArray(size)
+
+    /**
+     * Null unless this collective's op is [ReduceOp.PreMulSum]; then [factors] filled with each rank's
+     * own factor rounded to [dtype] (ranks may pass different factors: only the op kind is in the
+     * signature). Run by the executing rank once every rank arrived.
+     */
+    fun preMulFactors(w: Int, dtype: dev.tpcomm.DType): DoubleArray? {
+        if (ops[0] !is ReduceOp.PreMulSum) return null
+        for (r in 0 until w) factors[r] = (ops[r] as ReduceOp.PreMulSum).factorIn(dtype)
+        return factors
+    }
+
     val isFinal: Boolean get() = state.get() >= DONE
 
     /** Fails this slot with [f] unless the data movement already started or it already failed; wakes every waiter. */

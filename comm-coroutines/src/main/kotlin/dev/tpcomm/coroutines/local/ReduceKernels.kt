@@ -55,13 +55,22 @@ internal object ReduceKernels {
 
     private val scratch = ThreadLocal.withInitial { Scratch() }
 
+    /**
+     * Reduces with [op]; for [ReduceOp.PreMulSum], [factors] holds each rank's factor already in the
+     * dtype ([ReduceOp.PreMulSum.factorIn]), index = input, since ranks may pass different factors.
+     */
     fun reduce(
         dtype: DType, op: ReduceOp, w: Int,
         ins: Array<MemorySegment?>, inOff: Long,
         outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
         count: Long,
+        factors: DoubleArray? = null,
     ) {
         if (count <= 0) return
+        if (op is ReduceOp.PreMulSum) {
+            preMulSum(scratch.get(), dtype, requireNotNull(factors) { "PreMulSum needs every rank's factor" }, w, ins, inOff, outs, nOuts, outOff, count)
+            return
+        }
         if (dtype == DType.Float32 && vectorAvailable) {
             VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
             return
@@ -92,8 +101,13 @@ internal object ReduceKernels {
         ins: Array<MemorySegment?>, inOff: Long,
         outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
         count: Long,
+        factors: DoubleArray? = null,
     ) {
         val s = scratch.get()
+        if (op is ReduceOp.PreMulSum) {
+            preMulSum(s, dtype, requireNotNull(factors) { "PreMulSum needs every rank's factor" }, w, ins, inOff, outs, nOuts, outOff, count)
+            return
+        }
         when (dtype) {
             DType.Float32 -> float32(s, op, w, ins, inOff, outs, nOuts, outOff, count)
             DType.Float64 -> float64(s, op, w, ins, inOff, outs, nOuts, outOff, count)
@@ -220,6 +234,93 @@ internal object ReduceKernels {
         }
     }
 
+    // ---- PreMulSum: Σ_r round(x_r · f_r), one pass over the inputs ----
+
+    /**
+     * [ReduceOp.PreMulSum] on a floating-point dtype, modelled on NCCL's `FuncPreMulSum`
+     * (NVIDIA/nccl `src/device/reduce_kernel.h`): each input element is multiplied by its rank's
+     * factor (`factors[r]`, already in the dtype) and the product rounded to the dtype
+     * (`Apply_PreOp`: `x * scalar` in `T`, `__hmul` for half/bfloat16), then the products are summed
+     * in rank order (`Apply_Reduce` dispatches to `FuncSum`). Float16/BFloat16 sum in float32 and
+     * round once, as [ReduceOp.Sum] does here; a product of two halves is exact in float32, so
+     * rounding it to the dtype is NCCL's `__hmul`.
+     */
+    private fun preMulSum(
+        s: Scratch, dtype: DType, factors: DoubleArray, w: Int, ins: Array<MemorySegment?>, inOff: Long,
+        outs: Array<MemorySegment?>, nOuts: Int, outOff: Long, count: Long,
+    ) {
+        when (dtype) {
+            DType.Float32 -> {
+                val a = s.fa; val b = s.fb
+                var done = 0L
+                while (done < count) {
+                    val n = minOf(BLOCK.toLong(), count - done).toInt()
+                    val ib = (inOff + done) * 4
+                    MemorySegment.copy(ins[0]!!, F32, ib, a, 0, n)
+                    val f0 = factors[0].toFloat()
+                    for (j in 0 until n) a[j] = a[j] * f0
+                    for (r in 1 until w) {
+                        MemorySegment.copy(ins[r]!!, F32, ib, b, 0, n)
+                        val f = factors[r].toFloat()
+                        for (j in 0 until n) a[j] = a[j] + b[j] * f
+                    }
+                    val ob = (outOff + done) * 4
+                    for (o in 0 until nOuts) MemorySegment.copy(a, 0, outs[o]!!, F32, ob, n)
+                    done += n
+                }
+            }
+            DType.Float64 -> {
+                val a = s.da; val b = s.db
+                var done = 0L
+                while (done < count) {
+                    val n = minOf(BLOCK.toLong(), count - done).toInt()
+                    val ib = (inOff + done) * 8
+                    MemorySegment.copy(ins[0]!!, F64, ib, a, 0, n)
+                    val f0 = factors[0]
+                    for (j in 0 until n) a[j] = a[j] * f0
+                    for (r in 1 until w) {
+                        MemorySegment.copy(ins[r]!!, F64, ib, b, 0, n)
+                        val f = factors[r]
+                        for (j in 0 until n) a[j] = a[j] + b[j] * f
+                    }
+                    val ob = (outOff + done) * 8
+                    for (o in 0 until nOuts) MemorySegment.copy(a, 0, outs[o]!!, F64, ob, n)
+                    done += n
+                }
+            }
+            DType.Float16, DType.BFloat16 -> {
+                val bf = dtype == DType.BFloat16
+                val a = s.fa; val h = s.sa
+                var done = 0L
+                while (done < count) {
+                    val n = minOf(BLOCK.toLong(), count - done).toInt()
+                    val ib = (inOff + done) * 2
+                    for (r in 0 until w) {
+                        MemorySegment.copy(ins[r]!!, I16, ib, h, 0, n)
+                        val f = factors[r].toFloat()
+                        if (bf) {
+                            for (j in 0 until n) {
+                                val p = HalfPrecision.bfloat16ToFloat(HalfPrecision.floatToBFloat16(HalfPrecision.bfloat16ToFloat(h[j]) * f))
+                                a[j] = if (r == 0) p else a[j] + p
+                            }
+                        } else {
+                            for (j in 0 until n) {
+                                val p = java.lang.Float.float16ToFloat(java.lang.Float.floatToFloat16(java.lang.Float.float16ToFloat(h[j]) * f))
+                                a[j] = if (r == 0) p else a[j] + p
+                            }
+                        }
+                    }
+                    if (bf) for (j in 0 until n) h[j] = HalfPrecision.floatToBFloat16(a[j])
+                    else for (j in 0 until n) h[j] = java.lang.Float.floatToFloat16(a[j])
+                    val ob = (outOff + done) * 2
+                    for (o in 0 until nOuts) MemorySegment.copy(h, 0, outs[o]!!, I16, ob, n)
+                    done += n
+                }
+            }
+            else -> throw IllegalArgumentException("PreMulSum is not defined on $dtype")
+        }
+    }
+
     // ---- int32 ----
 
     private inline fun i32Loop(
@@ -258,6 +359,7 @@ internal object ReduceKernels {
             ReduceOp.BitwiseAnd -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x and y })
             ReduceOp.BitwiseOr -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x or y })
             ReduceOp.BitwiseXor -> i32Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x xor y })
+            is ReduceOp.PreMulSum -> throw IllegalArgumentException("PreMulSum is not defined on Int32")
         }
     }
 
@@ -300,6 +402,7 @@ internal object ReduceKernels {
             ReduceOp.BitwiseAnd -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x and y })
             ReduceOp.BitwiseOr -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x or y })
             ReduceOp.BitwiseXor -> i64Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false, { x, y -> x xor y })
+            is ReduceOp.PreMulSum -> throw IllegalArgumentException("PreMulSum is not defined on Int64")
         }
     }
 
@@ -346,6 +449,7 @@ internal object ReduceKernels {
             ReduceOp.BitwiseAnd -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
             ReduceOp.BitwiseOr -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
             ReduceOp.BitwiseXor -> i8Loop(s, w, unsigned, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+            is ReduceOp.PreMulSum -> throw IllegalArgumentException("PreMulSum is not defined on Int8/UInt8")
         }
     }
 
@@ -386,6 +490,7 @@ internal object ReduceKernels {
             ReduceOp.BitwiseAnd -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x and y }
             ReduceOp.BitwiseOr -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x or y }
             ReduceOp.BitwiseXor -> i16Loop(s, w, ins, inOff, outs, nOuts, outOff, count, false) { x, y -> x xor y }
+            is ReduceOp.PreMulSum -> throw IllegalArgumentException("PreMulSum is not defined on Int16")
         }
     }
 

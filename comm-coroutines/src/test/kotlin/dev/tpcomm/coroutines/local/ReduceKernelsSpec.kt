@@ -45,6 +45,7 @@ class ReduceKernelsSpec : FunSpec({
             ReduceOp.BitwiseAnd -> wrap(dtype, values.reduce { a, b -> a and b })
             ReduceOp.BitwiseOr -> wrap(dtype, values.reduce { a, b -> a or b })
             ReduceOp.BitwiseXor -> wrap(dtype, values.reduce { a, b -> a xor b })
+            is ReduceOp.PreMulSum -> error("not an integer op")
         }
     }
 

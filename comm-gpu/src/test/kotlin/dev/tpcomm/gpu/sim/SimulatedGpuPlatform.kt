@@ -89,6 +89,9 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     /** Uses of the libraries that real NCCL/CUDA would turn into corruption, a hang or undefined behaviour. */
     public val misuse: List<String> get() = misuseLog.toList()
 
+    /** PreMulSum operators (`ncclRedOpCreatePreMulSum`) of live communicators not destroyed yet: 0 when none leaked. */
+    public val liveRedOps: Int get() = simNccl.liveRedOps
+
     /** Runtime calls made on a thread with no current device (they acted on device 0, opening a context there). */
     public val implicitDeviceCalls: List<String> get() = implicitLog.toList()
 

@@ -2,6 +2,8 @@
 
 package dev.tpcomm.gpu.sim
 
+import dev.tpcomm.DType
+import dev.tpcomm.HalfPrecision
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.gpu.NcclApi
@@ -25,7 +27,7 @@ import java.util.concurrent.atomic.AtomicInteger
 
 /**
  * The NCCL part of the simulated platform ([NcclApi]). Its specification is docs/nccl-semantics.md
- * (rows N1-N17, NVIDIA/nccl v2.30.7-1, with file and function for each behaviour);
+ * (rows N1-N18, NVIDIA/nccl v2.30.7-1, with file and function for each behaviour);
  * `SimulatedPlatformSpecTest` checks each row. In short:
  *
  * - **Non-blocking communicators** (`blocking = 0`, unless `NCCL_COMM_BLOCKING` overrides it: N6,
@@ -52,6 +54,17 @@ import java.util.concurrent.atomic.AtomicInteger
  * - **One launch order per device** (N17): launches for two communicators of one device from two
  *   live host threads are recorded as misuse (with `NCCL_MULTI_RANK_GPU_ENABLE`, where ranks of one
  *   world share a device, only a communicator and its split relatives).
+ *
+ * - **PreMulSum operators** (NVIDIA/nccl `src/enqueue.cc` `ncclRedOpCreatePreMulSum`,
+ *   `ncclRedOpDestroy`, `hostToDevRedOp`): `ncclRedOpCreatePreMulSum` makes an operator of one
+ *   communicator and one datatype from this rank's scalar (read at the call:
+ *   `ncclScalarHostImmediate`; the device residence is not simulated and is refused), without
+ *   communicating, so ranks may pass different scalars; a collective resolves it when enqueued
+ *   (a datatype other than the operator's is `ncclInvalidArgument`), so it may be destroyed right
+ *   after the call returned. `ncclRedOpDestroy` of a built-in or unknown operator is
+ *   `ncclInvalidArgument`; using or destroying one that is not live is also recorded as misuse.
+ *   [liveRedOps] counts the operators of live communicators, so a test can show none leak;
+ *   `ncclCommAbort`/`ncclCommDestroy` free a communicator's operators with it (`commFree`).
  *
  * Collectives meet their peers by sequence number and read every input before any output is
  * written; reductions use comm-testkit's [ReferenceReduction], the one reference of the project.
@@ -92,11 +105,21 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         var collectives = 0L
         var splitCount = 0L
         val live: Boolean get() = !aborted
+        /** Live PreMulSum operators by handle (from [NcclRedOp.NUM_OPS]; NCCL also scrambles them per communicator). */
+        val userOps = ConcurrentHashMap<Int, UserOp>()
+        var nextUserOp = 0
     }
+
+    /** An operator of `ncclRedOpCreatePreMulSum`: its datatype and the scalar read at creation. */
+    class UserOp(val datatype: Int, val factor: Double)
+
+    /** PreMulSum operators of live communicators (created and not destroyed yet). */
+    val liveRedOps: Int get() = liveComms.sumOf { it.userOps.size }
 
     class Message(val bytes: ByteArray, val consumed: CountDownLatch = CountDownLatch(1))
 
-    class Contribution(val kind: String, val send: Long, val recv: Long, val count: Long, val dtype: Int, val op: Int, val root: Int)
+    /** One rank's call; [op] is [NcclRedOp.NUM_OPS] for every PreMulSum operator (resolved at the enqueue), [factor] its scalar. */
+    class Contribution(val kind: String, val send: Long, val recv: Long, val count: Long, val dtype: Int, val op: Int, val root: Int, val factor: Double = 0.0)
 
     class Round(size: Int) {
         val inputs = arrayOfNulls<Contribution>(size)
@@ -307,7 +330,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         val n = mine.count
         return when (mine.kind) {
             "allReduce" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n)
+                val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
                 ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
             }
             "broadcast" -> {
@@ -316,7 +339,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             }
             "reduce" -> {
                 if (me != mine.root) ({}) else {
-                    val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n)
+                    val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
                     ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
                 }
             }
@@ -328,7 +351,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
                 })
             }
             "reduceScatter" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width * size).asSlice(me * n * width, n * width) }, mine.dtype, mine.op, n)
+                val result = reduce(inputs.map { memory.resolve(it.send, n * width * size).asSlice(me * n * width, n * width) }, mine.dtype, mine.op, n, inputs)
                 ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
             }
             else -> throw SimFault(NcclResult.INTERNAL_ERROR, CUDA_LAUNCH_FAILURE, "unknown kind ${mine.kind}")
@@ -341,21 +364,25 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
      * The reduction through comm-testkit's [ReferenceReduction] (the project's one reference), except
      * FP8, which [Float8Reduction] reduces as NCCL's kernels do (pairwise through half precision).
      */
-    private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long): MemorySegment {
+    private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long, calls: List<Contribution>): MemorySegment {
         val dt = NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported datatype $dtype")
-        val reduceOp = when (op) {
-            NcclRedOp.SUM -> ReduceOp.Sum
-            NcclRedOp.PROD -> ReduceOp.Product
-            NcclRedOp.MAX -> ReduceOp.Max
-            NcclRedOp.MIN -> ReduceOp.Min
-            NcclRedOp.AVG -> ReduceOp.Avg
-            else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
+        // FuncPreMulSum: each rank's input times its own scalar, then the sum (src/device/reduce_kernel.h).
+        val ops = calls.map { c ->
+            when (op) {
+                NcclRedOp.SUM -> ReduceOp.Sum
+                NcclRedOp.PROD -> ReduceOp.Product
+                NcclRedOp.MAX -> ReduceOp.Max
+                NcclRedOp.MIN -> ReduceOp.Min
+                NcclRedOp.AVG -> ReduceOp.Avg
+                NcclRedOp.NUM_OPS -> ReduceOp.PreMulSum(c.factor)
+                else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
+            }
         }
         if (n == 0L) return Arena.ofAuto().allocate(1)
         if (dt == dev.tpcomm.DType.Float8E4M3 || dt == dev.tpcomm.DType.Float8E5M2) {
-            return copyOf(Float8Reduction.reduce(reduceOp, inputs.map { Tensor.wrap(it.asSlice(0, n), dt, n.toInt()) }).segment)
+            return copyOf(Float8Reduction.reduce(ops.first(), inputs.map { Tensor.wrap(it.asSlice(0, n), dt, n.toInt()) }).segment)
         }
-        val result = ReferenceReduction.expected(reduceOp, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
+        val result = ReferenceReduction.expected(ops, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
         return copyOf(result.segment)
     }
 
@@ -516,6 +543,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             platform.recordMisuse("ncclCommAbort inside an open group on thread '${Thread.currentThread().name}': the abort joins the group and runs only at its ncclGroupEnd (init.cc:3035-3060)")
         }
         c.aborted = true
+        c.userOps.clear() // commFree frees the communicator's operators
         if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
         return NcclResult.SUCCESS
     }
@@ -524,6 +552,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         val c = platform.remove<SimComm>(comm, "ncclCommDestroy") ?: return NcclResult.INVALID_ARGUMENT
         if (!c.finalized) platform.recordMisuse("ncclCommDestroy without ncclCommFinalize on rank ${c.rank} (usage/communicators.rst:330-350)")
         c.aborted = true
+        c.userOps.clear()
         if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
         return NcclResult.SUCCESS
     }
@@ -562,16 +591,30 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
         val st = platform.lookup<SimStream>(stream) ?: return NcclResult.INVALID_ARGUMENT
         ready(sc).let { if (it != NcclResult.SUCCESS) return it }
-        if (!knownType(c.dtype) || c.op !in NcclRedOp.SUM..NcclRedOp.AVG) return NcclResult.INVALID_ARGUMENT
+        if (!knownType(c.dtype)) return NcclResult.INVALID_ARGUMENT
+        val call = if (c.op in NcclRedOp.SUM..NcclRedOp.AVG) c else {
+            // A user operator, resolved now as hostToDevRedOp does at the enqueue (src/enqueue.cc).
+            val user = sc.userOps[c.op]
+            if (user == null) {
+                platform.recordMisuse("rank ${sc.rank} called ${c.kind} with reduction operator ${c.op}, which is not live on its communicator (destroyed, or never created)")
+                sc.lastError = "operator ${c.op} is unknown to this communicator"
+                return NcclResult.INVALID_ARGUMENT
+            }
+            if (user.datatype != c.dtype) {
+                sc.lastError = "Data type supplied to user-created ncclRedOp_t does not match type given to reduction operation"
+                return NcclResult.INVALID_ARGUMENT
+            }
+            Contribution(c.kind, c.send, c.recv, c.count, c.dtype, NcclRedOp.NUM_OPS, c.root, user.factor)
+        }
         try {
-            memory.checkDeviceBuffer(c.send, sendBytes)
-            memory.checkDeviceBuffer(c.recv, recvBytes)
+            memory.checkDeviceBuffer(call.send, sendBytes)
+            memory.checkDeviceBuffer(call.recv, recvBytes)
         } catch (f: SimFault) {
             sc.lastError = f.message
             return f.nccl
         }
-        if (sc.clique.size == 1) return oneRank(sc, st, c, sendBytes)
-        return issue(collectiveKernel(sc, st, c))
+        if (sc.clique.size == 1) return oneRank(sc, st, call, sendBytes)
+        return issue(collectiveKernel(sc, st, call))
     }
 
     /**
@@ -583,6 +626,14 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     private fun oneRank(sc: SimComm, st: SimStream, c: Contribution, bytes: Long): Int {
         noteLaunch(sc)
         val scales = c.op == NcclRedOp.AVG && NcclDataType.toDType(c.dtype)?.isFloatingPoint == true
+        if (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather") {
+            // PreMulSum on one rank: the scaling kernel, out = in * scalar.
+            st.enqueue {
+                val result = reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
+                MemorySegment.copy(result, 0, memory.resolve(c.recv, bytes), 0, bytes)
+            }
+            return NcclResult.SUCCESS
+        }
         if (c.send != c.recv) {
             st.enqueue { MemorySegment.copy(memory.resolve(c.send, bytes), 0, memory.resolve(c.recv, bytes), 0, bytes) }
         } else if (scales) {
@@ -609,6 +660,48 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
         collective(comm, stream, Contribution("reduceScatter", sendBuf, recvBuf, recvCount, datatype, op, 0), recvCount * size(datatype) * nranks(comm), recvCount * size(datatype))
+
+    override fun redOpCreatePreMulSum(op: IntArray, scalar: MemorySegment, datatype: Int, residence: Int, comm: Long): Int {
+        val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        ready(sc).let { if (it != NcclResult.SUCCESS) return it } // ncclCommEnsureReady
+        val dt = NcclDataType.toDType(datatype) ?: return NcclResult.INVALID_ARGUMENT
+        if (residence != NcclRedOp.SCALAR_HOST_IMMEDIATE) {
+            sc.lastError = "simulated NCCL: only ncclScalarHostImmediate scalars are simulated"
+            return NcclResult.INVALID_ARGUMENT
+        }
+        val factor = when (dt) {
+            DType.Float64 -> scalar.get(ValueLayout.JAVA_DOUBLE, 0)
+            DType.Float32 -> scalar.get(ValueLayout.JAVA_FLOAT, 0).toDouble()
+            DType.Float16 -> HalfPrecision.float16ToFloat(scalar.get(ValueLayout.JAVA_SHORT, 0)).toDouble()
+            DType.BFloat16 -> HalfPrecision.bfloat16ToFloat(scalar.get(ValueLayout.JAVA_SHORT, 0)).toDouble()
+            // NCCL takes integer scalars too; tpcomm never makes one (PreMulSum is floating-point only).
+            DType.Int8 -> scalar.get(ValueLayout.JAVA_BYTE, 0).toDouble()
+            DType.UInt8 -> (scalar.get(ValueLayout.JAVA_BYTE, 0).toInt() and 0xFF).toDouble()
+            DType.Int32 -> scalar.get(ValueLayout.JAVA_INT, 0).toDouble()
+            DType.Int64 -> scalar.get(ValueLayout.JAVA_LONG, 0).toDouble()
+            else -> {
+                // NCCL takes a scalar of any type; tpcomm makes Float32/Float64/Float16/BFloat16 ones only.
+                sc.lastError = "simulated NCCL: PreMulSum scalars of $dt are not simulated"
+                return NcclResult.INVALID_ARGUMENT
+            }
+        }
+        synchronized(sc) {
+            val handle = NcclRedOp.NUM_OPS + sc.nextUserOp++
+            sc.userOps[handle] = UserOp(datatype, factor)
+            op[0] = handle
+        }
+        return NcclResult.SUCCESS
+    }
+
+    override fun redOpDestroy(op: Int, comm: Long): Int {
+        if (op in 0 until NcclRedOp.NUM_OPS) return NcclResult.INVALID_ARGUMENT // "operator is a NCCL builtin"
+        val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
+        if (sc.userOps.remove(op) == null) {
+            platform.recordMisuse("rank ${sc.rank} destroyed reduction operator $op, which is not live on its communicator (destroyed twice, or never created)")
+            return NcclResult.INVALID_ARGUMENT // "operator unknown to this communicator"
+        }
+        return NcclResult.SUCCESS
+    }
 
     override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int {
         val sc = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT

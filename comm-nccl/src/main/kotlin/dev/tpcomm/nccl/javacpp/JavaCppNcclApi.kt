@@ -93,6 +93,11 @@ public class JavaCppNcclApi : NcclApi {
     override fun reduceScatter(sendBuf: Long, recvBuf: Long, recvCount: Long, datatype: Int, op: Int, comm: Long, stream: Long): Int =
         nccl.ncclReduceScatter(RawPointer(sendBuf), RawPointer(recvBuf), recvCount, datatype, op, comm(comm), stream(stream))
 
+    override fun redOpCreatePreMulSum(op: IntArray, scalar: MemorySegment, datatype: Int, residence: Int, comm: Long): Int =
+        nccl.ncclRedOpCreatePreMulSum(op, RawPointer(scalar.address()), datatype, residence, comm(comm))
+
+    override fun redOpDestroy(op: Int, comm: Long): Int = nccl.ncclRedOpDestroy(op, comm(comm))
+
     override fun send(sendBuf: Long, count: Long, datatype: Int, peer: Int, comm: Long, stream: Long): Int =
         nccl.ncclSend(RawPointer(sendBuf), count, datatype, peer, comm(comm), stream(stream))
 
