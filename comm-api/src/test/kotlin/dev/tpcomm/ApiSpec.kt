@@ -64,8 +64,8 @@ class ApiSpec : FunSpec({
         ReduceOp::class.java.getField("Max").get(null) shouldBe ReduceOp.Max
     }
 
-    test("ReduceOp.PreMulSum: floating point only, equal by factor, named PreMulSum, the factor rounded to the dtype") {
-        for (dt in DType.entries) ReduceOp.PreMulSum(0.5).supports(dt) shouldBe dt.isFloatingPoint
+    test("ReduceOp.PreMulSum: Float32, Float64, Float16 and BFloat16 only, equal by factor, named PreMulSum, the factor rounded to the dtype") {
+        for (dt in DType.entries) ReduceOp.PreMulSum(0.5).supports(dt) shouldBe (dt in listOf(DType.Float32, DType.Float64, DType.Float16, DType.BFloat16))
         ReduceOp.PreMulSum(0.25) shouldBe ReduceOp.PreMulSum(0.25)
         (ReduceOp.PreMulSum(0.25) == ReduceOp.PreMulSum(0.5)) shouldBe false
         ReduceOp.PreMulSum(0.25).name shouldBe "PreMulSum"
@@ -78,7 +78,8 @@ class ApiSpec : FunSpec({
         ReduceOp.entries.map { it.ordinal } shouldBe (0..7).toList()
         ReduceOp.valueOf("Max") shouldBe ReduceOp.Max
         shouldThrow<IllegalArgumentException> { ReduceOp.valueOf("PreMulSum") }.message shouldContain "construct ReduceOp.PreMulSum(factor)"
-        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.PreMulSum(0.5), DType.Int32, "allReduce") }.message shouldContain "floating-point dtypes only"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.PreMulSum(0.5), DType.Int32, "allReduce") }.message shouldContain "Float32, Float64, Float16 and BFloat16 only"
+        shouldThrow<IllegalArgumentException> { CollectiveChecks.op(ReduceOp.PreMulSum(0.5), DType.Float8E4M3, "allReduce") }.message shouldContain "Float32, Float64, Float16 and BFloat16 only"
     }
 
     test("argument checks say what to change") {

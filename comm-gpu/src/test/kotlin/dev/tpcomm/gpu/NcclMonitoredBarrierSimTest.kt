@@ -28,7 +28,7 @@ class NcclMonitoredBarrierSimTest : FunSpec({
         val platform = SimulatedGpuPlatform()
         SimulatedWorld(platform).run(3, CommConfig(timeout = 10.seconds)) { c ->
             repeat(20) {
-                c.monitoredBarrier(5.seconds, waitAllRanks = it % 2 == 0)
+                c.monitoredBarrier(4.seconds, waitAllRanks = it % 2 == 0)
                 val t = platform.upload(Tensor.of(floatArrayOf(1f)), c.device)
                 platform.download(c.allReduce(t)).toFloatArray()[0] shouldBe 3f
             }

@@ -159,7 +159,7 @@ class NcclPreMulSumTest : FunSpec({
         val p = MockPlatform()
         val c = p.connect()
         shouldThrow<IllegalArgumentException> { c.allReduce(dev(A, DType.Int32, 4), ReduceOp.PreMulSum(0.5)) }
-            .message shouldContain "PreMulSum is defined on floating-point dtypes only"
+            .message shouldContain "PreMulSum is defined on Float32, Float64, Float16 and BFloat16 only"
         verify(exactly = 0) { p.api.redOpCreatePreMulSum(any(), any(), any(), any(), any()) }
         c.isAborted shouldBe false
     }

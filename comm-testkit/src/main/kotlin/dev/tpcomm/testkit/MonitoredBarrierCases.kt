@@ -21,13 +21,16 @@ internal object MonitoredBarrierCases {
     /** The barrier's timeout in the failure case: well inside the communicator's own ([ConformanceOptions.failureTimeout]), so its deadline never fires first. */
     private fun barrierTimeout(ctx: CaseContext): Duration = ctx.options.failureTimeout / 4
 
+    /** The barrier's timeout where every rank arrives: under half the communicator's ([ConformanceOptions.timeout]), as monitoredBarrier requires. */
+    private fun passingTimeout(ctx: CaseContext): Duration = ctx.options.timeout / 4
+
     private fun ones(ctx: CaseContext): Tensor = ctx.options.placement.toBackend(Tensor.of(floatArrayOf(1f, 1f)))
 
     /** Between collectives: every rank passes, repeatedly, and the collectives around it are unaffected. */
     val collective: List<ConformanceCase> = listOf(
         ConformanceCase("monitoredBarrier: every rank arrives, between collectives", CaseKind.Collective) { comm, ctx ->
             repeat(5) { i ->
-                val r = attempt { comm.monitoredBarrier(ctx.options.timeout, waitAllRanks = i % 2 == 1) }
+                val r = attempt { comm.monitoredBarrier(passingTimeout(ctx), waitAllRanks = i % 2 == 1) }
                 ctx.expect(r.error == null) { "monitoredBarrier #$i with every rank arriving threw ${r.error?.describe()}" }
                 val sum = ctx.options.placement.toHost(comm.allReduce(ones(ctx), ReduceOp.Sum)).toFloatArray()
                 ctx.expect(sum.all { it == comm.worldSize.toFloat() }) { "allReduce after monitoredBarrier #$i gave ${sum.toList()}" }
@@ -45,7 +48,7 @@ internal object MonitoredBarrierCases {
                     // A user receive as large as the barrier's messages (8 bytes), from any rank with any tag, posted first.
                     val got = Tensor.zeros(DType.Int64, 1)
                     val user = async(start = CoroutineStart.UNDISPATCHED) { comm.recv(got, Communicator.ANY_SOURCE, Communicator.ANY_TAG) }
-                    val r = attempt { comm.monitoredBarrier(ctx.options.timeout) }
+                    val r = attempt { comm.monitoredBarrier(passingTimeout(ctx)) }
                     ctx.expect(r.error == null) { "monitoredBarrier #$i with a wildcard receive posted threw ${r.error?.describe()}" }
                     comm.send(Tensor.of(longArrayOf(i * 1000L + comm.rank)), next, 0)
                     val info = user.await()
