@@ -201,7 +201,7 @@ public class NcclCommunicator internal constructor(
         validator.allReduce(tensor, op)
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, op = op, signature = sig(name, tensor, op)) {
+        return run(name, tensor, op = op, signature = sig(CollectiveOp.AllReduce, tensor, op)) {
             withRedOp(op, tensor, red) { r -> nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, comm, stream), "ncclAllReduce") }
             tensor
         }
@@ -211,7 +211,7 @@ public class NcclCommunicator internal constructor(
         val name = "broadcast"
         validator.broadcast(tensor, root)
         checkTensor(tensor, name)
-        return run(name, tensor, root = root, signature = sig(name, tensor, root = root)) {
+        return run(name, tensor, root = root, signature = sig(CollectiveOp.Broadcast, tensor, root = root)) {
             val type = moveType(tensor)
             nccl(api.broadcast(tensor.address, tensor.address, moveCount(tensor, type), type, root, comm, stream), "ncclBroadcast")
             tensor
@@ -223,7 +223,7 @@ public class NcclCommunicator internal constructor(
         validator.reduce(tensor, root, op)
         checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, root = root, op = op, signature = sig(name, tensor, op, root)) {
+        return run(name, tensor, root = root, op = op, signature = sig(CollectiveOp.Reduce, tensor, op, root)) {
             withRedOp(op, tensor, red) { r -> nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, root, comm, stream), "ncclReduce") }
             tensor
         }
@@ -233,7 +233,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         val shape = validator.allGatherShape(input, dim)
         checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             issueAllGather(out, input, dim)
             out
@@ -244,7 +244,7 @@ public class NcclCommunicator internal constructor(
         val name = "allGather"
         validator.allGatherInto(output, input, dim)
         checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
             issueAllGather(output, input, dim)
             output
         }
@@ -255,7 +255,7 @@ public class NcclCommunicator internal constructor(
         val shape = validator.reduceScatterShape(input, op, dim)
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
             val out = allocateOutput(input.dtype, shape)
             withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }
             out
@@ -267,7 +267,7 @@ public class NcclCommunicator internal constructor(
         validator.reduceScatterInto(output, input, op, dim)
         checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(name, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
             withRedOp(op, input, red) { r -> issueReduceScatter(output, input, r, dim) }
             output
         }
@@ -279,7 +279,7 @@ public class NcclCommunicator internal constructor(
         val shape = validator.allGatherShape(input, dim, name)
         checkTensor(input, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, root = root, dim = dim, signature = sig(name, input, root = root, dim = dim)) {
+        return run(name, input, root = root, dim = dim, signature = sig(CollectiveOp.Gather, input, root = root, dim = dim)) {
             if (rank == root) {
                 val out = allocateOutput(input.dtype, shape)
                 val blocks = if (outer == 1L) out.address else temp(out.byteSize)
@@ -307,7 +307,7 @@ public class NcclCommunicator internal constructor(
         validator.scatter(output, input, root, rank, dim)
         checkTensor(output, name)
         val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, root = root, dim = dim, signature = sig(name, output, root = root, dim = dim)) {
+        run(name, output, root = root, dim = dim, signature = sig(CollectiveOp.Scatter, output, root = root, dim = dim)) {
             if (rank == root) {
                 val src = input!!
                 val chunk = output.byteSize
@@ -333,7 +333,7 @@ public class NcclCommunicator internal constructor(
         validator.allToAll(input, dim)
         checkTensor(input, name)
         val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, dim = dim, signature = sig(name, input, dim = dim)) {
+        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllToAll, input, dim = dim)) {
             val out = allocateOutput(input.dtype, input.shape)
             val chunk = input.byteSize / worldSize
             val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
@@ -621,7 +621,7 @@ public class NcclCommunicator internal constructor(
     }
 
     override suspend fun barrier() {
-        run("barrier", null, signature = sig("barrier", null)) {
+        run("barrier", null, signature = sig(CollectiveOp.Barrier, null)) {
             if (scratch == 0L) {
                 val p = LongArray(1)
                 cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
@@ -1564,12 +1564,8 @@ public class NcclCommunicator internal constructor(
         private const val P2P_GRACE_NANOS = 5_000_000L
 
         /** This call's signature in the core's one encoding ([CollectiveSignature]). */
-        private fun sig(operation: String, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
-            CollectiveSignature.of(
-                requireNotNull(CollectiveOp.byApiName(operation)) { "no CollectiveOp named $operation" },
-                t, op, root,
-                if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim),
-            )
+        private fun sig(operation: CollectiveOp, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
+            CollectiveSignature.of(operation, t, op, root, if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim))
 
         private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 

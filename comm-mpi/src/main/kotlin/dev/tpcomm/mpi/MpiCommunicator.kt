@@ -17,6 +17,7 @@ import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.callerMayBeHeld
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.spi.CollectiveChecks
+import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
@@ -267,7 +268,7 @@ public class MpiCommunicator internal constructor(
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
-            collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), arrayOf(tensor, staging),
+            collective(entry, name, signature(CollectiveOp.AllReduce, tensor, -1, -1, op), arrayOf(tensor, staging),
                 { pre?.apply(); binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> pre?.apply(); binding.iallgather(src, n, t, dst, n, t, handle, r) })
             HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
@@ -281,9 +282,9 @@ public class MpiCommunicator internal constructor(
         if (flip) workarounds.flipTopBits(tensor)
         try {
             if (fastPath()) {
-                inlineBlocking(entry, name, tensor, signature(OP_ALLREDUCE, tensor, -1, -1, op)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
+                inlineBlocking(entry, name, tensor, signature(CollectiveOp.AllReduce, tensor, -1, -1, op)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
             } else {
-                collective(entry, name, signature(OP_ALLREDUCE, tensor, -1, -1, op), tensor,
+                collective(entry, name, signature(CollectiveOp.AllReduce, tensor, -1, -1, op), tensor,
                     { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
                     { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
             }
@@ -304,10 +305,10 @@ public class MpiCommunicator internal constructor(
         val entry = start(name, tensor, root = root)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         if (fastPath()) {
-            inlineBlocking(entry, name, tensor, signature(OP_BROADCAST, tensor, root, -1, null)) { binding.bcast(buf, n, t, root, handle) }
+            inlineBlocking(entry, name, tensor, signature(CollectiveOp.Broadcast, tensor, root, -1, null)) { binding.bcast(buf, n, t, root, handle) }
             return tensor
         }
-        collective(entry, name, signature(OP_BROADCAST, tensor, root, -1, null), tensor,
+        collective(entry, name, signature(CollectiveOp.Broadcast, tensor, root, -1, null), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) })
         return tensor
@@ -323,7 +324,7 @@ public class MpiCommunicator internal constructor(
         if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
         val n = count(tensor, name)
         val t = abi.datatype(tensor.dtype)
-        val sig = signature(OP_REDUCE, tensor, root, -1, op)
+        val sig = signature(CollectiveOp.Reduce, tensor, root, -1, op)
         // The root's tensor is the output (scaled in place); the other ranks' must stay unchanged.
         val pre = preMul(op, tensor, inPlace = rank == root, name)
         if (workarounds.hostReduced(tensor.dtype, op)) {
@@ -384,7 +385,7 @@ public class MpiCommunicator internal constructor(
         // Device tensors (not validated here) that overlap are copied first.
         val sendCopy = if (input.device.isGpu || staging.device.isGpu || !overlaps(input, staging)) null else input.copy()
         val src = if (sendCopy != null) addr(sendCopy) else addr(input)
-        collective(entry, name, signature(OP_ALLGATHER, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
+        collective(entry, name, signature(CollectiveOp.AllGather, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
@@ -417,7 +418,7 @@ public class MpiCommunicator internal constructor(
         val pre = preMul(op, gathered, inPlace = gathered !== input, name)
         val send = pre?.target ?: gathered
         val t = abi.datatype(input.dtype)
-        val sig = signature(OP_REDUCE_SCATTER, input, -1, d, op)
+        val sig = signature(CollectiveOp.ReduceScatter, input, -1, d, op)
         val entry = start(name, input, op = op, dim = d)
         if (half) {
             val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
@@ -466,7 +467,7 @@ public class MpiCommunicator internal constructor(
         val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
         val entry = start(name, input, root = root, dim = d)
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(OP_GATHER, input, root, d, null), arrayOf(input, output, staging),
+        collective(entry, name, signature(CollectiveOp.Gather, input, root, d, null), arrayOf(input, output, staging),
             { binding.gather(src, n, t, dst, n, t, root, handle) },
             { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
         if (output != null && !direct) scatterBlocksAlong(staging!!, input.shape, output, d)
@@ -498,7 +499,7 @@ public class MpiCommunicator internal constructor(
         if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
         val entry = start(name, output, root = root, dim = d)
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
-        collective(entry, name, signature(OP_SCATTER, output, root, d, null), arrayOf(input, send, output),
+        collective(entry, name, signature(CollectiveOp.Scatter, output, root, d, null), arrayOf(input, send, output),
             { binding.scatter(src, n, t, dst, n, t, root, handle) },
             { r -> binding.iscatter(src, n, t, dst, n, t, root, handle, r) })
     }
@@ -520,7 +521,7 @@ public class MpiCommunicator internal constructor(
         val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
         val entry = start(name, input, dim = d)
         val src = addr(send); val dst = addr(recv); val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(OP_ALLTOALL, input, -1, d, null), arrayOf(input, send, recv, output),
+        collective(entry, name, signature(CollectiveOp.AllToAll, input, -1, d, null), arrayOf(input, send, recv, output),
             { binding.alltoall(src, n, t, dst, n, t, handle) },
             { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
         if (!direct) {
@@ -690,7 +691,7 @@ public class MpiCommunicator internal constructor(
 
     override suspend fun barrier() {
         val entry = recorder.start("barrier")
-        collective(entry, "barrier", signature(OP_BARRIER, null, -1, -1, null), null,
+        collective(entry, "barrier", signature(CollectiveOp.Barrier, null, -1, -1, null), null,
             { binding.barrier(handle) },
             { r -> binding.ibarrier(handle, r) })
     }
@@ -874,7 +875,7 @@ public class MpiCommunicator internal constructor(
         val name = "split"
         require(color == null || color >= 0) { "$name: color must be >= 0 or null, got $color" }
         val entry = recorder.start(name)
-        val sig = signature(OP_SPLIT, null, -1, -1, null)
+        val sig = signature(CollectiveOp.Split, null, -1, -1, null)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
@@ -1267,7 +1268,7 @@ public class MpiCommunicator internal constructor(
         throw e
     }
 
-    private fun signature(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
+    private fun signature(op: CollectiveOp, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
         if (!checksConsistency) return null
         return signatures.encode(op, t, root, dim, reduceOp)
     }
@@ -1563,16 +1564,6 @@ public class MpiCommunicator internal constructor(
         /** The monitored barrier's tag on the control duplicate (never [MpiAbortNotices.ABORT_TAG]; within the standard's minimum MPI_TAG_UB). */
         const val CONTROL_TAG: Int = 8
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
-        const val OP_ALLREDUCE = MpiSignatureProtocol.OP_ALLREDUCE
-        const val OP_BROADCAST = MpiSignatureProtocol.OP_BROADCAST
-        const val OP_REDUCE = MpiSignatureProtocol.OP_REDUCE
-        const val OP_ALLGATHER = MpiSignatureProtocol.OP_ALLGATHER
-        const val OP_REDUCE_SCATTER = MpiSignatureProtocol.OP_REDUCE_SCATTER
-        const val OP_GATHER = MpiSignatureProtocol.OP_GATHER
-        const val OP_SCATTER = MpiSignatureProtocol.OP_SCATTER
-        const val OP_ALLTOALL = MpiSignatureProtocol.OP_ALLTOALL
-        const val OP_BARRIER = MpiSignatureProtocol.OP_BARRIER
-        const val OP_SPLIT = MpiSignatureProtocol.OP_SPLIT
         const val SCRATCH_BYTES: Long = 256
         const val OFF_HANDLE: Long = 0
         const val OFF_REQUEST: Long = 8

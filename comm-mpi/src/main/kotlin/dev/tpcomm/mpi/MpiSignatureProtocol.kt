@@ -31,9 +31,9 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, pr
     /** The element-wise MAX of every rank's digest pair. */
     val digestReceived: MemorySegment = arena.allocate(16, 64)
 
-    /** Encodes a call of [op] (one of the `OP_` codes); [dim] is normalised or -1, [root] -1 when none. */
-    fun encode(op: Int, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray =
-        CollectiveSignature.of(OPS[op], t, reduceOp, root, dim)
+    /** Encodes a call of [op]; [dim] is normalised or -1, [root] -1 when none. */
+    fun encode(op: CollectiveOp, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray =
+        CollectiveSignature.of(op, t, reduceOp, root, dim)
 
     /** Copies [sig] into [send] and its digest pair into [digestSend]. */
     fun load(sig: LongArray) {
@@ -56,22 +56,5 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, pr
 
     companion object {
         const val SIG_LEN: Int = CollectiveSignature.SIZE
-        const val OP_ALLREDUCE = 1
-        const val OP_BROADCAST = 2
-        const val OP_REDUCE = 3
-        const val OP_ALLGATHER = 4
-        const val OP_REDUCE_SCATTER = 5
-        const val OP_GATHER = 6
-        const val OP_SCATTER = 7
-        const val OP_ALLTOALL = 8
-        const val OP_BARRIER = 9
-        const val OP_SPLIT = 10
-
-        /** The core's operation of each `OP_` code (index 0 unused). */
-        private val OPS: Array<CollectiveOp> = arrayOf(
-            CollectiveOp.Barrier, CollectiveOp.AllReduce, CollectiveOp.Broadcast, CollectiveOp.Reduce, CollectiveOp.AllGather,
-            CollectiveOp.ReduceScatter, CollectiveOp.Gather, CollectiveOp.Scatter, CollectiveOp.AllToAll, CollectiveOp.Barrier,
-            CollectiveOp.Split,
-        )
     }
 }
