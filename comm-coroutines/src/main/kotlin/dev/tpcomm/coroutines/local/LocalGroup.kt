@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.coroutines.OperationFailure
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
 
@@ -48,7 +49,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
     }
 
     /** Fails every pending slot and receive of this group (world abort); wakes the ranks waiting for a slot. */
-    fun failPending(specific: SlotFailure?, generic: SlotFailure, timedOut: Any?) {
+    fun failPending(specific: OperationFailure?, generic: OperationFailure, timedOut: Any?) {
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             s.fail(if (specific != null && s === timedOut) specific else generic)
@@ -61,7 +62,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         val closedNow = closedCount.incrementAndGet()
         if (closedNow == 1) firstClosedRank = rank
         if (closedNow == size && world.rootGroup === this) {
-            world.close(communicators[rank].errors.aborted("close", -1, "every rank closed its communicator"))
+            world.close(communicators[rank].closeFailure("every rank closed its communicator"))
             return
         }
         // Somebody already waiting for this rank can never finish: abort rather than let them time out.
@@ -69,27 +70,20 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
             val s = ring.get(i) ?: continue
             if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
                 world.abort(
-                    communicators[rank].errors.aborted(
-                        "close", -1,
-                        "rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}",
-                    ),
+                    communicators[rank].closeFailure("rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}"),
                 )
                 return
             }
         }
         if (mailboxes[rank].hasWaitingSend()) {
             world.abort(
-                communicators[rank].errors.aborted(
-                    "close", -1, "rank $rank of $description closed its communicator while a send to it waited for its receive",
-                ),
+                communicators[rank].closeFailure("rank $rank of $description closed its communicator while a send to it waited for its receive"),
             )
             return
         }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
             world.abort(
-                communicators[rank].errors.aborted(
-                    "close", -1, "rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it",
-                ),
+                communicators[rank].closeFailure("rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it"),
             )
             return
         }
@@ -118,8 +112,8 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
                 val r0 = waiting.firstOrNull() ?: continue
                 val name = OpKind.name(s.kinds[r0])
                 val msg = "$name timed out after ${world.config.timeout}: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
-                val reason = communicators[r0].errors.timeout(name, s.recorderSeqs[r0], msg)
-                if (world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), s)) return true
+                val reason = communicators[r0].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), name, s.recorderSeqs[r0])
+                if (world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), s)) return true
             }
         }
         if (sendsTimedOut(now, timeoutNanos)) return true
@@ -141,8 +135,8 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         val pairs = late.joinToString(", ") { (to, m) -> "${m.source}->$to" }
         val msg = "send timed out after ${world.config.timeout}: rank(s) ${late.map { it.second.source }.distinct().sorted()} of $description " +
             "waited for their receivers to post a matching receive (sender->receiver: $pairs). " + mailboxes[dst].rendezvousAdvice(first.byteSize, dst)
-        val reason = communicators[first.source].errors.timeout(first.operation, first.recorderSeq, msg)
-        return world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late.map { it.second })
+        val reason = communicators[first.source].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), first.operation, first.recorderSeq)
+        return world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), late.map { it.second })
     }
 
     companion object {

@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.CommConfig
 import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
@@ -39,10 +40,10 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
      * [failure] (or a generic abort failure) and every pending receive fails; later calls fail
      * with CommunicatorAbortedException. Returns false if the world was already aborted.
      */
-    fun abort(reason: Throwable, failure: SlotFailure? = null, timedOut: Any? = null): Boolean {
+    fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
         if (!failures.abort(reason)) return false
-        for (g in groups) for (c in g.communicators) c.recorder.recordAbort(reason)
-        val generic = SlotFailure(SlotFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
+        for (g in groups) for (c in g.communicators) c.flightRecorder.recordAbort(reason)
+        val generic = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
         for (g in groups) g.failPending(failure, generic, timedOut)
         stopWatchdog()
         return true

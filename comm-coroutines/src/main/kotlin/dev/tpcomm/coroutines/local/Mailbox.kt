@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.coroutines.OperationFailedSignal
+import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.Communicator
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
@@ -73,7 +75,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     fun park(source: Int, tag: Int, data: MemorySegment, cont: CancellableContinuation<Unit>, operation: String, recorderSeq: Long) {
         val cause = group.world.abortCause
         if (cause != null) {
-            cont.resumeWith(Result.failure(group.communicators[source].abortedException(operation, recorderSeq, cause)))
+            cont.resumeWith(Result.failure(OperationFailedSignal(group.communicators[source].abortedBy(cause))))
             return
         }
         offer(source, tag, data, cont, operation, recorderSeq)
@@ -180,7 +182,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         synchronized(lock) {
             val cause = group.world.abortCause
             if (cause != null) {
-                immediate = Result.failure(group.communicators[owner].abortedException(operation, recorderSeq, cause))
+                immediate = Result.failure(OperationFailedSignal(group.communicators[owner].abortedBy(cause)))
             } else {
                 try {
                     val info = takeLocked(src, tag, target, operation) { taken = it }
@@ -209,7 +211,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     /** True when a send is waiting here for this mailbox's owner to receive it. */
     fun hasWaitingSend(): Boolean = synchronized(lock) { queue.any { it.sender != null } }
 
-    fun failAll(generic: SlotFailure, timedOut: Any?, specific: SlotFailure?) {
+    fun failAll(generic: OperationFailure, timedOut: Any?, specific: OperationFailure?) {
         val failed = synchronized(lock) { ArrayList(posted).also { posted.clear() } }
         val senders = synchronized(lock) {
             val waiting = queue.filter { it.sender != null }
@@ -219,11 +221,11 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val comm = group.communicators[owner]
         for (p in failed) {
             val f = if (specific != null && p === timedOut) specific else generic
-            p.cont.resumeWithException(comm.failureException(f, p.operation, p.recorderSeq))
+            p.cont.resumeWithException(OperationFailedSignal(f))
         }
         for (m in senders) {
             val f = if (specific != null && (timedOut as? Collection<*>)?.any { it === m } == true) specific else generic
-            m.sender!!.resumeWithException(group.communicators[m.source].failureException(f, m.operation, m.recorderSeq))
+            m.sender!!.resumeWithException(OperationFailedSignal(f))
         }
     }
 
@@ -234,8 +236,8 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val tag = if (late.tag == Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
         val msg = "${late.operation} timed out after ${group.world.config.timeout}: rank $owner of ${group.description} waited for a message from $from with $tag"
         val comm = group.communicators[owner]
-        val reason = comm.errors.timeout(late.operation, late.recorderSeq, msg)
-        return group.world.abort(reason, SlotFailure(SlotFailure.TIMEOUT, msg, reason), late)
+        val reason = comm.exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), late.operation, late.recorderSeq)
+        return group.world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), late)
     }
 
     /** Why a send of [bytes] to [dst] waits, and what to change: named in every failure of a waiting send. */

@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.spi.CollectiveSignature
@@ -31,7 +32,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val arrived = AtomicInteger()
     private val departed = AtomicInteger()
     @Volatile @JvmField var firstArrivalNanos: Long = 0L
-    @Volatile @JvmField var failure: SlotFailure? = null
+    @Volatile @JvmField var failure: OperationFailure? = null
 
     // Per-rank signature and arguments, written by each rank before it increments [arrived].
     @JvmField val present = BooleanArray(size)
@@ -78,7 +79,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     val isFinal: Boolean get() = state.get() >= DONE
 
     /** Fails this slot with [f] unless the data movement already started or it already failed; wakes every waiter. */
-    fun fail(f: SlotFailure): Boolean {
+    fun fail(f: OperationFailure): Boolean {
         if (!state.compareAndSet(PENDING, FAILING)) return false
         failure = f
         state.set(FAILED)
@@ -87,7 +88,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     }
 
     /** Fails this slot after its data movement started and failed; wakes every waiter. */
-    fun failRunning(f: SlotFailure) {
+    fun failRunning(f: OperationFailure) {
         failure = f
         state.set(FAILED)
         wake(-1)
@@ -170,16 +171,3 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
  * CollectiveMismatchException, [TIMEOUT] CommunicationTimeoutException, [ABORTED]
  * CommunicatorAbortedException (with [cause]).
  */
-internal class SlotFailure(
-    val kind: Int,
-    val message: String,
-    val cause: Throwable? = null,
-    val ranks: List<Int> = emptyList(),
-    val fields: List<String> = emptyList(),
-) {
-    companion object {
-        const val MISMATCH = 0
-        const val TIMEOUT = 1
-        const val ABORTED = 2
-    }
-}

@@ -1,0 +1,444 @@
+package dev.tpcomm.coroutines
+
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.Communicator
+import dev.tpcomm.Device
+import dev.tpcomm.DType
+import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.PointToPoint
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.spi.CollectiveSignature
+import dev.tpcomm.spi.CollectiveValidator
+import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.spi.PointToPointBatch
+import kotlinx.coroutines.TimeoutCancellationException
+import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.ensureActive
+
+/**
+ * The front of a communicator: the one place that owns, in one order, what every operation does
+ * around the backend's data movement (PyTorch c10d's `ProcessGroup` in front of its `Backend`,
+ * torchcomms' `TorchComm` in front of `TorchCommBackend`):
+ *
+ * 1. **validate** the arguments with the core [CollectiveValidator] built from the backend's
+ *    capabilities (device, native memory, `maxTag`, `maxCount`), before anything is recorded or moved;
+ * 2. **ensure usable** ([refusal]) and take the **sequence number**, and
+ * 3. **record** the call in the [FlightRecorder], all three under one lock, so that issue order is
+ *    call order also for concurrent callers;
+ * 4. **retain** the tensors ([Tensor.retain]): a `close()` while the operation is in flight only
+ *    marks them closed, and the last release frees them;
+ * 5. **issue** on the backend ([issue], and [await] when it cannot finish without waiting); the
+ *    backend moves the call's **signature** ([Call.encodeSignature], compared by
+ *    [compareSignatures]) however it moves data;
+ * 6. **complete, or fail** with the named exception built here from the backend's
+ *    [OperationFailure] ([exceptionOf]; the communicator's one [CommunicationErrors]);
+ * 7. **release** the tensors.
+ *
+ * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
+ * point-to-point moves, [refusal], its capabilities) and new operations are added here once.
+ * Deadlines: the call's start is its flight record's; the backend's watchdog reads it and reports a
+ * missed deadline as an [OperationFailure.TIMEOUT].
+ *
+ * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
+ * call order. Cancellation: a caller cancelled before [issue] issues nothing; what happens to one
+ * cancelled while the backend waits is the backend's [await] (README "Semantics every backend
+ * keeps": the communicator aborts, peers get a named exception, no tensor is written afterwards).
+ */
+@InternalTpcommApi
+public abstract class CommunicatorFront(
+    final override val rank: Int,
+    final override val worldSize: Int,
+    final override val device: Device,
+    final override val backendName: String,
+    /** This communicator's flight recorder. */
+    protected val recorder: FlightRecorder,
+    /** The core's argument checks, built from the backend's capabilities. */
+    protected val validator: CollectiveValidator,
+) : Communicator, FlightRecorded {
+    final override val flightRecorder: FlightRecorder get() = recorder
+
+    /** The one builder of this communicator's exceptions (rank, backend, operation, sequence, flight-recorder dump). */
+    public val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
+
+    private val issueLock = Any()
+    private var collectiveSeq = 0L
+
+    /**
+     * One issued collective: what the backend needs to run it. [sequence] counts this
+     * communicator's collectives from 1 (the same number on every rank for the same call);
+     * [entry] is its flight record. [state] is the backend's own (set in [issue], read in [await]).
+     */
+    public class Call internal constructor(
+        /** The operation. */
+        @JvmField public val op: CollectiveOp,
+        /** The flight record ([FlightRecorder.Entry.sequence] is the number exceptions report). */
+        @JvmField public val entry: FlightRecorder.Entry,
+        /** The collective's number, from 1. */
+        @JvmField public val sequence: Long,
+        /** The tensor the data comes from (null where the call has none on this rank). */
+        @JvmField public val input: Tensor?,
+        /** The tensor the result goes to (the input for in-place calls; null where none). */
+        @JvmField public val output: Tensor?,
+        /** The tensor whose dtype and shape are the call's signature. */
+        @JvmField public val signatureTensor: Tensor?,
+        /** The reduction, or null. */
+        @JvmField public val reduceOp: ReduceOp?,
+        /** The root, or -1. */
+        @JvmField public val root: Int,
+        /** The normalised dimension (0 where the operation has none). */
+        @JvmField public val dim: Int,
+        /** The uneven collectives' per-rank sizes (allToAllV: the input splits), or null. */
+        @JvmField public val sizes: List<Int>?,
+        /** allToAllV's output splits, or null. */
+        @JvmField public val outputSizes: List<Int>?,
+        /** split: `[has color, color, key]`; group: the ranks; null otherwise. */
+        @JvmField public val extra: Any?,
+    ) {
+        /** The backend's own state of this call. */
+        @JvmField public var state: Any? = null
+
+        /** The name users and the flight recorder see. */
+        public val name: String get() = op.apiName
+
+        /**
+         * Writes this call's signature ([CollectiveSignature.SIZE] longs) into [dst] at [at]: the
+         * operation, dtype, reduction kind, root, dimension and shape; the uneven collectives encode
+         * what is the same on every rank (allGatherV's output shape, reduceScatterV's input shape,
+         * allToAllV's row with dim 0 as -1) and the sizes' digest; for allToAllV the backend sets the
+         * extra word with [setSplitsWord] once it knows what its peers send it.
+         */
+        public fun encodeSignature(dst: LongArray, at: Int) {
+            when (op) {
+                CollectiveOp.AllGatherV -> CollectiveSignature.encodeShape(
+                    dst, at, op, input!!.dtype, output!!.shape, extra = CollectiveSignature.sizesDigest(sizes!!),
+                )
+                CollectiveOp.ReduceScatterV -> CollectiveSignature.encodeShape(
+                    dst, at, op, input!!.dtype, input.shape, reduceOp, extra = CollectiveSignature.sizesDigest(sizes!!),
+                )
+                CollectiveOp.AllToAllV -> {
+                    CollectiveSignature.encode(dst, at, op, input)
+                    dst[at + ROW_DIM0] = -1L // dim 0 is each rank's own
+                }
+                else -> CollectiveSignature.encode(
+                    dst, at, op, signatureTensor, reduceOp,
+                    root = if (op.hasRoot) root else -1,
+                    dim = if (op.hasDim) dim else -1,
+                    extra = if (op == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
+                )
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ what a backend supplies
+
+    /**
+     * Why this communicator cannot start [operation] now ([collective]: a collective, which also
+     * needs every peer still open), or null when it can. Called under the issue lock; must not block.
+     */
+    protected abstract fun refusal(operation: String, collective: Boolean): OperationFailure?
+
+    /**
+     * Issues [call] and returns its result when it completed without waiting (null: the operation's
+     * own return value), or [PENDING] when the caller must [await] it. Never suspends. Throws an
+     * [OperationFailedSignal] (or the caller's `CancellationException`) when it failed.
+     */
+    protected abstract fun issue(call: Call): Any?
+
+    /** Waits for a [call] that [issue] left [PENDING] and returns its result as [issue] does. */
+    protected abstract suspend fun await(call: Call): Any?
+
+    /** Sends [tensor] (retained by the front) to [dst]; returns once its buffer may be reused. */
+    protected abstract suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int)
+
+    /** Receives into [tensor] (retained by the front) from [src]. */
+    protected abstract suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo
+
+    /** Waits for a message from [src] with [tag] without receiving it. */
+    protected abstract suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo
+
+    /** A new tensor for an output the front allocates (host memory by default). */
+    protected open fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
+
+    /** Called with each communicator [split] or [group] returned on this rank. */
+    protected open fun adopted(child: Communicator) {}
+
+    // ------------------------------------------------------------------ the exception factory
+
+    /** The named exception of [failure] in [operation] (flight-record sequence [sequence]). */
+    public fun exceptionOf(failure: OperationFailure, operation: String, sequence: Long): CommunicationException = when (failure.kind) {
+        OperationFailure.MISMATCH -> errors.mismatch(operation, sequence, failure.message, failure.ranks, failure.fields)
+        OperationFailure.TIMEOUT -> errors.timeout(operation, sequence, failure.message, failure.cause)
+        else -> errors.aborted(operation, sequence, failure.message, failure.cause)
+    }
+
+    /**
+     * Why the communicator aborts when this rank is cancelled inside [operation] ([where]): a
+     * timeout when the cancellation is a caller's deadline (`withTimeout`), an abort otherwise.
+     */
+    public fun cancellationReason(operation: String, sequence: Long, cause: Throwable?, where: String): CommunicationException =
+        if (cause is TimeoutCancellationException) {
+            errors.timeout(
+                operation, sequence,
+                "$operation did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator", cause,
+            )
+        } else {
+            errors.aborted(operation, sequence, "rank $rank was cancelled $where in $operation; the collective cannot complete without it", cause)
+        }
+
+    /**
+     * Compares the signatures of every rank ([CollectiveSignature.SIZE] longs per rank in [all]) of
+     * collective [sequence]; the mismatch found, as a failure, or null when all agree.
+     */
+    protected fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure? {
+        val m = CollectiveSignature.compare(all, worldSize, sequence, description) ?: return null
+        return OperationFailure(OperationFailure.MISMATCH, m.message, null, m.ranks, m.fields)
+    }
+
+    // ------------------------------------------------------------------ collectives
+
+    final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+        validator.allReduce(tensor, op)
+        return collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
+    }
+
+    final override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
+        validator.broadcast(tensor, root)
+        return collective(CollectiveOp.Broadcast, tensor, tensor, tensor, null, root, 0, null, null, null, tensor)
+    }
+
+    final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        validator.reduce(tensor, root, op)
+        return collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
+    }
+
+    final override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
+        val d = validator.allGatherInto(output, input, dim)
+        return collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
+    }
+
+    final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        val d = validator.reduceScatterInto(output, input, op, dim)
+        return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
+    }
+
+    final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
+        val d = validator.gather(input, root, dim)
+        val output = if (rank == root) allocate(input.dtype, validator.allGatherShape(input, d, "gather")) else null
+        return collective(CollectiveOp.Gather, input, output, input, null, root, d, null, null, null, output)
+    }
+
+    final override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
+        val d = validator.scatter(output, input, root, rank, dim)
+        return collective(CollectiveOp.Scatter, if (rank == root) input else null, output, output, null, root, d, null, null, null, Unit)
+    }
+
+    final override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
+        val d = validator.allToAll(input, dim)
+        val output = allocate(input.dtype, input.shape)
+        return collective(CollectiveOp.AllToAll, input, output, input, null, -1, d, null, null, null, output)
+    }
+
+    final override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+        validator.allGatherVInto(output, input, sizes, rank)
+        return collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
+    }
+
+    final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
+    }
+
+    /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
+    final override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        val output = allocate(input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
+        return collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
+    }
+
+    final override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        return collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
+    }
+
+    final override suspend fun barrier() {
+        return collective(CollectiveOp.Barrier, null, null, null, null, -1, 0, null, null, null, Unit)
+    }
+
+    final override suspend fun split(color: Int?, key: Int): Communicator? {
+        val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
+        return (collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { adopted(it) }
+    }
+
+    final override suspend fun group(ranks: List<Int>): Communicator? {
+        validator.group(ranks)
+        return (collective<Any?>(CollectiveOp.Group, null, null, null, null, -1, 0, null, null, ranks.toList(), null) as Communicator?)?.also { adopted(it) }
+    }
+
+    /**
+     * Validates nothing (the operation methods did), then: usable, sequence and record under the
+     * lock; retain; [issue]; complete or fail; release. The common case (the backend completed in
+     * [issue]) runs without a coroutine state machine: [finishPending] is a tail call.
+     */
+    private suspend fun <T> collective(
+        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, ret: T,
+    ): T {
+        // A coroutine already cancelled does not issue: nothing is in flight yet.
+        currentCoroutineContext().ensureActive()
+        val call = begin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+        val heldOutput = retain(op.apiName, input, output)
+        val r = try {
+            issue(call)
+        } catch (t: Throwable) {
+            release(input, output, heldOutput)
+            throw failure(call.entry, t)
+        }
+        if (r === PENDING) return finishPending(call, ret, heldOutput)
+        call.entry.complete()
+        release(input, output, heldOutput)
+        @Suppress("UNCHECKED_CAST")
+        return (r ?: ret) as T
+    }
+
+    private suspend fun <T> finishPending(call: Call, ret: T, heldOutput: Boolean): T {
+        try {
+            val r = await(call)
+            call.entry.complete()
+            @Suppress("UNCHECKED_CAST")
+            return (r ?: ret) as T
+        } catch (t: Throwable) {
+            throw failure(call.entry, t)
+        } finally {
+            release(call.input, call.output, heldOutput)
+        }
+    }
+
+    private fun begin(
+        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
+    ): Call {
+        val name = op.apiName
+        val entry: FlightRecorder.Entry
+        val seq: Long
+        synchronized(issueLock) {
+            entry = recorder.start(
+                name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
+                root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
+                dim = if (op.hasDim) dim else FlightRecorder.NONE,
+            )
+            refusal(name, collective = true)?.let { f ->
+                val e = exceptionOf(f, name, entry.sequence)
+                entry.fail(e); throw e
+            }
+            seq = ++collectiveSeq
+        }
+        return Call(op, entry, seq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+    }
+
+    /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
+    private fun retain(name: String, input: Tensor?, output: Tensor?): Boolean {
+        input?.retain(name)
+        if (output == null || output === input) return false
+        try {
+            output.retain(name)
+        } catch (t: Throwable) {
+            input?.release(); throw t
+        }
+        return true
+    }
+
+    private fun release(input: Tensor?, output: Tensor?, heldOutput: Boolean) {
+        input?.release()
+        if (heldOutput) output!!.release()
+    }
+
+    /**
+     * [t] as the caller sees it, after failing [entry] with it: an [OperationFailedSignal] becomes
+     * its named exception; anything else (a named exception, the caller's cancellation) stays.
+     */
+    @PublishedApi
+    internal fun failure(entry: FlightRecorder.Entry, t: Throwable): Throwable {
+        val ex = if (t is OperationFailedSignal) exceptionOf(t.failure, entry.operation, entry.sequence) else t
+        entry.fail(ex)
+        return ex
+    }
+
+    // ------------------------------------------------------------------ point to point
+
+    final override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
+        validator.send(tensor, dst, tag)
+        val entry = beginPointToPoint("send", tensor, dst, tag)
+        tensor.retain("send")
+        try {
+            recorded(entry) { issueSend(entry, tensor, dst, tag) }
+        } finally {
+            tensor.release()
+        }
+    }
+
+    final override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        validator.recv(tensor, src, tag)
+        val entry = beginPointToPoint("recv", tensor, src, tag)
+        // A receive buffer closed while the receive is posted stays allocated until it completes or is withdrawn.
+        tensor.retain("recv")
+        try {
+            return recorded(entry) { issueRecv(entry, tensor, src, tag) }
+        } finally {
+            tensor.release()
+        }
+    }
+
+    final override suspend fun probe(src: Int, tag: Int): MessageInfo {
+        validator.probe(src, tag)
+        val entry = beginPointToPoint("probe", null, src, tag)
+        return recorded(entry) { issueProbe(entry, src, tag) }
+    }
+
+    /**
+     * Runs [block], the backend's part of the operation recorded as [entry], then completes the
+     * record, or fails it and throws the named exception ([OperationFailedSignal]s become theirs).
+     */
+    protected suspend inline fun <T> recorded(entry: FlightRecorder.Entry, block: () -> T): T {
+        val r = try {
+            block()
+        } catch (t: Throwable) {
+            throw failure(entry, t)
+        }
+        entry.complete()
+        return r
+    }
+
+    /** Every element checked first, then issued at once as its own [send] or [recv] ([PointToPointBatch]). */
+    final override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
+        validator.sendRecv(ops)
+        return PointToPointBatch.run(this, ops)
+    }
+
+    /**
+     * Records a point-to-point call (or a backend's own message, such as a monitored barrier's) and
+     * refuses it when the communicator is unusable. Its outcome is the caller's to record.
+     */
+    protected fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
+        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag)
+        refusal(name, collective = false)?.let { f ->
+            val e = exceptionOf(f, name, entry.sequence)
+            entry.fail(e); throw e
+        }
+        return entry
+    }
+
+    public companion object {
+        /** [issue]'s answer when the caller must [await] the call. */
+        @JvmField public val PENDING: Any = Any()
+
+        private const val ROW_DIM0 = 8
+
+        /** Sets allToAllV's extra signature word (see [CollectiveSignature.splitsWord]) of the signature at [at] in [dst]. */
+        @JvmStatic
+        public fun setSplitsWord(dst: LongArray, at: Int, word: Long) {
+            dst[at + 7] = word
+        }
+    }
+}
