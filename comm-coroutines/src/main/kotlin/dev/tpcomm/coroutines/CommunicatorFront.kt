@@ -172,6 +172,13 @@ public abstract class CommunicatorFront(
      */
     protected open suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> = PointToPointBatch.run(this, ops)
 
+    /**
+     * True when a call may wait in the backend's queue before it starts (a device thread shared by
+     * communicators): the front records it as queued, and the backend marks the start with
+     * [FlightRecorder.Entry.begin].
+     */
+    protected open val queuesCalls: Boolean get() = false
+
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
 
@@ -364,7 +371,7 @@ public abstract class CommunicatorFront(
             entry = recorder.start(
                 name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
                 root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
-                dim = if (op.hasDim) dim else FlightRecorder.NONE,
+                dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = queuesCalls,
             )
             refusal(name, collective = true)?.let { f ->
                 val e = exceptionOf(f, name, entry.sequence)
@@ -459,7 +466,7 @@ public abstract class CommunicatorFront(
      * refuses it when the communicator is unusable. Its outcome is the caller's to record.
      */
     protected fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag)
+        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
         refusal(name, collective = false)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
