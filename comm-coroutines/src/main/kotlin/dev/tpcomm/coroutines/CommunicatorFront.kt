@@ -166,6 +166,13 @@ public abstract class CommunicatorFront(
     protected open suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
 
     /**
+     * A new tensor for the output of [operation]: what the front calls. By default [allocate]; a
+     * backend whose allocation can fail or wait (device memory, allocated on a device thread)
+     * overrides this one to name the operation in its exception.
+     */
+    protected open suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
+
+    /**
      * Issues a batch of point-to-point operations whose every element the front already checked
      * ([CollectiveValidator.sendRecv]). By default each element as its own [send] or [recv], all at
      * once ([PointToPointBatch]); a backend with a grouped issue (NCCL's group) overrides it.
@@ -208,6 +215,14 @@ public abstract class CommunicatorFront(
         }
 
     /**
+     * Why a call is refused (or ended) once the communicator failed with [cause]: an
+     * [OperationFailure.ABORTED] whose message names the first failure (or says the communicator
+     * was closed) and whose cause is [cause].
+     */
+    protected fun abortedFailure(cause: Throwable): OperationFailure =
+        OperationFailure(OperationFailure.ABORTED, errors.abortedMessage(cause), cause)
+
+    /**
      * Compares the signatures of every rank ([CollectiveSignature.SIZE] longs per rank in [all]) of
      * collective [sequence]; the mismatch found, as a failure, or null when all agree.
      */
@@ -236,24 +251,24 @@ public abstract class CommunicatorFront(
     // The allocating forms check their input once (the output is fresh) and go straight to the collective.
 
     final override suspend fun allGather(input: Tensor, dim: Int): Tensor {
-        val output = allocate(input.dtype, validator.allGatherShape(input, dim))
+        val output = allocate("allGather", input.dtype, validator.allGatherShape(input, dim))
         val d = CollectiveValidator.normalise(input, dim)
         return collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
     }
 
     final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        val output = allocate(input.dtype, validator.reduceScatterShape(input, op, dim))
+        val output = allocate("reduceScatter", input.dtype, validator.reduceScatterShape(input, op, dim))
         val d = CollectiveValidator.normalise(input, dim)
         return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
     }
 
     final override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
-        val output = allocate(input.dtype, validator.allGatherVShape(input, sizes, rank))
+        val output = allocate("allGatherV", input.dtype, validator.allGatherVShape(input, sizes, rank))
         return collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
     }
 
     final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
-        val output = allocate(input.dtype, validator.reduceScatterVShape(input, sizes, op, rank))
+        val output = allocate("reduceScatterV", input.dtype, validator.reduceScatterVShape(input, sizes, op, rank))
         return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 
@@ -269,7 +284,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         val d = validator.gather(input, root, dim)
-        val output = if (rank == root) allocate(input.dtype, validator.allGatherShape(input, d, "gather")) else null
+        val output = if (rank == root) allocate("gather", input.dtype, validator.allGatherShape(input, d, "gather")) else null
         return collective(CollectiveOp.Gather, input, output, input, null, root, d, null, null, null, output)
     }
 
@@ -280,7 +295,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         val d = validator.allToAll(input, dim)
-        val output = allocate(input.dtype, input.shape)
+        val output = allocate("allToAll", input.dtype, input.shape)
         return collective(CollectiveOp.AllToAll, input, output, input, null, -1, d, null, null, null, output)
     }
 
@@ -296,7 +311,7 @@ public abstract class CommunicatorFront(
 
     /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
     final override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
-        val output = allocate(input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
+        val output = allocate("allToAllV", input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
         return collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
     }
 
@@ -468,6 +483,21 @@ public abstract class CommunicatorFront(
     protected fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
         val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
         refusal(name, collective = false)?.let { f ->
+            val e = exceptionOf(f, name, entry.sequence)
+            entry.fail(e); throw e
+        }
+        return entry
+    }
+
+    /**
+     * Records a collective the backend runs itself, outside [issue] (its staged object collectives,
+     * say): as [beginPointToPoint], with [root] (or [FlightRecorder.NONE]) and a collective sequence
+     * number, refused when the communicator cannot start a collective. Its outcome is the caller's to
+     * record ([recorded]).
+     */
+    protected fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
+        val entry = synchronized(issueLock) { recorder.start(name, root = root, queued = queuesCalls) }
+        refusal(name, collective = true)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
