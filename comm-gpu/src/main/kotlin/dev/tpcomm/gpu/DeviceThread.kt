@@ -37,6 +37,13 @@ internal class DeviceThread(
     /** Depth of `ncclGroupStart` on this thread (native thread only). */
     var groupDepth = 0
 
+    /**
+     * Completed once the last operation the thread took (of any communicator) issued its library
+     * calls: the next one issues after it, so launches keep the order of the calls even while an
+     * operation waits for its call to be attached ([NcclCommunicator]'s reserved operations). Native thread only.
+     */
+    var issueTail: kotlinx.coroutines.CompletableDeferred<Unit>? = null
+
     /** The communicator whose point-to-point window (an open group) is open on this thread, or null (native thread only). */
     var p2pOwner: NcclCommunicator? = null
     var p2pOpenedAt = 0L

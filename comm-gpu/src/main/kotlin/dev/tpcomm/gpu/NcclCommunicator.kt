@@ -14,16 +14,18 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.AbortEscalation
 import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.coroutines.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
+import dev.tpcomm.coroutines.OperationFailedSignal
+import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
-import dev.tpcomm.spi.FailureState
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.MonitoredBarrierChannel
@@ -36,6 +38,7 @@ import java.util.ArrayDeque
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicBoolean
+import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReference
 import kotlin.coroutines.EmptyCoroutineContext
 import kotlinx.coroutines.CancellationException
@@ -45,17 +48,20 @@ import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.launch
+import kotlinx.coroutines.withTimeoutOrNull
 import kotlinx.serialization.KSerializer
 
 /**
  * A [Communicator] over NCCL's API ([NcclApi]) and a GPU runtime ([DeviceRuntime]): the
- * stream-ordered engine shared by the `nccl` and `rccl` backends.
+ * stream-ordered engine shared by the `nccl` and `rccl` backends, behind the common
+ * [CommunicatorFront] (which validates, numbers, records, retains and names every failure; this
+ * class issues on the device and reports [OperationFailure]s).
  *
  * **Execution.** Every communicator of the process on a device issues its library calls from that
  * device's one native thread ([DeviceThread], a [NativeDispatcher] with the device current), so all
  * launches for the device come in one order (docs/nccl-semantics.md N17); each communicator has its
- * own non-blocking stream. A call validates its arguments on the caller's thread, starts its
- * deadline, is queued on the native thread in call order, makes the stream wait for the work queued
+ * own non-blocking stream. A call validates its arguments on the caller's thread, is recorded (as
+ * queued) and starts its deadline, is queued on the native thread in call order, makes the stream wait for the work queued
  * on [producerStream] (by default the legacy default stream), enqueues the library call(s), records
  * an event after them and suspends until the event completes; the dispatcher's progress loop polls
  * the event and `ncclCommGetAsyncError`. Several calls may be in flight at once
@@ -63,8 +69,11 @@ import kotlinx.serialization.KSerializer
  *
  * **Tensors.** Only device tensors on [device] are accepted; a host tensor fails with
  * [IllegalArgumentException] and is never copied behind the caller's back. Outputs this class
- * allocates ([allGather], [reduceScatter], [gather], [allToAll]) are device memory freed when the
- * returned tensor becomes unreachable, ordered after the work queued on [producerStream] by then;
+ * allocates ([allGather], [reduceScatter], [gather], [allToAll], the uneven ones) are device memory
+ * (`cudaMallocAsync` on this communicator's stream, on the native thread, before the call is
+ * queued), freed when the returned tensor becomes unreachable, ordered after the work queued on
+ * [producerStream] by then (an output of a call that failed after it was issued is never freed: the
+ * device may still write it);
  * the `*Into` variants allocate nothing. Collectives along a
  * dimension other than 0 (with a non-trivial outer size) rearrange data on the device with 2-D
  * async copies through a temporary device buffer.
@@ -93,23 +102,24 @@ public class NcclCommunicator internal constructor(
     private val thread: DeviceThread,
     private val comm: Long,
     private val stream: Long,
-    override val rank: Int,
-    override val worldSize: Int,
-    override val device: Device,
-    override val backendName: String,
+    rank: Int,
+    worldSize: Int,
+    device: Device,
+    backendName: String,
     private val config: CommConfig,
     /** The library's version code as `ncclGetVersion` reports it (e.g. 23007 for 2.30.7); [libraryVersion] is its text. */
     public val libraryVersionCode: Int,
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
-) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
+) : CommunicatorFront(
+    rank, worldSize, device, backendName,
+    FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir),
+    CollectiveValidator(worldSize, device, nativeMemory = false),
+) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
-    private val validator = CollectiveValidator(worldSize, device, nativeMemory = false)
-    private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
-    /** The only builder of this communicator's exceptions, and its failure state (first cause wins). */
-    private val errors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
-    private val failures = FailureState(errors)
+    /** The first failure (first cause wins): every later call is refused with it as the cause. */
+    private val failure = AtomicReference<CommunicationException?>(null)
     private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
@@ -134,9 +144,24 @@ public class NcclCommunicator internal constructor(
 
     private fun checkDeadlines(now: Long) {
         for (op in live) {
+            if (op.state.get() != OP_ATTACHED) {
+                // A reserved operation whose call did not come by its deadline gives up its place; a caller
+                // still waiting for its allocation (the native thread never took it) is failed, and aborts.
+                if (now - op.deadline > 0 && op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
+                    val a = op.allocation!!
+                    if (!a.done.isCompleted) {
+                        val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), op.name, CommunicationErrors.NO_SEQUENCE)
+                        a.done.completeExceptionally(e)
+                        abort(e)
+                    }
+                    wake()
+                }
+                continue
+            }
             if (op.timedOut == null && now - op.deadline > 0) {
                 val e = timeoutError(op)
                 op.timedOut = e
+                if (op.issued) op.output?.disarm()
                 // The caller is released now, even when the operation never reached the native thread
                 // (queued behind a call blocked in the library): the deadline runs from the call.
                 op.result.completeExceptionally(e)
@@ -183,252 +208,271 @@ public class NcclCommunicator internal constructor(
     public val libraryVersion: String get() = "${api.libraryName} ${NcclVersion.format(libraryVersionCode)}"
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
-    public val isAborted: Boolean get() = failures.isAborted
+    public val isAborted: Boolean get() = failure.get() != null
 
-    /** The first failure (every cause this communicator records is a [CommunicationException]). */
-    private fun failedWith(): CommunicationException? = failures.cause as CommunicationException?
+    /** The first failure. */
+    private fun failedWith(): CommunicationException? = failure.get()
 
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
-    /** This communicator's flight recorder. */
-    override val flightRecorder: FlightRecorder get() = recorder
+    // ---------------------------------------------------------------- the front's hooks
 
-    // ---------------------------------------------------------------- collectives
+    /** Calls wait for the device's native thread (shared by every communicator of the device): recorded as queued until it starts them. */
+    override val queuesCalls: Boolean get() = true
 
-    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
-        val name = "allReduce"
-        validator.allReduce(tensor, op)
-        checkTensor(tensor, name)
-        val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, op = op, signature = sig(CollectiveOp.AllReduce, tensor, op)) {
-            withRedOp(op, tensor, red) { r -> nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, comm, stream), "ncclAllReduce") }
-            tensor
-        }
+    override fun refusal(operation: String, collective: Boolean): OperationFailure? {
+        if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator was closed; create a new one")
+        return failedWith()?.let { abortedFailure(it) }
     }
 
-    override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
-        val name = "broadcast"
-        validator.broadcast(tensor, root)
-        checkTensor(tensor, name)
-        return run(name, tensor, root = root, signature = sig(CollectiveOp.Broadcast, tensor, root = root)) {
-            val type = moveType(tensor)
-            nccl(api.broadcast(tensor.address, tensor.address, moveCount(tensor, type), type, root, comm, stream), "ncclBroadcast")
-            tensor
+    /**
+     * Device memory for an output of [operation]. The call takes its place in the device's issue
+     * order here, at the call (docs/nccl-semantics.md N17: one launch order per device, the order of
+     * the calls; a call issued after this one, even without waiting for it, is issued after it): an
+     * operation is queued on the native thread now, which allocates (`cudaMallocAsync` on this
+     * communicator's stream) and then holds its place until the front issues the call ([issue]
+     * attaches it). The caller waits for the allocation only; its deadline runs from here. The
+     * memory is freed when the tensor becomes unreachable ([DeviceFree]), unless the call failed
+     * after it was issued (the device may still write it).
+     */
+    override suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor {
+        refusal(operation, collective = true)?.let { throw exceptionOf(it, operation, CommunicationErrors.NO_SEQUENCE) }
+        val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
+        val o = Op(operation, System.nanoTime() + timeoutNanos, producerStream)
+        val a = Allocation(bytes, currentCoroutineContext()[Job])
+        o.allocation = a
+        o.state.set(OP_RESERVED)
+        start(o, null)
+        val ptr = try {
+            a.done.await()
+        } catch (c: CancellationException) {
+            if (o.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+            throw c
         }
+        val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
+        val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
+        CLEANER.register(t, free)
+        o.output = free
+        o.outputTensor = java.lang.ref.WeakReference(t)
+        reserved[ptr] = o
+        a.tensorMade = true
+        return t
     }
 
-    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        val name = "reduce"
-        validator.reduce(tensor, root, op)
-        checkTensor(tensor, name)
-        val red = checkOp(op, tensor.dtype, name)
-        return run(name, tensor, root = root, op = op, signature = sig(CollectiveOp.Reduce, tensor, op, root)) {
-            withRedOp(op, tensor, red) { r -> nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, root, comm, stream), "ncclReduce") }
-            tensor
-        }
+    /** The output allocation of a reserved operation (see [allocate]). */
+    private class Allocation(val bytes: Long, val caller: Job?) {
+        /** The device address, or the named exception of a failed (or never taken) allocation. */
+        val done = CompletableDeferred<Long>()
+        @Volatile var ptr = 0L
+        /** Set once the caller wrapped the memory in its output (whose [DeviceFree] then owns it). */
+        @Volatile var tensorMade = false
     }
 
-    override suspend fun allGather(input: Tensor, dim: Int): Tensor {
-        val name = "allGather"
-        val shape = validator.allGatherShape(input, dim)
-        checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
-            val out = allocateOutput(input.dtype, shape)
-            issueAllGather(out, input, dim)
-            out
-        }
+    /** Operations [allocate] queued whose call was not issued yet, by output address: [issue] attaches the call to its own. */
+    private val reserved = java.util.concurrent.ConcurrentHashMap<Long, Op>()
+
+    /** Wakes the native thread's progress loop (a reserved operation polls for its call). */
+    private fun wake() {
+        thread.runOnThread(Runnable {})
     }
 
-    override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
-        val name = "allGather"
-        validator.allGatherInto(output, input, dim)
-        checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
-            issueAllGather(output, input, dim)
-            output
-        }
-    }
-
-    override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        val name = "reduceScatter"
-        val shape = validator.reduceScatterShape(input, op, dim)
-        checkTensor(input, name)
-        val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
-            val out = allocateOutput(input.dtype, shape)
-            withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }
-            out
-        }
-    }
-
-    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        val name = "reduceScatter"
-        validator.reduceScatterInto(output, input, op, dim)
-        checkTensor(input, name)
-        val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
-            withRedOp(op, input, red) { r -> issueReduceScatter(output, input, r, dim) }
-            output
-        }
-    }
-
-    override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        val name = "gather"
-        validator.gather(input, root, dim)
-        val shape = validator.allGatherShape(input, dim, name)
-        checkTensor(input, name)
-        val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, root = root, dim = dim, signature = sig(CollectiveOp.Gather, input, root = root, dim = dim)) {
-            if (rank == root) {
-                val out = allocateOutput(input.dtype, shape)
-                val blocks = if (outer == 1L) out.address else temp(out.byteSize)
-                group {
-                    for (r in 0 until worldSize) {
-                        val slot = blocks + r * input.byteSize
-                        if (r == rank) {
-                            cuda(runtime.memcpyAsync(slot, input.address, input.byteSize, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                        } else {
-                            nccl(api.recv(slot, input.byteSize, BYTES, r, comm, stream), "ncclRecv")
-                        }
-                    }
-                }
-                if (outer != 1L) blocksToColumns(out.address, blocks, input.byteSize, outer)
-                out
-            } else {
-                group { nccl(api.send(input.address, input.byteSize, BYTES, root, comm, stream), "ncclSend") }
-                null
+    /**
+     * On the native thread: the allocation of a reserved operation, then its place held until the
+     * front attaches the call; null when it never will (its caller was refused, cancelled or failed
+     * first, the communicator failed, or the deadline passed): then the place is given up.
+     */
+    private suspend fun reservedBody(o: Op): (Op.() -> Any?)? {
+        val a = o.allocation!!
+        if (o.state.get() == OP_RESERVED) {
+            val p = LongArray(1)
+            val code = runtime.mallocAsync(p, a.bytes.coerceAtLeast(1), stream)
+            if (code != DeviceRuntime.SUCCESS) {
+                o.state.set(OP_ABANDONED)
+                val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, CommunicationErrors.NO_SEQUENCE)
+                abort(e)
+                a.done.completeExceptionally(e)
+                return null
             }
+            a.ptr = p[0]
+            a.done.complete(p[0])
         }
+        dispatcher.await(NativeRequest {
+            o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
+        })
+        if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
+        if (a.ptr != 0L) {
+            reserved.remove(a.ptr, o)
+            if (!a.tensorMade) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
+        }
+        return null
     }
 
-    override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
-        val name = "scatter"
-        validator.scatter(output, input, root, rank, dim)
-        checkTensor(output, name)
-        val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, root = root, dim = dim, signature = sig(CollectiveOp.Scatter, output, root = root, dim = dim)) {
-            if (rank == root) {
-                val src = input!!
-                val chunk = output.byteSize
-                val blocks = if (outer == 1L) src.address else temp(src.byteSize).also { columnsToBlocks(it, src.address, chunk, outer) }
-                group {
-                    for (r in 0 until worldSize) {
-                        val slot = blocks + r * chunk
-                        if (r == rank) {
-                            cuda(runtime.memcpyAsync(output.address, slot, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                        } else {
-                            nccl(api.send(slot, chunk, BYTES, r, comm, stream), "ncclSend")
-                        }
-                    }
-                }
-            } else {
-                group { nccl(api.recv(output.address, output.byteSize, BYTES, root, comm, stream), "ncclRecv") }
+    /**
+     * Checks what NCCL/RCCL add to the front's validation ([IllegalArgumentException], nothing
+     * issued), then queues [call]'s native part on the device's thread (or hands it to the operation
+     * [allocate] queued for it); the caller waits in [await].
+     */
+    override fun issue(call: Call): Any? {
+        val out = call.output
+        val own = if (out != null && out !== call.input) reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } else null
+        val body = try {
+            nativePart(call)
+        } catch (t: Throwable) {
+            if (own != null && own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake() // refused: it gives up its place at once
+            throw t
+        }
+        if (own != null) {
+            own.entry = call.entry
+            own.call = call
+            own.body = body
+            if (!own.state.compareAndSet(OP_RESERVED, OP_ATTACHED)) {
+                // Given up meanwhile: the communicator failed or closed, the caller was cancelled, or the deadline passed.
+                refusal(call.name, collective = true)?.let { throw OperationFailedSignal(it) }
+                own.allocation!!.caller?.let { if (it.isCancelled) throw CancellationException("${call.name} was cancelled before it was issued") }
+                val e = timeoutError(own)
+                abort(e)
+                throw e
             }
+            wake()
+            call.state = own
+            return PENDING
         }
+        val o = Op(call.name, System.nanoTime() + timeoutNanos, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
+        o.entry = call.entry
+        o.call = call
+        call.state = o
+        start(o, body)
+        return PENDING
     }
 
-    override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
-        val name = "allToAll"
-        validator.allToAll(input, dim)
-        checkTensor(input, name)
-        val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllToAll, input, dim = dim)) {
-            val out = allocateOutput(input.dtype, input.shape)
-            val chunk = input.byteSize / worldSize
-            val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
-            val recvBlocks = if (outer == 1L) out.address else temp(input.byteSize)
-            group {
-                for (r in 0 until worldSize) {
-                    if (r == rank) {
-                        cuda(runtime.memcpyAsync(recvBlocks + r * chunk, sendBlocks + r * chunk, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                    } else {
-                        nccl(api.send(sendBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclSend")
-                        nccl(api.recv(recvBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclRecv")
-                    }
+    override suspend fun await(call: Call): Any? = finish(call.state as Op)
+
+    /** [block] as an operation's native part (a lambda with [Op] as its receiver). */
+    private fun onDevice(block: Op.() -> Any?): Op.() -> Any? = block
+
+    /** What [call] runs on the native thread (null as a result: the front returns the operation's own value). */
+    private fun nativePart(call: Call): Op.() -> Any? {
+        val name = call.name
+        return when (call.op) {
+            CollectiveOp.AllReduce -> {
+                val t = call.input!!
+                checkTensor(t, name)
+                val op = call.reduceOp!!
+                val red = checkOp(op, t.dtype, name)
+                onDevice { withRedOp(op, t, red) { r -> nccl(api.allReduce(t.address, t.address, t.numel, dt(t), r, comm, stream), "ncclAllReduce") }; null }
+            }
+            CollectiveOp.Broadcast -> {
+                val t = call.input!!
+                checkTensor(t, name)
+                val root = call.root
+                onDevice {
+                    val type = moveType(t)
+                    nccl(api.broadcast(t.address, t.address, moveCount(t, type), type, root, comm, stream), "ncclBroadcast")
+                    null
                 }
             }
-            if (outer != 1L) blocksToColumns(out.address, recvBlocks, chunk, outer)
-            out
+            CollectiveOp.Reduce -> {
+                val t = call.input!!
+                checkTensor(t, name)
+                val op = call.reduceOp!!
+                val red = checkOp(op, t.dtype, name)
+                val root = call.root
+                onDevice { withRedOp(op, t, red) { r -> nccl(api.reduce(t.address, t.address, t.numel, dt(t), r, root, comm, stream), "ncclReduce") }; null }
+            }
+            CollectiveOp.AllGather -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val out = call.output!!
+                val dim = call.dim
+                onDevice { issueAllGather(out, input, dim); null }
+            }
+            CollectiveOp.ReduceScatter -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val op = call.reduceOp!!
+                val red = checkOp(op, input.dtype, name)
+                val out = call.output!!
+                val dim = call.dim
+                onDevice { withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }; null }
+            }
+            CollectiveOp.Gather -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val root = call.root
+                val out = call.output
+                val outer = outerCount(input.shape, call.dim)
+                onDevice { gatherOnDevice(input, out, root, outer); null }
+            }
+            CollectiveOp.Scatter -> {
+                val output = call.output!!
+                checkTensor(output, name)
+                val src = call.input
+                val root = call.root
+                val outer = outerCount(output.shape, call.dim)
+                onDevice { scatterOnDevice(output, src, root, outer); null }
+            }
+            CollectiveOp.AllToAll -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val out = call.output!!
+                val outer = outerCount(input.shape, call.dim)
+                onDevice { allToAllOnDevice(out, input, outer); null }
+            }
+            // The uneven collectives (sizes count rows along dim 0): NCCL has none; each is one group on the
+            // stream, as PyTorch's ProcessGroupNCCL does for uneven sizes (see issueAllGatherV and the others).
+            // Zero-row blocks issue nothing (every rank agrees on the sizes, so every rank skips the same calls).
+            CollectiveOp.AllGatherV -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val out = call.output!!
+                val sizes = call.sizes!!
+                onDevice { issueAllGatherV(out, input, sizes); null }
+            }
+            CollectiveOp.ReduceScatterV -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val op = call.reduceOp!!
+                val red = checkOp(op, input.dtype, name)
+                val out = call.output!!
+                val sizes = call.sizes!!
+                onDevice { withRedOp(op, input, red) { r -> issueReduceScatterV(out, input, sizes, r) }; null }
+            }
+            CollectiveOp.AllToAllV -> {
+                val input = call.input!!
+                checkTensor(input, name)
+                val out = call.output!!
+                val inputSplits = call.sizes!!
+                val outputSplits = call.outputSizes!!
+                onDevice { issueAllToAllV(out, input, inputSplits, outputSplits); null }
+            }
+            CollectiveOp.Barrier -> {
+                onDevice {
+                    if (scratch == 0L) {
+                        val p = LongArray(1)
+                        cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
+                        scratch = p[0]
+                    }
+                    nccl(api.allReduce(scratch, scratch, 1, NcclDataType.INT32, NcclRedOp.SUM, comm, stream), "ncclAllReduce")
+                    null
+                }
+            }
+            CollectiveOp.Split -> {
+                val extra = call.extra as IntArray
+                val color = if (extra[0] == 0) null else extra[1]
+                require(color == null || color >= 0) { "$name: color must be >= 0, or null to opt out; got $color" }
+                val key = extra[2]
+                onDevice { splitOnDevice(color, key) }
+            }
+            CollectiveOp.Group -> {
+                // As the interface's group: a split with color 0 for the members, in the order given.
+                @Suppress("UNCHECKED_CAST")
+                val position = (call.extra as List<Int>).indexOf(rank)
+                onDevice { splitOnDevice(if (position >= 0) 0 else null, if (position >= 0) position else 0) }
+            }
+            else -> throw IllegalStateException("${call.op} is not a collective the front issues")
         }
     }
-
-    // ---------------------------------------------------------------- uneven collectives
-    //
-    // Sizes count rows along dim 0 (Communicator.allGatherV). NCCL has no v-collectives; these follow
-    // what PyTorch's ProcessGroupNCCL does for uneven sizes, each as one ncclGroupStart/ncclGroupEnd
-    // group on this communicator's stream. Zero-row blocks issue nothing (every rank agrees on the
-    // sizes, so every rank skips the same calls).
-
-    private fun unevenSig(op: CollectiveOp, t: Tensor, shape: List<Int>, reduceOp: ReduceOp?, extra: Long): LongArray =
-        LongArray(CollectiveSignature.SIZE).also { CollectiveSignature.encodeShape(it, 0, op, t.dtype, shape, reduceOp, extra = extra) }
-
-    override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
-        val name = "allGatherV"
-        val shape = validator.allGatherVShape(input, sizes, rank)
-        checkTensor(input, name)
-        return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, shape, null, CollectiveSignature.sizesDigest(sizes))) {
-            val out = allocateOutput(input.dtype, shape)
-            issueAllGatherV(out, input, sizes)
-            out
-        }
-    }
-
-    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
-        val name = "allGatherV"
-        validator.allGatherVInto(output, input, sizes, rank)
-        checkTensor(input, name)
-        return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, output.shape, null, CollectiveSignature.sizesDigest(sizes))) {
-            issueAllGatherV(output, input, sizes)
-            output
-        }
-    }
-
-    override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
-        val name = "reduceScatterV"
-        val shape = validator.reduceScatterVShape(input, sizes, op, rank)
-        checkTensor(input, name)
-        val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
-            val out = allocateOutput(input.dtype, shape)
-            withRedOp(op, input, red) { r -> issueReduceScatterV(out, input, sizes, r) }
-            out
-        }
-    }
-
-    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
-        val name = "reduceScatterV"
-        validator.reduceScatterVInto(output, input, sizes, op, rank)
-        checkTensor(input, name)
-        val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
-            withRedOp(op, input, red) { r -> issueReduceScatterV(output, input, sizes, r) }
-            output
-        }
-    }
-
-    override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
-        val name = "allToAllV"
-        val shape = validator.allToAllVShape(input, inputSplits, outputSplits)
-        checkTensor(input, name)
-        return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
-            val out = allocateOutput(input.dtype, shape)
-            issueAllToAllV(out, input, inputSplits, outputSplits)
-            out
-        }
-    }
-
-    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
-        val name = "allToAllV"
-        validator.allToAllVInto(output, input, inputSplits, outputSplits)
-        checkTensor(input, name)
-        return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
-            issueAllToAllV(output, input, inputSplits, outputSplits)
-            output
-        }
-    }
-
-    private fun rowShape(t: Tensor): List<Int> = t.shape.toMutableList().also { it[0] = -1 }
 
     /**
      * Every rank's [value] in rank order. Objects live on the host, so the common protocol
@@ -488,8 +532,7 @@ public class NcclCommunicator internal constructor(
         override suspend fun recv(src: Int): Long = objects.recvLength(MonitoredBarrier.OPERATION, src, 0).first
 
         override fun ensureUsable() {
-            if (closed.get()) throw errors.aborted(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE, "the communicator was closed; create a new one")
-            failures.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+            refusal(MonitoredBarrier.OPERATION, collective = false)?.let { throw exceptionOf(it, MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
         }
 
         override fun abort(cause: CommunicationException) {
@@ -519,7 +562,7 @@ public class NcclCommunicator internal constructor(
 
         override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray = stagedBroadcast(operation, bytes, root)
 
-        override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? = run(operation, null, root = root) {
+        override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? = own(beginOwnCollective(operation, root)) {
             val n = bytes.size.toLong()
             val dev = temp(n * worldSize)
             val seg = staging(n * worldSize)
@@ -537,7 +580,7 @@ public class NcclCommunicator internal constructor(
             if (rank == root) List(worldSize) { r -> seg.asSlice(r * n, n).toArray(ValueLayout.JAVA_BYTE) } else null
         }
 
-        override suspend fun scatter(operation: String, rows: List<ByteArray>?, size: Int, root: Int): ByteArray = run(operation, null, root = root) {
+        override suspend fun scatter(operation: String, rows: List<ByteArray>?, size: Int, root: Int): ByteArray = own(beginOwnCollective(operation, root)) {
             val n = size.toLong()
             val dev = temp(n * worldSize)
             val seg = staging(n * worldSize)
@@ -559,7 +602,7 @@ public class NcclCommunicator internal constructor(
 
         override suspend fun send(operation: String, bytes: ByteArray, dst: Int, tag: Int) {
             checkObjectPeer(operation, dst, tag, sending = true)
-            run(operation, null, peer = dst) {
+            own(beginPointToPoint(operation, null, dst, tag)) {
                 thread.p2pOwner?.endP2pWindow()
                 val n = bytes.size.toLong()
                 val dev = temp(n)
@@ -573,7 +616,7 @@ public class NcclCommunicator internal constructor(
 
         override suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo> {
             checkObjectPeer(operation, src, tag, sending = false)
-            val bytes = run(operation, null, peer = src) {
+            val bytes = own(beginPointToPoint(operation, null, src, tag)) {
                 thread.p2pOwner?.endP2pWindow()
                 val n = size.toLong()
                 val dev = temp(n)
@@ -587,7 +630,7 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = run(name, null) {
+    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = own(beginOwnCollective(name)) {
         val n = bytes.size.toLong()
         val seg = staging(n * worldSize)
         MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
@@ -599,7 +642,7 @@ public class NcclCommunicator internal constructor(
         seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
     }
 
-    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = run(name, null, root = root) {
+    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = own(beginOwnCollective(name, root)) {
         val n = bytes.size.toLong()
         val seg = staging(n)
         MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
@@ -620,33 +663,30 @@ public class NcclCommunicator internal constructor(
         require(peer != rank) { "$operation: rank $rank cannot ${if (sending) "send to" else "receive from"} itself on $backendName" }
     }
 
-    override suspend fun barrier() {
-        run("barrier", null, signature = sig(CollectiveOp.Barrier, null)) {
-            if (scratch == 0L) {
-                val p = LongArray(1)
-                cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
-                scratch = p[0]
-            }
-            nccl(api.allReduce(scratch, scratch, 1, NcclDataType.INT32, NcclRedOp.SUM, comm, stream), "ncclAllReduce")
-        }
+    // ---------------------------------------------------------------- point to point
+
+    override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
+        checkP2p(tensor, dst, tag, entry.operation, sending = true)
+        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
+        o.entry = entry
+        start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
+        finish(o)
     }
 
-    override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        val name = "send"
-        checkP2p(tensor, dst, tag, name, sending = true)
-        run(name, tensor, peer = dst, p2p = true) {
-            nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend")
-        }
-    }
-
-    override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        val name = "recv"
-        checkP2p(tensor, src, tag, name, sending = false)
-        run(name, tensor, peer = src, p2p = true) {
-            nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv")
-        }
+    override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        checkP2p(tensor, src, tag, entry.operation, sending = false)
+        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
+        o.entry = entry
+        start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
+        finish(o)
         return MessageInfo(src, 0, tensor.byteSize)
     }
+
+    /** Not available: NCCL and RCCL cannot look at a message before receiving it. Always throws [UnsupportedOperationException]. */
+    override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo =
+        throw UnsupportedOperationException(
+            "probe: $backendName cannot inspect a message before receiving it; send the size first (e.g. a one-element Int64 tensor), then the payload",
+        )
 
     /**
      * Sends [send] to [dst] and receives [recv] from [src] as **one** NCCL group
@@ -661,33 +701,46 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Issues every send and receive of [ops] as **one** NCCL group, in the given order, and returns
-     * when all of them completed (the [Communicator.sendRecv] contract): the exact way to write any
-     * exchange whose transfers must progress together, as PyTorch's `batch_isend_irecv`. Separate
-     * [send]/[recv] calls are only grouped when they arrive within a few milliseconds of each other
-     * (docs/gpu.md); a batch does not depend on timing. Tags must be 0 (a receive may say
-     * [Communicator.ANY_TAG]), peers explicit ranks other than this one. Every element is checked
-     * first (the common validator, then as [send] or [recv] checks it: [IllegalArgumentException],
-     * nothing issued); the whole batch is one `sendRecv` operation in the flight record; failure and
-     * cancellation as for a collective.
+     * [Communicator.sendRecv]'s batch: every send and receive of [ops] as **one** NCCL group, in the
+     * given order, returning when all of them completed: the exact way to write any exchange whose
+     * transfers must progress together, as PyTorch's `batch_isend_irecv`. Separate [send]/[recv]
+     * calls are only grouped when they arrive within a few milliseconds of each other (docs/gpu.md);
+     * a batch does not depend on timing. Tags must be 0 (a receive may say [Communicator.ANY_TAG]),
+     * peers explicit ranks other than this one: each element is checked as [send] or [recv] checks it
+     * ([IllegalArgumentException], nothing issued) after the front's common checks; the whole batch
+     * is one `sendRecv` operation in the flight record, its tensors retained until it ends; failure
+     * and cancellation as for a collective.
      */
-    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
-        val name = "sendRecv"
-        validator.sendRecv(ops)
+    override suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> {
         for ((i, o) in ops.withIndex()) checkP2p(o.tensor, o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
         if (ops.isEmpty()) return emptyList()
         val first = ops.first()
-        run(name, first.tensor, peer = first.peer) {
-            thread.p2pOwner?.endP2pWindow()
-            group {
-                for (o in ops) {
-                    if (o.isSend) {
-                        nccl(api.send(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclSend")
-                    } else {
-                        nccl(api.recv(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclRecv")
+        val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
+        var held = 0
+        try {
+            for (o in ops) { o.tensor.retain("sendRecv"); held++ }
+            recorded(entry) {
+                val op = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream)
+                op.entry = entry
+                start(op) {
+                    thread.p2pOwner?.endP2pWindow()
+                    group {
+                        for (o in ops) {
+                            if (o.isSend) {
+                                nccl(api.send(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclSend")
+                            } else {
+                                nccl(api.recv(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclRecv")
+                            }
+                        }
                     }
                 }
+                finish(op)
             }
+        } catch (t: Throwable) {
+            if (held < ops.size) entry.fail(t) // a tensor closed before the batch was issued
+            throw t
+        } finally {
+            for (i in 0 until held) ops[i].tensor.release()
         }
         return ops.map { MessageInfo(it.peer, 0, it.tensor.byteSize) }
     }
@@ -700,68 +753,8 @@ public class NcclCommunicator internal constructor(
      */
     public suspend fun waitEvent(event: Long) {
         require(event != 0L) { "waitEvent: pass a recorded event, got NULL" }
-        run("waitEvent", null, onStream = false) {
+        own(beginOwnCollective("waitEvent"), onStream = false) {
             cuda(runtime.streamWaitEvent(stream, event), "streamWaitEvent")
-        }
-    }
-
-    /** Not available: NCCL and RCCL cannot look at a message before receiving it. Always throws [UnsupportedOperationException]. */
-    override suspend fun probe(src: Int, tag: Int): MessageInfo =
-        throw UnsupportedOperationException(
-            "probe: $backendName cannot inspect a message before receiving it; send the size first (e.g. a one-element Int64 tensor), then the payload",
-        )
-
-    override suspend fun split(color: Int?, key: Int): Communicator? {
-        val name = "split"
-        require(color == null || color >= 0) { "$name: color must be >= 0, or null to opt out; got $color" }
-        return run(name, null, onStream = false) {
-            // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
-            // (on this thread, so no later call of this device's communicators is issued meanwhile).
-            awaitStream(this)
-            // The child appears in the cell only when NCCL's background job completes the split
-            // (NVIDIA/nccl src/init.cc:3098-3099 sets *newcomm = NULL, 1959-1961 stores the child),
-            // so the cell lives until the parent leaves ncclInProgress; after a failure or timeout it
-            // is left allocated (8 bytes), since the aborted job may still write it.
-            val cell = Arena.ofShared()
-            val out = cell.allocate(ValueLayout.JAVA_LONG)
-            out.set(ValueLayout.JAVA_LONG, 0, 0L)
-            val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
-            if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
-            // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
-            // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
-            // ncclCommSplit, src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). So whatever it
-            // returned, wait until the parent leaves ncclInProgress (the job is linked to the parent:
-            // src/group.cc ncclAsyncLaunch / ncclGroupEndInternal), then until the job stored the child
-            // (ncclCommInitRankFunc stores *newcomm at its end; PyTorch's NCCLComm::split also waits for it).
-            waitReady(comm, "ncclCommSplit", this)
-            var child = out.get(ValueLayout.JAVA_LONG, 0)
-            if (color != null && child == 0L) {
-                val backoff = Backoff.forLibraryThread()
-                while (child == 0L) {
-                    timedOut?.let { throw it }
-                    failedWith()?.let { cause -> throw errors.abortedBy(name, entry.sequence, cause) }
-                    backoff.idle()
-                    child = out.get(ValueLayout.JAVA_LONG, 0)
-                }
-            }
-            cell.close()
-            if (child == 0L) {
-                null
-            } else {
-                checkAsync(child, this)
-                val counts = IntArray(1)
-                nccl(api.commCount(child, counts), "ncclCommCount")
-                val ranks = IntArray(1)
-                nccl(api.commUserRank(child, ranks), "ncclCommUserRank")
-                val s = LongArray(1)
-                cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
-                // The child shares this native thread: one launch order per device (SharedDispatcher).
-                NcclCommunicator(
-                    api, runtime, thread.retain(), child, s[0], ranks[0], counts[0], device, backendName,
-                    config.copy(worldSize = counts[0], rank = ranks[0], localRank = config.localRank),
-                    libraryVersionCode, commConfig,
-                )
-            }
         }
     }
 
@@ -801,23 +794,48 @@ public class NcclCommunicator internal constructor(
     // ---------------------------------------------------------------- machinery
 
     /**
-     * One operation, from the call to its completion. Created on the caller's thread with its
-     * deadline and the producer stream of the moment; the rest is touched on the native thread.
+     * One operation, from the call to its completion: its flight record [entry] (made by the front,
+     * queued until the native thread starts it), its [deadline], the producer stream of the moment,
+     * whether it ends with an event on the stream ([onStream]), the front's [call] (collectives: its
+     * signature, for checkConsistency), and whether it is a point-to-point call that joins the
+     * thread's window ([p2p]). Created on the caller's thread; the rest is touched on the native thread.
      */
-    private inner class Op(val name: String, val deadline: Long, val producer: Long) {
+    private inner class Op(
+        val name: String,
+        val deadline: Long,
+        val producer: Long,
+        val onStream: Boolean = true,
+        val p2p: Boolean = false,
+    ) {
+        /** The flight record (the front's, set before the operation is started or attached). */
+        lateinit var entry: FlightRecorder.Entry
+        /** The front's call, for a collective (its signature, for checkConsistency). */
+        var call: Call? = null
+        /** [OP_ATTACHED], or for an operation [allocate] queued before its call: [OP_RESERVED] until attached, [OP_ABANDONED] when it never will be. */
+        val state = AtomicInteger(OP_ATTACHED)
+        /** A reserved operation's output allocation. */
+        var allocation: Allocation? = null
+        /** A reserved operation's native part, set by [issue] before it attaches it. */
+        var body: (Op.() -> Any?)? = null
+        /** A reserved operation's output, to tell it from another tensor at the same address. */
+        var outputTensor: java.lang.ref.WeakReference<Tensor>? = null
+        /** Completed once this operation issued its library calls (or gave up): the next one of the device may issue. */
+        var issuedSignal: CompletableDeferred<Unit>? = null
+
         /** Completed by the native thread, or exceptionally by the watchdog at the deadline (first wins). */
         val result = CompletableDeferred<Any?>()
-        @Volatile lateinit var entry: FlightRecorder.Entry
-        val started: Boolean get() = ::entry.isInitialized
+        /** Set by the native thread when it takes the operation (before that it is queued). */
+        @Volatile var started = false
         var job: Job? = null
+        @Volatile var native: Job? = null
         @Volatile var issued = false
         @Volatile var finished = false
         val temps = ArrayList<Long>()
-        /** Outputs this operation allocated; their frees are registered once it completed (after a failure the device may still write them). */
-        val outputs = ArrayList<Pair<Tensor, Long>>()
+        /** The free of the output [allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
+        var output: DeviceFree? = null
 
         /** Set by the watchdog ([checkDeadlines]) when the deadline passed; the native thread throws it at its next poll. */
-        @Volatile var timedOut: CommunicationTimeoutException? = null
+        @Volatile var timedOut: CommunicationException? = null
 
         fun nccl(code: Int, call: String) {
             when (code) {
@@ -943,15 +961,6 @@ public class NcclCommunicator internal constructor(
             return MemorySegment.ofAddress(pinned).reinterpret(pinnedBytes)
         }
 
-        fun allocateOutput(dtype: DType, shape: List<Int>): Tensor {
-            val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-            val p = LongArray(1)
-            cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
-            val t = Tensor.wrapDevice(device, p[0], dtype, *shape.toIntArray())
-            outputs += t to p[0]
-            return t
-        }
-
         /** `count` contiguous blocks of `outer` rows of `rowBytes` each, at [blocks], into the columns of [dst]. */
         fun blocksToColumns(dst: Long, blocks: Long, blockBytes: Long, outer: Long) {
             val row = blockBytes / outer
@@ -977,10 +986,10 @@ public class NcclCommunicator internal constructor(
         /**
          * checkConsistency (only when set to true: off by default on the GPU engine, since it waits
          * for the stream before each collective): all-gathers every rank's signature of this call
-         * (staged through device memory) and fails with [CollectiveMismatchException] naming the
-         * differing ranks and fields.
+         * ([Call.encodeSignature], staged through device memory) and fails with
+         * [CollectiveMismatchException] naming the differing ranks and fields ([compareSignatures]).
          */
-        fun checkSignature(sig: LongArray) {
+        fun checkSignature(sig: LongArray, sequence: Long) {
             val n = sig.size * 8L
             val seg = staging(n * worldSize)
             MemorySegment.copy(sig, 0, seg, ValueLayout.JAVA_LONG, rank * n, sig.size)
@@ -990,9 +999,124 @@ public class NcclCommunicator internal constructor(
             cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
             awaitStream(this)
             val all = LongArray(sig.size * worldSize) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, i.toLong()) }
-            val mismatch = CollectiveSignature.compare(all, worldSize, entry.sequence, "a $backendName communicator of $worldSize ranks") ?: return
+            val mismatch = compareSignatures(all, sequence, "a $backendName communicator of $worldSize ranks") ?: return
             entry.fail(RuntimeException(mismatch.message))
-            throw fail(this, errors.mismatch(name, entry.sequence, mismatch))
+            throw fail(this, exceptionOf(mismatch, name, entry.sequence))
+        }
+
+        /** gather's device part: on [root] the blocks of every rank into [out] (through a temporary when [outer] > 1), elsewhere one ncclSend. */
+        fun gatherOnDevice(input: Tensor, out: Tensor?, root: Int, outer: Long) {
+            if (rank == root) {
+                out!!
+                val blocks = if (outer == 1L) out.address else temp(out.byteSize)
+                group {
+                    for (r in 0 until worldSize) {
+                        val slot = blocks + r * input.byteSize
+                        if (r == rank) {
+                            cuda(runtime.memcpyAsync(slot, input.address, input.byteSize, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
+                        } else {
+                            nccl(api.recv(slot, input.byteSize, BYTES, r, comm, stream), "ncclRecv")
+                        }
+                    }
+                }
+                if (outer != 1L) blocksToColumns(out.address, blocks, input.byteSize, outer)
+            } else {
+                group { nccl(api.send(input.address, input.byteSize, BYTES, root, comm, stream), "ncclSend") }
+            }
+        }
+
+        /** scatter's device part: [root] sends block r of [input] to rank r (its own by a device copy); the others receive theirs. */
+        fun scatterOnDevice(output: Tensor, input: Tensor?, root: Int, outer: Long) {
+            if (rank == root) {
+                val src = input!!
+                val chunk = output.byteSize
+                val blocks = if (outer == 1L) src.address else temp(src.byteSize).also { columnsToBlocks(it, src.address, chunk, outer) }
+                group {
+                    for (r in 0 until worldSize) {
+                        val slot = blocks + r * chunk
+                        if (r == rank) {
+                            cuda(runtime.memcpyAsync(output.address, slot, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
+                        } else {
+                            nccl(api.send(slot, chunk, BYTES, r, comm, stream), "ncclSend")
+                        }
+                    }
+                }
+            } else {
+                group { nccl(api.recv(output.address, output.byteSize, BYTES, root, comm, stream), "ncclRecv") }
+            }
+        }
+
+        /** allToAll's device part: one group of ncclSend/ncclRecv per peer, the own block by a device copy. */
+        fun allToAllOnDevice(out: Tensor, input: Tensor, outer: Long) {
+            val chunk = input.byteSize / worldSize
+            val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
+            val recvBlocks = if (outer == 1L) out.address else temp(input.byteSize)
+            group {
+                for (r in 0 until worldSize) {
+                    if (r == rank) {
+                        cuda(runtime.memcpyAsync(recvBlocks + r * chunk, sendBlocks + r * chunk, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
+                    } else {
+                        nccl(api.send(sendBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclSend")
+                        nccl(api.recv(recvBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclRecv")
+                    }
+                }
+            }
+            if (outer != 1L) blocksToColumns(out.address, recvBlocks, chunk, outer)
+        }
+
+        /**
+         * split's device part (also group's: color 0 for the members): `ncclCommSplit` once the
+         * parent's stream drained, waited out until NCCL's job stored the child; the child (or null)
+         * as a communicator sharing this device's native thread.
+         */
+        fun splitOnDevice(color: Int?, key: Int): NcclCommunicator? {
+            // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
+            // (on this thread, so no later call of this device's communicators is issued meanwhile).
+            awaitStream(this)
+            // The child appears in the cell only when NCCL's background job completes the split
+            // (NVIDIA/nccl src/init.cc:3098-3099 sets *newcomm = NULL, 1959-1961 stores the child),
+            // so the cell lives until the parent leaves ncclInProgress; after a failure or timeout it
+            // is left allocated (8 bytes), since the aborted job may still write it.
+            val cell = Arena.ofShared()
+            val out = cell.allocate(ValueLayout.JAVA_LONG)
+            out.set(ValueLayout.JAVA_LONG, 0, 0L)
+            val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
+            if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
+            // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
+            // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
+            // ncclCommSplit, src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). So whatever it
+            // returned, wait until the parent leaves ncclInProgress (the job is linked to the parent:
+            // src/group.cc ncclAsyncLaunch / ncclGroupEndInternal), then until the job stored the child
+            // (ncclCommInitRankFunc stores *newcomm at its end; PyTorch's NCCLComm::split also waits for it).
+            waitReady(comm, "ncclCommSplit", this)
+            var child = out.get(ValueLayout.JAVA_LONG, 0)
+            if (color != null && child == 0L) {
+                val backoff = Backoff.forLibraryThread()
+                while (child == 0L) {
+                    timedOut?.let { throw it }
+                    failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
+                    backoff.idle()
+                    child = out.get(ValueLayout.JAVA_LONG, 0)
+                }
+            }
+            cell.close()
+            return if (child == 0L) {
+                null
+            } else {
+                checkAsync(child, this)
+                val counts = IntArray(1)
+                nccl(api.commCount(child, counts), "ncclCommCount")
+                val ranks = IntArray(1)
+                nccl(api.commUserRank(child, ranks), "ncclCommUserRank")
+                val s = LongArray(1)
+                cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
+                // The child shares this native thread: one launch order per device (SharedDispatcher).
+                NcclCommunicator(
+                    api, runtime, thread.retain(), child, s[0], ranks[0], counts[0], device, backendName,
+                    config.copy(worldSize = counts[0], rank = ranks[0], localRank = config.localRank),
+                    libraryVersionCode, commConfig,
+                )
+            }
         }
 
         fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
@@ -1078,7 +1202,7 @@ public class NcclCommunicator internal constructor(
         /**
          * allToAllV's split check (with checkConsistency): every rank's inputSplits all-gathered (staged
          * as [checkSignature] stages its words), so each rank sees what its peers send it and puts
-         * [CollectiveSignature.splitsWord] into [sig]'s extra word before the signatures are compared.
+         * [CollectiveSignature.splitsWord] into [sig]'s extra word ([setSplitsWord]) before the signatures are compared.
          */
         fun completeSplitsWord(sig: LongArray, inputSplits: List<Int>, outputSplits: List<Int>) {
             val n = 8L * worldSize
@@ -1090,7 +1214,7 @@ public class NcclCommunicator internal constructor(
             cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
             awaitStream(this)
             val sentToMe = IntArray(worldSize) { j -> seg.getAtIndex(ValueLayout.JAVA_LONG, j.toLong() * worldSize + rank).toInt() }
-            sig[7] = CollectiveSignature.splitsWord(sentToMe, outputSplits)
+            setSplitsWord(sig, 0, CollectiveSignature.splitsWord(sentToMe, outputSplits))
         }
 
         fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, dim: Int) {
@@ -1100,87 +1224,96 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    private suspend fun <T> run(
-        name: String,
-        tensor: Tensor?,
-        root: Int = FlightRecorder.NONE,
-        peer: Int = FlightRecorder.NONE,
-        op: ReduceOp? = null,
-        dim: Int = FlightRecorder.NONE,
-        onStream: Boolean = true,
-        signature: LongArray? = null,
-        p2p: Boolean = false,
-        splits: Pair<List<Int>, List<Int>>? = null,
-        issue: Op.() -> T,
-    ): T {
-        if (closed.get()) {
-            throw errors.aborted(name, -1, "the communicator was closed; create a new one")
-        }
-        // The deadline runs from the call (docs/gpu.md, "Deadlines"): the watchdog times the operation
-        // while it waits for the native thread too, and releases this caller at the deadline.
-        val o = Op(name, System.nanoTime() + timeoutNanos, producerStream)
+    /**
+     * Queues [o]'s native part ([onNative] running [issue]) on the device's thread and has the
+     * watchdog time it from now (docs/gpu.md, "Deadlines": also while it waits for the native thread;
+     * the watchdog releases its caller at the deadline).
+     */
+    private fun start(o: Op, issue: (Op.() -> Any?)?) {
         live.add(o)
-        val native = scope.launch {
+        o.native = scope.launch {
             o.job = coroutineContext[Job]
+            // Its place in the device's issue order: the order the native thread takes operations in,
+            // the order of the calls. It issues once the operation before it issued (a reserved one
+            // may still wait for its call), and lets the next one issue once it issued or gave up.
+            val prev = thread.issueTail
+            val mine = CompletableDeferred<Unit>()
+            thread.issueTail = mine
+            o.issuedSignal = mine
             try {
-                @Suppress("UNCHECKED_CAST")
-                o.result.complete(onNative(o, tensor, root, peer, op, dim, onStream, signature, p2p, splits, issue as Op.() -> Any?))
+                val body = issue ?: reservedBody(o)
+                if (body != null) {
+                    if (prev != null && !prev.isCompleted) prev.await()
+                    o.result.complete(onNative(o, body))
+                } else {
+                    o.result.cancel()
+                }
             } catch (e: Throwable) {
                 o.result.completeExceptionally(e)
             } finally {
                 live.remove(o)
+                if (prev == null || prev.isCompleted) mine.complete(Unit) else prev.invokeOnCompletion { mine.complete(Unit) }
             }
         }
+    }
+
+    /**
+     * Waits for [o]'s result. A caller cancelled while it waits leaves at once; when the operation
+     * was already issued, its peers cannot finish it without this rank, so the communicator aborts.
+     */
+    private suspend fun finish(o: Op): Any? {
         try {
-            @Suppress("UNCHECKED_CAST")
-            return o.result.await() as T
+            return o.result.await()
         } catch (e: CancellationException) {
             // The operation itself may end in a CancellationException (its thread closed): only the caller's own cancellation aborts here.
             if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
-            native.cancel(e)
+            o.native?.cancel(e)
             live.remove(o)
-            if (o.issued && !o.finished) abortForCancellation(name, e)
+            if (o.issued && !o.finished) {
+                o.output?.disarm()
+                abortForCancellation(o, e)
+            }
             throw e
         }
     }
 
-    /** The native thread's part of [run]: flight record, order after the producer, signature, issue, completion, frees. */
-    private suspend fun onNative(
-        o: Op,
-        tensor: Tensor?,
-        root: Int,
-        peer: Int,
-        op: ReduceOp?,
-        dim: Int,
-        onStream: Boolean,
-        signature: LongArray?,
-        p2p: Boolean,
-        splits: Pair<List<Int>, List<Int>>?,
-        issue: Op.() -> Any?,
-    ): Any? {
-        o.timedOut?.let { throw it }
-        val entry = recorder.start(o.name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0, root = root, peer = peer, reduceOp = op, dim = dim)
+    /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
+    private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
+        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, onStream)
         o.entry = entry
-        failedWith()?.let { cause ->
-            val e = errors.abortedBy(o.name, entry.sequence, cause)
-            entry.fail(e)
-            throw e
-        }
+        start(o, issue)
+        @Suppress("UNCHECKED_CAST")
+        finish(o) as T
+    }
+
+    /**
+     * The native thread's part of an operation: start its record, order after the producer,
+     * signature (checkConsistency), issue, completion, frees. Its outcome is recorded by the front.
+     */
+    private suspend fun onNative(o: Op, issue: Op.() -> Any?): Any? {
+        o.timedOut?.let { throw it }
+        o.started = true
+        o.entry.begin()
+        failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
         o.issued = true
         inFlight++
         try {
             // Any point-to-point window open on this device's thread (this communicator's or another's)
             // ends before anything else is issued: NCCL's group is per thread (docs/nccl-semantics.md N10).
             val owner = thread.p2pOwner
-            if (owner != null && (!p2p || owner !== this)) owner.endP2pWindow()
+            if (owner != null && (!o.p2p || owner !== this)) owner.endP2pWindow()
             o.orderAfterProducer()
-            if (signature != null && config.checkConsistency == true && worldSize > 1) {
-                if (splits != null) o.completeSplitsWord(signature, splits.first, splits.second)
-                o.checkSignature(signature)
+            val call = o.call
+            if (call != null && o.onStream && config.checkConsistency == true && worldSize > 1) {
+                val signature = LongArray(CollectiveSignature.SIZE)
+                call.encodeSignature(signature, 0)
+                if (call.op == CollectiveOp.AllToAllV) o.completeSplitsWord(signature, call.sizes!!, call.outputSizes!!)
+                o.checkSignature(signature, call.sequence)
             }
-            if (p2p) o.openP2p(sending = o.name == "send")
+            if (o.p2p) o.openP2p(sending = o.name == "send")
             val result = o.issue()
-            if (p2p) {
+            o.issuedSignal?.complete(Unit)
+            if (o.p2p) {
                 // Calls queued behind this one join the open group. It ends once this thread's queue is
                 // drained and the group holds both directions (a send and a receive: the exchange that must
                 // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
@@ -1194,7 +1327,7 @@ public class NcclCommunicator internal constructor(
                     }
                 })
             }
-            if (onStream) {
+            if (o.onStream) {
                 val event = acquireEvent(o)
                 o.cuda(runtime.eventRecord(event, stream), "eventRecord")
                 dispatcher.await(completion(o, event))
@@ -1202,19 +1335,22 @@ public class NcclCommunicator internal constructor(
             }
             // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
             for (p in o.temps) runtime.freeAsync(p, stream)
-            for ((t, p) in o.outputs) CLEANER.register(t, DeviceFree(runtime, thread, deviceIndex, stream, p, o.producer))
             o.finished = true
-            entry.complete()
             return result
         } catch (e: CancellationException) {
-            abortForCancellation(o.name, e)
+            o.output?.disarm()
+            abortForCancellation(o, e)
+            throw e
+        } catch (e: OperationFailedSignal) {
+            o.output?.disarm()
             throw e
         } catch (e: CommunicationException) {
-            entry.fail(e)
+            o.output?.disarm()
+            o.entry.fail(e)
             throw e
         } catch (e: Throwable) {
-            val wrapped = errors.failure(o.name, entry.sequence, "unexpected failure while issuing: $e", e)
-            throw fail(o, wrapped)
+            o.output?.disarm()
+            throw fail(o, exceptionOf(OperationFailure(OperationFailure.OTHER, "unexpected failure while issuing: $e", e), o.name, o.entry.sequence))
         } finally {
             inFlight--
         }
@@ -1245,20 +1381,15 @@ public class NcclCommunicator internal constructor(
         }
         if (state != NcclResult.SUCCESS) {
             val text = runCatching { api.getErrorString(state) }.getOrNull()
-            abort(
-                errors.nativeError(
-                    "send/recv", -1,
-                    "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
-                        ". ${NcclResult.hint(state)}. The communicator was aborted.",
-                    state,
-                ),
-            )
+            val message = "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
+                ". ${NcclResult.hint(state)}. The communicator was aborted."
+            abort(exceptionOf(OperationFailure.native(message, state), "send/recv", CommunicationErrors.NO_SEQUENCE))
         }
     }
 
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
         op.timedOut?.let { throw it }
-        failedWith()?.let { cause -> throw errors.abortedBy(op.name, op.entry.sequence, cause) }
+        failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
         when (val q = runtime.eventQuery(event)) {
             DeviceRuntime.SUCCESS -> {
                 // A kernel that gave up on a failed peer also lets the event complete: check before reporting success.
@@ -1281,7 +1412,7 @@ public class NcclCommunicator internal constructor(
                 if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
                 throw e
             }
-            failedWith()?.let { cause -> throw errors.abortedBy(op.name, op.entry.sequence, cause) }
+            failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
             when (val state = api.asyncState(handle, status)) {
                 NcclResult.SUCCESS -> return
                 NcclResult.IN_PROGRESS -> Unit
@@ -1325,16 +1456,11 @@ public class NcclCommunicator internal constructor(
         return e[0]
     }
 
-    /** A call of [operation] in flight was cancelled: its peers cannot finish it without this rank, so the communicator is aborted (unless it already failed). */
-    private fun abortForCancellation(operation: String, cause: CancellationException) {
+    /** A call [o] in flight was cancelled: its peers cannot finish it without this rank, so the communicator is aborted (unless it already failed). */
+    private fun abortForCancellation(o: Op, cause: CancellationException) {
         if (failedWith() != null) return
-        abort(
-            errors.aborted(
-                operation, CommunicationErrors.NO_SEQUENCE,
-                "a $operation call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
-                cause,
-            ),
-        )
+        val message = "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted"
+        abort(exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), o.name, o.entry.sequence))
     }
 
     /** Marks [op] failed with [error], aborts the communicator, and returns [error] for throwing. */
@@ -1356,7 +1482,7 @@ public class NcclCommunicator internal constructor(
      * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
      */
     private fun abort(cause: CommunicationException) {
-        if (!failures.abort(cause)) return
+        if (!failure.compareAndSet(null, cause)) return
         recorder.recordAbort(cause)
         if (dispatcher.isNativeThread) {
             releaseAfterGroups()
@@ -1403,7 +1529,7 @@ public class NcclCommunicator internal constructor(
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failures.abort(errors.closed())
+        failure.compareAndSet(null, errors.closed()) // the lifecycle's own exception (no operation of the front)
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
@@ -1436,8 +1562,8 @@ public class NcclCommunicator internal constructor(
         }
     }
 
+    /** What NCCL/RCCL refuse of a point-to-point call beyond the front's checks (tags, ANY_SOURCE, oneself). */
     private fun checkP2p(t: Tensor, peer: Int, tag: Int, name: String, sending: Boolean) {
-        if (sending) validator.send(t, peer, tag) else validator.recv(t, peer, tag)
         checkTensor(t, name)
         if (sending) {
             require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
@@ -1494,33 +1620,45 @@ public class NcclCommunicator internal constructor(
         return code
     }
 
-    private fun ncclError(code: Int, call: String, op: Op): NcclException {
+    // The failures below fail the flight record first, so that the dump the exception carries shows it failed.
+
+    /** A failed library call of [op] ([OperationFailure.NATIVE], named by the front's [exceptionOf]). */
+    private fun ncclError(code: Int, call: String, op: Op): CommunicationException {
         val text = runCatching { api.getErrorString(code) }.getOrNull()
         val last = runCatching { api.getLastError(comm) }.getOrNull()?.takeIf { it.isNotBlank() }
         val message = "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + (last?.let { " — $it" } ?: "") +
             ". ${NcclResult.hint(code)}. The communicator was aborted."
         op.entry.fail(RuntimeException(message))
-        return errors.nativeError(op.name, op.entry.sequence, message, code)
+        return exceptionOf(OperationFailure.native(message, code), op.name, op.entry.sequence)
     }
 
-    private fun runtimeError(code: Int, call: String, op: Op): NcclException {
+    private fun runtimeMessage(code: Int, call: String): String {
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        val message = "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
-        op.entry.fail(RuntimeException(message))
-        return errors.nativeError(op.name, op.entry.sequence, message, code, isRuntimeError = true)
+        return "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
     }
 
-    private fun timeoutError(op: Op): CommunicationTimeoutException {
-        if (!op.started) {
-            // Queued behind a native thread blocked in a library call: the deadline still runs from the call.
-            val message = "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
-                "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
-            return errors.timeout(op.name, -1, message)
-        }
-        val message = "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
-            "the communicator was aborted with ncclCommAbort"
+    /** A failed runtime call of [op] (an [OperationFailure.NATIVE] flagged as the runtime's). */
+    private fun runtimeError(code: Int, call: String, op: Op): CommunicationException {
+        val message = runtimeMessage(code, call)
         op.entry.fail(RuntimeException(message))
-        return errors.timeout(op.name, op.entry.sequence, message)
+        return exceptionOf(OperationFailure.native(message, code, isRuntimeError = true), op.name, op.entry.sequence)
+    }
+
+    /** Why a call queued behind a native thread blocked in a library call failed: the deadline still runs from the call. */
+    private fun notStartedMessage(): String =
+        "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
+            "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
+
+    /** [op] passed its deadline ([OperationFailure.TIMEOUT]), queued or started. */
+    private fun timeoutError(op: Op): CommunicationException {
+        val message = if (!op.started) {
+            notStartedMessage()
+        } else {
+            "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
+                "the communicator was aborted with ncclCommAbort"
+        }
+        op.entry.fail(RuntimeException(message))
+        return exceptionOf(OperationFailure(OperationFailure.TIMEOUT, message), op.name, op.entry.sequence)
     }
 
 
@@ -1545,6 +1683,11 @@ public class NcclCommunicator internal constructor(
         /** [producerStream] value that opts out of ordering with the caller's stream. */
         public const val NO_PRODUCER_STREAM: Long = -1L
 
+        /** [Op.state]s. */
+        private const val OP_ATTACHED = 0
+        private const val OP_RESERVED = 1
+        private const val OP_ABANDONED = 2
+
         /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
         private const val BYTES = NcclDataType.UINT8
 
@@ -1563,10 +1706,6 @@ public class NcclCommunicator internal constructor(
          */
         private const val P2P_GRACE_NANOS = 5_000_000L
 
-        /** This call's signature in the core's one encoding ([CollectiveSignature]). */
-        private fun sig(operation: CollectiveOp, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
-            CollectiveSignature.of(operation, t, op, root, if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim))
-
         private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
         private fun outerCount(shape: List<Int>, d: Int): Long {
@@ -1584,6 +1723,8 @@ public class NcclCommunicator internal constructor(
      * the pool could hand the block to the next allocation while a kernel still reads it (PyTorch's
      * `recordStream` exists for this; docs/nccl-semantics.md C7). After the thread ended, from the
      * Cleaner thread with the tensor's device made current, `cudaFreeAsync` on [consumer] itself.
+     * [disarm]ed (by a call that failed after it was issued: the device may still write the memory),
+     * it frees nothing. It never references the tensor.
      */
     private class DeviceFree(
         val runtime: DeviceRuntime,
@@ -1593,8 +1734,16 @@ public class NcclCommunicator internal constructor(
         val ptr: Long,
         val consumer: Long,
     ) : Runnable {
+        @Volatile private var armed = true
+
+        /** Leaves the memory allocated (read on the native thread, where the failing call disarms it). */
+        fun disarm() {
+            armed = false
+        }
+
         override fun run() {
             val onThread = thread.runOnThread(Runnable {
+                if (!armed) return@Runnable
                 if (consumer != NO_PRODUCER_STREAM) {
                     val e = LongArray(1)
                     if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
@@ -1605,7 +1754,7 @@ public class NcclCommunicator internal constructor(
                 }
                 runtime.freeAsync(ptr, stream)
             })
-            if (!onThread) {
+            if (!onThread && armed) {
                 runtime.setDevice(device)
                 runtime.freeAsync(ptr, if (consumer == NO_PRODUCER_STREAM) LEGACY_DEFAULT_STREAM else consumer)
             }

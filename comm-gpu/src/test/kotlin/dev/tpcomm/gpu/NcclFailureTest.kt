@@ -220,6 +220,47 @@ class NcclFailureTest : FunSpec({
         c.allReduce(dev(A, DType.Float32, 4))
         c.close()
     }
+
+    test("an allocating call refused by the library's checks gives up its place in the device's issue order: the next call runs at once") {
+        val p = MockPlatform()
+        // An old library (2.9) without bfloat16, built directly as in the test above.
+        val c = NcclCommunicator(
+            p.api, p.runtime, DeviceThreads().acquire(p.runtime, 0, "test").first, COMM, MockPlatform.STREAM, 0, 2, Device.Cuda(0), "nccl",
+            CommConfig(worldSize = 2, timeout = 30.seconds), 20907, NcclCommConfig(),
+        )
+        // The output was allocated (and its place taken) before the bfloat16 check refused the call.
+        shouldThrow<IllegalArgumentException> { c.allGather(dev(A, DType.BFloat16, 4)) }.message shouldContain "no bfloat16"
+        val start = System.nanoTime()
+        withTimeout(5.seconds) { c.allReduce(dev(A, DType.Float32, 4)) }
+        (System.nanoTime() - start) / 1_000_000 shouldBeLessThan 2_000 // not held until the refused call's 30 s deadline
+        c.isAborted shouldBe false
+        c.close()
+    }
+
+    test("an allocating call whose caller is cancelled while it waits for its allocation issues nothing and gives up its place") {
+        val p = MockPlatform()
+        val c = p.connect(timeout = 30.seconds)
+        val blocked = java.util.concurrent.CountDownLatch(1)
+        val release = java.util.concurrent.CountDownLatch(1)
+        val first = AtomicInteger()
+        // The first allocation blocks the native thread until released.
+        every { p.runtime.mallocAsync(any(), any(), any()) } answers {
+            if (first.getAndIncrement() == 0) { blocked.countDown(); release.await() }
+            firstArg<LongArray>()[0] = 0x7000_0000L + first.get() * 0x10000L; 0
+        }
+        coroutineScope {
+            val job = async(Dispatchers.Default) { c.allGather(dev(A, DType.Float32, 4)) }
+            blocked.await()
+            job.cancel()
+            runCatching { job.await() }.exceptionOrNull().shouldBeInstanceOf<kotlinx.coroutines.CancellationException>()
+        }
+        release.countDown()
+        withTimeout(5.seconds) { c.allReduce(dev(A, DType.Float32, 4)) }
+        verify(exactly = 0) { p.api.allGather(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 1) { p.runtime.freeAsync(0x7000_0000L + 0x10000L, MockPlatform.STREAM) } // the output nobody received
+        c.isAborted shouldBe false
+        c.close()
+    }
 })
 
 /** Retries [check] (a MockK verification) for up to 2 s: a call made by a background thread shortly after the caller was released. */
