@@ -186,6 +186,13 @@ public abstract class CommunicatorFront(
      */
     protected open val queuesCalls: Boolean get() = false
 
+    /**
+     * Called when the front gives up on [call] after it was numbered and recorded, before [issue]
+     * (its tensors could not be retained): a backend that prepared something for it ([allocate]) lets
+     * it go. Must not block.
+     */
+    protected open fun notIssued(call: Call) {}
+
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
 
@@ -348,7 +355,14 @@ public abstract class CommunicatorFront(
         context.ensureActive()
         val call = begin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
-        val heldOutput = retain(op.apiName, input, output)
+        val heldOutput = try {
+            retain(op.apiName, input, output)
+        } catch (t: Throwable) {
+            // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
+            call.entry.fail(t)
+            notIssued(call)
+            throw t
+        }
         val r = try {
             issue(call)
         } catch (t: Throwable) {

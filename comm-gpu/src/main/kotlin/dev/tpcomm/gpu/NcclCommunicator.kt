@@ -346,6 +346,13 @@ public class NcclCommunicator internal constructor(
         return PENDING
     }
 
+    /** The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up its place at once. */
+    override fun notIssued(call: Call) {
+        val out = call.output ?: return
+        val own = reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } ?: return
+        if (own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+    }
+
     override suspend fun await(call: Call): Any? = finish(call.state as Op)
 
     /** [block] as an operation's native part (a lambda with [Op] as its receiver). */

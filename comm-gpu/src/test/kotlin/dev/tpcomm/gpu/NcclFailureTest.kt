@@ -261,6 +261,22 @@ class NcclFailureTest : FunSpec({
         c.isAborted shouldBe false
         c.close()
     }
+
+    test("an allocating call whose input is closed while its output is allocated is given up at once: the next call runs") {
+        val p = MockPlatform()
+        val c = p.connect(timeout = 30.seconds)
+        val input = dev(A, DType.Float32, 4)
+        // The input is closed while the native thread allocates the output: the front cannot retain it.
+        every { p.runtime.mallocAsync(any(), any(), any()) } answers { input.close(); firstArg<LongArray>()[0] = 0x7100_0000L; 0 }
+        shouldThrow<IllegalArgumentException> { c.allGather(input) }.message shouldContain "closed"
+        val start = System.nanoTime()
+        withTimeout(5.seconds) { c.allReduce(dev(A, DType.Float32, 4)) }
+        (System.nanoTime() - start) / 1_000_000 shouldBeLessThan 2_000 // not held until the given-up call's 30 s deadline
+        verify(exactly = 0) { p.api.allGather(any(), any(), any(), any(), any(), any()) }
+        c.flightRecorder.snapshot().first { it.operation == "allGather" }.state shouldBe dev.tpcomm.coroutines.FlightRecorder.State.Failed
+        c.isAborted shouldBe false
+        c.close()
+    }
 })
 
 /** Retries [check] (a MockK verification) for up to 2 s: a call made by a background thread shortly after the caller was released. */
