@@ -369,6 +369,13 @@ public class MpiCommunicator internal constructor(
         return tensor
     }
 
+    /** Validated once: the new host output needs no check of its own. */
+    override suspend fun allGather(input: Tensor, dim: Int): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.allGatherShape(input, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return if (staging.needed(input)) staging.allGatherInto(output, input, d) else issueAllGatherInto(output, input, d)
+    }
+
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         val d = validator.allGatherInto(output, input, dim)
         return if (staging.needed(input) || staging.needed(output)) staging.allGatherInto(output, input, d) else issueAllGatherInto(output, input, d)
@@ -394,6 +401,13 @@ public class MpiCommunicator internal constructor(
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
         return output
+    }
+
+    /** Validated once: the new host output needs no check of its own. */
+    override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.reduceScatterShape(input, op, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return if (staging.needed(input)) staging.reduceScatterInto(output, input, op, d) else issueReduceScatterInto(output, input, op, d)
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
