@@ -105,7 +105,18 @@ public class NcclCommunicator internal constructor(
 ) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
-    private val validator = CollectiveValidator(worldSize, device, nativeMemory = false)
+    /**
+     * The core's one argument check, run first by every operation; NCCL/RCCL's dtypes come in as
+     * [dtypeRefusal][CollectiveValidator.dtypeRefusal]: bfloat16 needs 2.10 (unreachable through
+     * [NcclConnector], whose minimum is 2.18).
+     */
+    private val validator = CollectiveValidator(worldSize, device, nativeMemory = false, dtypeRefusal = { dtype ->
+        if (dtype == DType.BFloat16 && libraryVersionCode < NcclVersion.AVG_AND_BFLOAT16) {
+            "${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
+        } else {
+            null
+        }
+    })
     private val recorder = FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir)
     /** The only builder of this communicator's exceptions, and its failure state (first cause wins). */
     private val errors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
@@ -199,7 +210,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
         validator.allReduce(tensor, op)
-        checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
         return run(name, tensor, op = op, signature = sig(CollectiveOp.AllReduce, tensor, op)) {
             withRedOp(op, tensor, red) { r -> nccl(api.allReduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, comm, stream), "ncclAllReduce") }
@@ -210,7 +220,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
         val name = "broadcast"
         validator.broadcast(tensor, root)
-        checkTensor(tensor, name)
         return run(name, tensor, root = root, signature = sig(CollectiveOp.Broadcast, tensor, root = root)) {
             val type = moveType(tensor)
             nccl(api.broadcast(tensor.address, tensor.address, moveCount(tensor, type), type, root, comm, stream), "ncclBroadcast")
@@ -221,7 +230,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         val name = "reduce"
         validator.reduce(tensor, root, op)
-        checkTensor(tensor, name)
         val red = checkOp(op, tensor.dtype, name)
         return run(name, tensor, root = root, op = op, signature = sig(CollectiveOp.Reduce, tensor, op, root)) {
             withRedOp(op, tensor, red) { r -> nccl(api.reduce(tensor.address, tensor.address, tensor.numel, dt(tensor), r, root, comm, stream), "ncclReduce") }
@@ -232,20 +240,19 @@ public class NcclCommunicator internal constructor(
     override suspend fun allGather(input: Tensor, dim: Int): Tensor {
         val name = "allGather"
         val shape = validator.allGatherShape(input, dim)
-        checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
+        val d = CollectiveValidator.normalise(input, dim)
+        return run(name, input, dim = d, signature = sig(CollectiveOp.AllGather, input, dim = d)) {
             val out = allocateOutput(input.dtype, shape)
-            issueAllGather(out, input, dim)
+            issueAllGather(out, input, d)
             out
         }
     }
 
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         val name = "allGather"
-        validator.allGatherInto(output, input, dim)
-        checkTensor(input, name)
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllGather, input, dim = dim)) {
-            issueAllGather(output, input, dim)
+        val d = validator.allGatherInto(output, input, dim)
+        return run(name, input, dim = d, signature = sig(CollectiveOp.AllGather, input, dim = d)) {
+            issueAllGather(output, input, d)
             output
         }
     }
@@ -253,33 +260,31 @@ public class NcclCommunicator internal constructor(
     override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val name = "reduceScatter"
         val shape = validator.reduceScatterShape(input, op, dim)
-        checkTensor(input, name)
+        val d = CollectiveValidator.normalise(input, dim)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
+        return run(name, input, op = op, dim = d, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = d)) {
             val out = allocateOutput(input.dtype, shape)
-            withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }
+            withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, d) }
             out
         }
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val name = "reduceScatter"
-        validator.reduceScatterInto(output, input, op, dim)
-        checkTensor(input, name)
+        val d = validator.reduceScatterInto(output, input, op, dim)
         val red = checkOp(op, input.dtype, name)
-        return run(name, input, op = op, dim = dim, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = dim)) {
-            withRedOp(op, input, red) { r -> issueReduceScatter(output, input, r, dim) }
+        return run(name, input, op = op, dim = d, signature = sig(CollectiveOp.ReduceScatter, input, op, dim = d)) {
+            withRedOp(op, input, red) { r -> issueReduceScatter(output, input, r, d) }
             output
         }
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         val name = "gather"
-        validator.gather(input, root, dim)
-        val shape = validator.allGatherShape(input, dim, name)
-        checkTensor(input, name)
-        val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, root = root, dim = dim, signature = sig(CollectiveOp.Gather, input, root = root, dim = dim)) {
+        val shape = validator.gatherShape(input, root, dim)
+        val d = CollectiveValidator.normalise(input, dim)
+        val outer = outerCount(input.shape, d)
+        return run(name, input, root = root, dim = d, signature = sig(CollectiveOp.Gather, input, root = root, dim = d)) {
             if (rank == root) {
                 val out = allocateOutput(input.dtype, shape)
                 val blocks = if (outer == 1L) out.address else temp(out.byteSize)
@@ -304,10 +309,9 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
         val name = "scatter"
-        validator.scatter(output, input, root, rank, dim)
-        checkTensor(output, name)
-        val outer = outerCount(output.shape, norm(output, dim))
-        run(name, output, root = root, dim = dim, signature = sig(CollectiveOp.Scatter, output, root = root, dim = dim)) {
+        val d = validator.scatter(output, input, root, rank, dim)
+        val outer = outerCount(output.shape, d)
+        run(name, output, root = root, dim = d, signature = sig(CollectiveOp.Scatter, output, root = root, dim = d)) {
             if (rank == root) {
                 val src = input!!
                 val chunk = output.byteSize
@@ -330,10 +334,9 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         val name = "allToAll"
-        validator.allToAll(input, dim)
-        checkTensor(input, name)
-        val outer = outerCount(input.shape, norm(input, dim))
-        return run(name, input, dim = dim, signature = sig(CollectiveOp.AllToAll, input, dim = dim)) {
+        val d = validator.allToAll(input, dim)
+        val outer = outerCount(input.shape, d)
+        return run(name, input, dim = d, signature = sig(CollectiveOp.AllToAll, input, dim = d)) {
             val out = allocateOutput(input.dtype, input.shape)
             val chunk = input.byteSize / worldSize
             val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
@@ -366,7 +369,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
         val name = "allGatherV"
         val shape = validator.allGatherVShape(input, sizes, rank)
-        checkTensor(input, name)
         return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, shape, null, CollectiveSignature.sizesDigest(sizes))) {
             val out = allocateOutput(input.dtype, shape)
             issueAllGatherV(out, input, sizes)
@@ -377,7 +379,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         val name = "allGatherV"
         validator.allGatherVInto(output, input, sizes, rank)
-        checkTensor(input, name)
         return run(name, input, signature = unevenSig(CollectiveOp.AllGatherV, input, output.shape, null, CollectiveSignature.sizesDigest(sizes))) {
             issueAllGatherV(output, input, sizes)
             output
@@ -387,7 +388,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = "reduceScatterV"
         val shape = validator.reduceScatterVShape(input, sizes, op, rank)
-        checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
             val out = allocateOutput(input.dtype, shape)
@@ -399,7 +399,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = "reduceScatterV"
         validator.reduceScatterVInto(output, input, sizes, op, rank)
-        checkTensor(input, name)
         val red = checkOp(op, input.dtype, name)
         return run(name, input, op = op, signature = unevenSig(CollectiveOp.ReduceScatterV, input, input.shape, op, CollectiveSignature.sizesDigest(sizes))) {
             withRedOp(op, input, red) { r -> issueReduceScatterV(output, input, sizes, r) }
@@ -410,7 +409,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = "allToAllV"
         val shape = validator.allToAllVShape(input, inputSplits, outputSplits)
-        checkTensor(input, name)
         return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
             val out = allocateOutput(input.dtype, shape)
             issueAllToAllV(out, input, inputSplits, outputSplits)
@@ -421,7 +419,6 @@ public class NcclCommunicator internal constructor(
     override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = "allToAllV"
         validator.allToAllVInto(output, input, inputSplits, outputSplits)
-        checkTensor(input, name)
         return run(name, input, signature = unevenSig(CollectiveOp.AllToAllV, input, rowShape(input), null, 0L), splits = inputSplits to outputSplits) {
             issueAllToAllV(output, input, inputSplits, outputSplits)
             output
@@ -995,8 +992,9 @@ public class NcclCommunicator internal constructor(
             throw fail(this, errors.mismatch(name, entry.sequence, mismatch))
         }
 
-        fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
-            val outer = outerCount(input.shape, norm(input, dim))
+        /** Along the normalised dim [d]. */
+        fun issueAllGather(out: Tensor, input: Tensor, d: Int) {
+            val outer = outerCount(input.shape, d)
             val type = moveType(input)
             if (outer == 1L) {
                 nccl(api.allGather(input.address, out.address, moveCount(input, type), type, comm, stream), "ncclAllGather")
@@ -1093,8 +1091,9 @@ public class NcclCommunicator internal constructor(
             sig[7] = CollectiveSignature.splitsWord(sentToMe, outputSplits)
         }
 
-        fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, dim: Int) {
-            val outer = outerCount(input.shape, norm(input, dim))
+        /** Along the normalised dim [d]. */
+        fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, d: Int) {
+            val outer = outerCount(input.shape, d)
             val src = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, out.byteSize, outer) }
             nccl(api.reduceScatter(src, out.address, out.numel, dt(input), red, comm, stream), "ncclReduceScatter")
         }
@@ -1427,18 +1426,8 @@ public class NcclCommunicator internal constructor(
 
     // ---------------------------------------------------------------- validation and errors
 
-    /** What NCCL/RCCL add to the core's [validator]: bfloat16 needs 2.10 (unreachable since the minimum is 2.18). */
-    private fun checkTensor(t: Tensor, operation: String) {
-        if (t.dtype == DType.BFloat16) {
-            require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
-                "$operation: ${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
-            }
-        }
-    }
-
     private fun checkP2p(t: Tensor, peer: Int, tag: Int, name: String, sending: Boolean) {
         if (sending) validator.send(t, peer, tag) else validator.recv(t, peer, tag)
-        checkTensor(t, name)
         if (sending) {
             require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
             require(peer != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
@@ -1563,11 +1552,9 @@ public class NcclCommunicator internal constructor(
          */
         private const val P2P_GRACE_NANOS = 5_000_000L
 
-        /** This call's signature in the core's one encoding ([CollectiveSignature]). */
-        private fun sig(operation: CollectiveOp, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = Int.MIN_VALUE): LongArray =
-            CollectiveSignature.of(operation, t, op, root, if (dim == Int.MIN_VALUE || t == null) -1 else norm(t, dim))
-
-        private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
+        /** This call's signature in the core's one encoding ([CollectiveSignature]); [dim] is the validator's normalised one (-1: none). */
+        private fun sig(operation: CollectiveOp, t: Tensor?, op: ReduceOp? = null, root: Int = -1, dim: Int = -1): LongArray =
+            CollectiveSignature.of(operation, t, op, root, dim)
 
         private fun outerCount(shape: List<Int>, d: Int): Long {
             var o = 1L

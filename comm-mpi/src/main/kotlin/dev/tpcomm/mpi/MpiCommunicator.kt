@@ -16,9 +16,7 @@ import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.callerMayBeHeld
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
-import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
-import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
@@ -67,9 +65,10 @@ import kotlin.coroutines.cancellation.CancellationException
  * once. Point-to-point calls are always non-blocking, so concurrent sends and receives never
  * deadlock.
  *
- * **Failure.** Arguments are checked first (the core's validator: the same
- * [IllegalArgumentException] as on every backend, for heap, read-only, closed or aliased tensors,
- * sizes past MPI's int count, tags past [tagUpperBound]). MPI errors (the communicator uses
+ * **Failure.** Arguments are checked first, on every path, device tensors included (the core's
+ * validator: the same [IllegalArgumentException] as on every backend, for heap, read-only, closed
+ * or aliased tensors, sizes past MPI's int count, tags past [tagUpperBound]), before a device
+ * tensor is staged or any MPI call is made. MPI errors (the communicator uses
  * `MPI_ERRORS_RETURN`) become [CommunicationException]s carrying MPI's error string. A call past
  * [CommConfig.timeout] raises [CommunicationTimeoutException] with the flight recorder's dump (also
  * printed to stderr), aborts the communicator ([isAborted]), and with [MpiConfig.abortOnTimeout]
@@ -149,11 +148,16 @@ public class MpiCommunicator internal constructor(
     private val workarounds = MpiWorkarounds(binding.abi)
 
     /**
-     * The core's argument checks, run first for host tensors so every backend refuses the same
-     * mistake with the same message: heap, read-only (written), closed tensors and views of closed
-     * ones, sizes in Long past MPI's int count, tags past [tagUpperBound], aliased input and output.
+     * The core's argument checks, run first by every operation on host and device tensors alike
+     * (device tensors go to a CUDA-aware MPI as pointers or are staged: [anyDevice][CollectiveValidator.anyDevice]),
+     * so every backend refuses the same mistake with the same message: heap, read-only (written),
+     * freed or closed tensors and views of closed ones, sizes in Long past MPI's int count, tags
+     * past [tagUpperBound], aliased input and output. The operations' `issue*` bodies and
+     * [MpiDeviceStaging] run after it and check nothing of their own.
      */
-    private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong())
+    private val validator = CollectiveValidator(
+        worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong(), anyDevice = true,
+    )
 
     /** The one builder of this communicator's exceptions, and its failure state (first cause wins). */
     private val errors = CommunicationErrors(rank, "mpi") { recorder.dumpJson() }
@@ -254,17 +258,19 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ collectives
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.allReduce(tensor, op)
+        validator.allReduce(tensor, op)
+        return if (staging.needed(tensor)) staging.allReduce(tensor, op) else issueAllReduce(tensor, op)
+    }
+
+    /** [allReduce] of a validated [tensor] MPI takes as it is (host memory or a CUDA-aware device pointer). */
+    internal suspend fun issueAllReduce(tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
-        if (!tensor.device.isGpu) validator.allReduce(tensor, op)
-        checkTensor(tensor, name)
-        CollectiveChecks.op(op, tensor.dtype, name)
         if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
         // The tensor is allReduce's output: PreMulSum scales it in place.
-        val pre = preMul(op, tensor, inPlace = true, name)
+        val pre = preMul(op, tensor, inPlace = true)
         if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
-            val n = count(tensor, name)
+            val n = mpiCount(tensor)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
@@ -275,7 +281,7 @@ public class MpiCommunicator internal constructor(
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val entry = start(name, tensor, op = op)
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
         val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op, tensor.dtype); val inPlace = abi.inPlace
@@ -296,12 +302,14 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.broadcast(tensor, root)
+        validator.broadcast(tensor, root)
+        return if (staging.needed(tensor)) staging.broadcast(tensor, root) else issueBroadcast(tensor, root)
+    }
+
+    /** [broadcast] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun issueBroadcast(tensor: Tensor, root: Int): Tensor {
         val name = "broadcast"
-        if (!tensor.device.isGpu) validator.broadcast(tensor, root)
-        checkTensor(tensor, name)
-        CollectiveChecks.root(root, worldSize, name)
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val entry = start(name, tensor, root = root)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         if (fastPath()) {
@@ -315,18 +323,19 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.reduce(tensor, root, op)
+        validator.reduce(tensor, root, op)
+        return if (staging.needed(tensor)) staging.reduce(tensor, root, op) else issueReduce(tensor, root, op)
+    }
+
+    /** [reduce] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun issueReduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         val name = "reduce"
-        if (!tensor.device.isGpu) validator.reduce(tensor, root, op)
-        checkTensor(tensor, name)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.op(op, tensor.dtype, name)
         if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val t = abi.datatype(tensor.dtype)
         val sig = signature(CollectiveOp.Reduce, tensor, root, -1, op)
         // The root's tensor is the output (scaled in place); the other ranks' must stay unchanged.
-        val pre = preMul(op, tensor, inPlace = rank == root, name)
+        val pre = preMul(op, tensor, inPlace = rank == root)
         if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
@@ -360,50 +369,60 @@ public class MpiCommunicator internal constructor(
         return tensor
     }
 
+    /** Validated once: the new host output needs no check of its own. */
+    override suspend fun allGather(input: Tensor, dim: Int): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.allGatherShape(input, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return if (staging.needed(input)) staging.allGatherInto(output, input, d) else issueAllGatherInto(output, input, d)
+    }
+
     override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
-        if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
+        val d = validator.allGatherInto(output, input, dim)
+        return if (staging.needed(input) || staging.needed(output)) staging.allGatherInto(output, input, d) else issueAllGatherInto(output, input, d)
+    }
+
+    /** [allGatherInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
+    internal suspend fun issueAllGatherInto(output: Tensor, input: Tensor, d: Int): Tensor {
         val name = "allGather"
-        if (!input.device.isGpu && !output.device.isGpu) validator.allGatherInto(output, input, dim)
-        checkTensor(input, name, written = false); checkTensor(output, name)
-        CollectiveChecks.sameDtype(input, output, name)
-        CollectiveChecks.dim(input, dim, name)
-        checkGatheredDim(input, normalize(input, dim), name)
-        val expected = CollectiveShapes.allGather(input, worldSize, dim)
-        CollectiveChecks.shape(output, expected, "output", name)
-        val d = normalize(input, dim)
-        val n = count(input, name)
-        count(output, name)
+        val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
         val entry = start(name, input, dim = d)
         val t = abi.datatype(input.dtype)
         val dst = addr(staging)
-        // An input inside the output (PyTorch's in-place all_gather_into_tensor) was refused by
-        // the validator: MPI forbids aliased buffers and MPICH checks it (MPIR_ERRTEST_ALIAS_COLL,
-        // "Buffers must not be aliased"), which failed the call and aborted the communicator.
-        // Device tensors (not validated here) that overlap are copied first.
-        val sendCopy = if (input.device.isGpu || staging.device.isGpu || !overlaps(input, staging)) null else input.copy()
-        val src = if (sendCopy != null) addr(sendCopy) else addr(input)
-        collective(entry, name, signature(CollectiveOp.AllGather, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
+        // An input inside the output (PyTorch's in-place all_gather_into_tensor), on the host or on
+        // one device, was refused by the validator: MPI forbids aliased buffers and MPICH checks it
+        // (MPIR_ERRTEST_ALIAS_COLL, "Buffers must not be aliased"), which failed the call and
+        // aborted the communicator.
+        val src = addr(input)
+        collective(entry, name, signature(CollectiveOp.AllGather, input, -1, d, null), arrayOf(input, output, staging),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
         return output
     }
 
+    /** Validated once: the new host output needs no check of its own. */
+    override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        val output = Tensor.zeros(input.dtype, validator.reduceScatterShape(input, op, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return if (staging.needed(input)) staging.reduceScatterInto(output, input, op, d) else issueReduceScatterInto(output, input, op, d)
+    }
+
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
+        val d = validator.reduceScatterInto(output, input, op, dim)
+        return if (staging.needed(input) || staging.needed(output)) {
+            staging.reduceScatterInto(output, input, op, d)
+        } else {
+            issueReduceScatterInto(output, input, op, d)
+        }
+    }
+
+    /** [reduceScatterInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
+    internal suspend fun issueReduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor {
         val name = "reduceScatter"
-        if (!input.device.isGpu && !output.device.isGpu) validator.reduceScatterInto(output, input, op, dim)
-        checkTensor(input, name, written = false); checkTensor(output, name)
-        CollectiveChecks.sameDtype(input, output, name)
-        CollectiveChecks.op(op, input.dtype, name)
-        val expected = CollectiveShapes.reduceScatter(input, worldSize, dim)
-        CollectiveChecks.shape(output, expected, "output", name)
-        val d = normalize(input, dim)
-        count(input, name)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val direct = contiguousAlong(input, d)
         val half = workarounds.hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg || op is ReduceOp.PreMulSum) {
@@ -415,7 +434,7 @@ public class MpiCommunicator internal constructor(
         }
         val gathered = if (direct) input else gatherBlocksAlong(input, d)
         // The input is not the output: PreMulSum scales into a staging buffer (or the rearranged copy, ours).
-        val pre = preMul(op, gathered, inPlace = gathered !== input, name)
+        val pre = preMul(op, gathered, inPlace = gathered !== input)
         val send = pre?.target ?: gathered
         val t = abi.datatype(input.dtype)
         val sig = signature(CollectiveOp.ReduceScatter, input, -1, d, op)
@@ -450,16 +469,15 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        if (staging.needed(input)) return staging.gather(input, root, dim)
+        val outShape = validator.gatherShape(input, root, dim)
+        val d = CollectiveValidator.normalise(input, dim)
+        return if (staging.needed(input)) staging.gather(input, root, d, outShape) else issueGather(input, root, d, outShape)
+    }
+
+    /** [gather] of a validated [input] MPI takes as it is, along the normalised dim [d]; the root's result has [outShape]. */
+    internal suspend fun issueGather(input: Tensor, root: Int, d: Int, outShape: List<Int>): Tensor? {
         val name = "gather"
-        if (!input.device.isGpu) validator.gather(input, root, dim)
-        checkTensor(input, name, written = false)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.dim(input, dim, name)
-        checkGatheredDim(input, normalize(input, dim), name)
-        val outShape = CollectiveShapes.allGather(input, worldSize, dim)
-        val d = normalize(input, dim)
-        val n = count(input, name)
+        val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val output = if (rank == root) zerosLike(input, outShape) else null
@@ -475,28 +493,25 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
-        if (staging.needed(output) || staging.needed(input)) return staging.scatter(output, input, root, dim)
+        val d = validator.scatter(output, input, root, rank, dim)
+        // The input is read on the root only (Communicator.scatter): elsewhere it is neither checked nor used.
+        val source = if (rank == root) input else null
+        if (staging.needed(output) || staging.needed(source)) staging.scatter(output, source, root, d) else issueScatter(output, source, root, d)
+    }
+
+    /**
+     * [scatter] of validated tensors MPI takes as they are, along the normalised dim [d]: [input]
+     * is the root's (null on the other ranks).
+     */
+    internal suspend fun issueScatter(output: Tensor, input: Tensor?, root: Int, d: Int) {
         val name = "scatter"
-        if (!output.device.isGpu && input?.device?.isGpu != true) validator.scatter(output, input, root, rank, dim)
-        checkTensor(output, name)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.dim(output, dim, name)
-        val d = normalize(output, dim)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val direct = contiguousAlong(output, d)
-        var send: Tensor? = null
-        if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
-        if (input != null) {
-            // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
-            checkTensor(input, name, written = false)
-            CollectiveChecks.sameDtype(input, output, name)
-            CollectiveChecks.divisible(input, d, worldSize, name)
-            val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
-            CollectiveChecks.shape(input, expected, "input", name)
-            if (!direct) checkHost(input, name, "scattering along dim $d rearranges on the host")
+        if (!direct) {
+            if (input != null) checkHost(input, name, "scattering along dim $d rearranges on the host")
+            checkHost(output, name, "scattering along dim $d rearranges on the host")
         }
-        if (rank == root) send = if (direct) input else gatherBlocksAlong(input!!, d)
-        if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
+        val send = if (input == null) null else if (direct) input else gatherBlocksAlong(input, d)
         val entry = start(name, output, root = root, dim = d)
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
         collective(entry, name, signature(CollectiveOp.Scatter, output, root, d, null), arrayOf(input, send, output),
@@ -505,14 +520,14 @@ public class MpiCommunicator internal constructor(
     }
 
     override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
-        if (staging.needed(input)) return staging.allToAll(input, dim)
+        val d = validator.allToAll(input, dim)
+        return if (staging.needed(input)) staging.allToAll(input, d) else issueAllToAll(input, d)
+    }
+
+    /** [allToAll] of a validated [input] MPI takes as it is, along the normalised dim [d]. */
+    internal suspend fun issueAllToAll(input: Tensor, d: Int): Tensor {
         val name = "allToAll"
-        if (!input.device.isGpu) validator.allToAll(input, dim)
-        checkTensor(input, name, written = false)
-        CollectiveChecks.dim(input, dim, name)
-        val d = normalize(input, dim)
-        CollectiveChecks.divisible(input, d, worldSize, name)
-        val total = count(input, name)
+        val total = mpiCount(input)
         val n = total / worldSize
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "all-to-all along dim $d rearranges on the host")
@@ -537,6 +552,16 @@ public class MpiCommunicator internal constructor(
     // displacements as int arrays. The validator refuses a result above maxCount = Int.MAX_VALUE
     // elements ("64-bit counts"): every count and displacement (at most the output's or input's
     // element count) then fits MPI's int. Host tensors only (no device staging for these three).
+
+    /** Refuses device tensors, which the uneven collectives neither stage nor give MPI (checked after the validator). */
+    private fun unevenOnHost(operation: String, output: Tensor, input: Tensor) {
+        for (t in listOf(input, output)) {
+            require(!t.device.isGpu) {
+                "$operation: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on ${t.device}; " +
+                    "copy it to the host first, or use the NCCL/RCCL backend"
+            }
+        }
+    }
 
     /** `int[]` arrays for MPI in one native tensor, kept alive with the call: [values] in order. */
     private fun intArrays(vararg values: IntArray): Tensor {
@@ -565,9 +590,10 @@ public class MpiCommunicator internal constructor(
     override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         val name = "allGatherV"
         validator.allGatherVInto(output, input, sizes, rank)
+        unevenOnHost(name, output, input)
         val (counts, displs) = elementCounts(sizes, input.stride(0))
         val meta = intArrays(counts, displs)
-        val n = count(input, name)
+        val n = mpiCount(input)
         val t = abi.datatype(input.dtype)
         val src = addr(input); val dst = addr(output)
         val cAddr = addr(meta); val dAddr = cAddr + 4L * worldSize
@@ -582,13 +608,14 @@ public class MpiCommunicator internal constructor(
     override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = "reduceScatterV"
         validator.reduceScatterVInto(output, input, sizes, op, rank)
+        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (counts, displs) = elementCounts(sizes, rowElements)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val t = abi.datatype(input.dtype)
         val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.ReduceScatterV, input, input.shape, op, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
         // The input is not the output: PreMulSum scales into a staging buffer.
-        val pre = preMul(op, input, inPlace = false, name)
+        val pre = preMul(op, input, inPlace = false)
         val entry = start(name, input, op = op)
         if (workarounds.hostReduced(input.dtype, op)) {
             // As reduceScatter does for dtypes MPI cannot reduce: every rank's block for this rank
@@ -630,6 +657,7 @@ public class MpiCommunicator internal constructor(
     override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = "allToAllV"
         validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
         val (recvCounts, recvDispls) = elementCounts(outputSplits, rowElements)
@@ -699,14 +727,14 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ point to point
 
     override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
+        validator.send(tensor, dst, tag)
+        if (staging.needed(tensor)) staging.send(tensor, dst, tag) else issueSend(tensor, dst, tag)
+    }
+
+    /** [send] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun issueSend(tensor: Tensor, dst: Int, tag: Int) {
         val name = "send"
-        if (!tensor.device.isGpu) validator.send(tensor, dst, tag)
-        checkTensor(tensor, name, written = false)
-        CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
-        CollectiveChecks.tag(tag, name, allowAny = false)
-        checkTagBound(tag, name)
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = dst, tag = tag)
         if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
@@ -749,14 +777,14 @@ public class MpiCommunicator internal constructor(
     private val background = CoroutineScope(dispatcher + SupervisorJob())
 
     override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
+        validator.recv(tensor, src, tag)
+        return if (staging.needed(tensor)) staging.recv(tensor, src, tag) else issueRecv(tensor, src, tag)
+    }
+
+    /** [recv] into a validated [tensor] MPI takes as it is. */
+    internal suspend fun issueRecv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         val name = "recv"
-        if (!tensor.device.isGpu) validator.recv(tensor, src, tag)
-        checkTensor(tensor, name)
-        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
-        CollectiveChecks.tag(tag, name, allowAny = true)
-        checkTagBound(tag, name)
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = src, tag = tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
@@ -784,30 +812,19 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * Every element checked first (host tensors by the common validator; device tensors, which
-     * [send]/[recv] stage or pass as device pointers, for peer and tag), then issued at once as its
-     * own non-blocking [send] or [recv] ([PointToPointBatch]): `MPI_Isend`/`MPI_Irecv` progressed
-     * together by this communicator's thread, so the batch completes in any order.
+     * Every element checked first by the common validator (host and device tensors alike), then
+     * issued at once as its own non-blocking [send] or [recv] ([PointToPointBatch]):
+     * `MPI_Isend`/`MPI_Irecv` progressed together by this communicator's thread, so the batch
+     * completes in any order.
      */
     override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
-        if (ops.none { it.tensor.device.isGpu }) {
-            validator.sendRecv(ops)
-        } else {
-            for ((i, o) in ops.withIndex()) {
-                val name = CollectiveValidator.sendRecvElement(i, o)
-                CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
-                validator.tag(o.tag, name, allowAny = !o.isSend)
-            }
-        }
+        validator.sendRecv(ops)
         return PointToPointBatch.run(this, ops)
     }
 
     override suspend fun probe(src: Int, tag: Int): MessageInfo {
         val name = "probe"
         validator.probe(src, tag)
-        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
-        CollectiveChecks.tag(tag, name, allowAny = true)
-        checkTagBound(tag, name)
         val entry = recorder.start(name, peer = src, tag = tag)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
@@ -1433,34 +1450,6 @@ public class MpiCommunicator internal constructor(
     private fun start(operation: String, t: Tensor, root: Int = FlightRecorder.NONE, op: ReduceOp? = null, dim: Int = FlightRecorder.NONE): FlightRecorder.Entry =
         recorder.start(operation, t.dtype, t.shape, t.byteSize, root = root, reduceOp = op, dim = dim)
 
-    /**
-     * Refuses tensors whose memory MPI cannot be given: closed ones, views of a closed tensor (the
-     * memory is freed), heap segments (`MemorySegment.ofArray`: no native address; MPI would get 0),
-     * and, when MPI writes the tensor ([written]), read-only segments.
-     */
-    private fun checkTensor(t: Tensor, operation: String, written: Boolean = true) {
-        require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
-        if (t.device.isGpu) return
-        val seg = t.segment
-        require(seg.scope().isAlive) {
-            "$operation: the tensor's memory was freed (it is a view, e.g. a chunk(), of a tensor that was closed); keep the parent open while its views are used"
-        }
-        require(seg.isNative) {
-            "$operation: the tensor wraps a heap segment (MemorySegment.ofArray), which has no native address MPI can use; " +
-                "allocate it off-heap (Tensor.zeros, Tensor.of, or Tensor.wrap of an Arena's segment) or copy it into one"
-        }
-        require(!written || !seg.isReadOnly) {
-            "$operation: the tensor's segment is read-only but MPI writes the result into it; pass a writable tensor (copy() it)"
-        }
-    }
-
-    /** Refuses tags above [tagUpperBound] (MPI would fail the call and abort the communicator). */
-    private fun checkTagBound(tag: Int, operation: String) {
-        require(tag == Communicator.ANY_TAG || tag <= tagUpperBound) {
-            "$operation: tag $tag is above this MPI's MPI_TAG_UB ($tagUpperBound, ${runtime.implementation}); use a tag in 0..$tagUpperBound"
-        }
-    }
-
     /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
     private fun blocksCount(n: Int, operation: String, what: String): Int {
         val total = n.toLong() * worldSize
@@ -1469,15 +1458,6 @@ public class MpiCommunicator internal constructor(
                 "(${Int.MAX_VALUE}); split the tensor into smaller ones"
         }
         return total.toInt()
-    }
-
-    /** Refuses an input whose gathered size along [d] overflows a tensor dimension (computed in Long). */
-    private fun checkGatheredDim(input: Tensor, d: Int, operation: String) {
-        val gathered = input.shape[d].toLong() * worldSize
-        require(gathered <= Int.MAX_VALUE) {
-            "$operation: dimension $d of the result would be ${input.shape[d]} x $worldSize = $gathered, more than a tensor dimension " +
-                "holds (${Int.MAX_VALUE}); split the tensor into smaller ones"
-        }
     }
 
     /**
@@ -1502,9 +1482,9 @@ public class MpiCommunicator internal constructor(
      * products go to a pooled staging buffer, so an input the caller did not give as output is never
      * written.
      */
-    private fun preMul(op: ReduceOp, input: Tensor, inPlace: Boolean, operation: String): PreMul? {
+    private fun preMul(op: ReduceOp, input: Tensor, inPlace: Boolean): PreMul? {
         if (op !is ReduceOp.PreMulSum) return null
-        val target = if (inPlace) input else Tensor.zeros(input.dtype, listOf(count(input, operation)))
+        val target = if (inPlace) input else Tensor.zeros(input.dtype, listOf(mpiCount(input)))
         return PreMul(input, target, op.factorIn(input.dtype))
     }
 
@@ -1517,19 +1497,8 @@ public class MpiCommunicator internal constructor(
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
 
-    private fun overlaps(a: Tensor, b: Tensor): Boolean {
-        val a0 = a.segment.address(); val b0 = b.segment.address()
-        return a0 < b0 + b.byteSize && b0 < a0 + a.byteSize
-    }
-
-    private fun count(t: Tensor, operation: String): Int {
-        require(t.numel <= Int.MAX_VALUE) {
-            "$operation: the tensor has ${t.numel} elements, more than MPI's int count allows (${Int.MAX_VALUE}); split it into smaller tensors"
-        }
-        return t.numel.toInt()
-    }
-
-    private fun normalize(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
+    /** [t]'s element count as MPI's `int` count: the validator's `maxCount` (`Int.MAX_VALUE`) refused larger tensors. */
+    private fun mpiCount(t: Tensor): Int = Math.toIntExact(t.numel)
 
     /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
     private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }

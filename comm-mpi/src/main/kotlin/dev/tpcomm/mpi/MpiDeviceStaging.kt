@@ -20,6 +20,9 @@ import java.lang.foreign.Arena
  * communicator (MPI may then still touch them: they are kept for the life of the process). A failed
  * copy to the host breaks the communicator (this rank can no longer join the operation its peers
  * are in); a failed copy back does not (every rank finished the operation).
+ *
+ * Arguments were checked by [comm]'s validator before any of these functions is called (dims come
+ * normalised); they run [comm]'s `issue*` bodies on the host temporaries, which check nothing again.
  */
 internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val passesDevicePointers: Boolean) {
     /** True when [t] is a device tensor MPI is not given directly. */
@@ -27,7 +30,7 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val p
 
     suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
         val h = copyIn(tensor)
-        comm.allReduce(h, op)
+        comm.issueAllReduce(h, op)
         copyOut(h, tensor)
         tensor
     }
@@ -35,59 +38,59 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val p
     suspend fun broadcast(tensor: Tensor, root: Int): Tensor = staged("broadcast") {
         val isRoot = comm.rank == root
         val h = if (isRoot) copyIn(tensor) else blank(tensor)
-        comm.broadcast(h, root)
+        comm.issueBroadcast(h, root)
         if (!isRoot) copyOut(h, tensor)
         tensor
     }
 
     suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
         val h = copyIn(tensor)
-        comm.reduce(h, root, op)
+        comm.issueReduce(h, root, op)
         if (comm.rank == root) copyOut(h, tensor)
         tensor
     }
 
-    suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor = staged("allGather") {
+    suspend fun allGatherInto(output: Tensor, input: Tensor, d: Int): Tensor = staged("allGather") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.allGatherInto(o, i, dim)
+        comm.issueAllGatherInto(o, i, d)
         copyOut(o, output)
         output
     }
 
-    suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor = staged("reduceScatter") {
+    suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor = staged("reduceScatter") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.reduceScatterInto(o, i, op, dim)
+        comm.issueReduceScatterInto(o, i, op, d)
         copyOut(o, output)
         output
     }
 
     /** The root's result is a new host tensor, as for host inputs. */
-    suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? = staged("gather") {
-        comm.gather(copyIn(input), root, dim)
+    suspend fun gather(input: Tensor, root: Int, d: Int, outShape: List<Int>): Tensor? = staged("gather") {
+        comm.issueGather(copyIn(input), root, d, outShape)
     }
 
-    suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int): Unit = staged("scatter") {
-        // Only the root's input is read; other ranks' inputs are still checked, so they get same-shaped blanks.
-        val i = input?.let { if (comm.rank == root) copyIn(it) else blank(it) }
+    /** [input] is the root's (null on the other ranks, which read none). */
+    suspend fun scatter(output: Tensor, input: Tensor?, root: Int, d: Int): Unit = staged("scatter") {
+        val i = input?.let { copyIn(it) }
         val o = blank(output)
-        comm.scatter(o, i, root, dim)
+        comm.issueScatter(o, i, root, d)
         copyOut(o, output)
     }
 
     /** The result is a new host tensor, as for host inputs. */
-    suspend fun allToAll(input: Tensor, dim: Int): Tensor = staged("allToAll") {
-        comm.allToAll(copyIn(input), dim)
+    suspend fun allToAll(input: Tensor, d: Int): Tensor = staged("allToAll") {
+        comm.issueAllToAll(copyIn(input), d)
     }
 
     suspend fun send(tensor: Tensor, dst: Int, tag: Int): Unit = staged("send") {
-        comm.send(copyIn(tensor), dst, tag)
+        comm.issueSend(copyIn(tensor), dst, tag)
     }
 
     suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo = staged("recv") {
         val h = blank(tensor)
-        val info = comm.recv(h, src, tag)
+        val info = comm.issueRecv(h, src, tag)
         copyOut(h, tensor)
         info
     }
@@ -162,7 +165,6 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val p
         }
 
         private fun stagingFor(t: Tensor): DeviceStaging {
-            require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
             return DeviceStagingRegistry.find(t.device) ?: throw IllegalArgumentException(refusal(t.device))
         }
 
