@@ -100,6 +100,9 @@ public abstract class CommunicatorFront(
         /** The backend's own state of this call. */
         @JvmField public var state: Any? = null
 
+        /** The caller's coroutine context (its `withTimeout`, its `Overlapping` marker, its job). */
+        @JvmField public var context: kotlin.coroutines.CoroutineContext = kotlin.coroutines.EmptyCoroutineContext
+
         /** The name users and the flight recorder see. */
         public val name: String get() = op.apiName
 
@@ -159,8 +162,22 @@ public abstract class CommunicatorFront(
     /** Waits for a message from [src] with [tag] without receiving it. */
     protected abstract suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo
 
-    /** A new tensor for an output the front allocates (host memory by default). */
-    protected open fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
+    /** A new tensor for an output the front allocates (host memory by default; a device backend allocates on its device). */
+    protected open suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
+
+    /**
+     * Issues a batch of point-to-point operations whose every element the front already checked
+     * ([CollectiveValidator.sendRecv]). By default each element as its own [send] or [recv], all at
+     * once ([PointToPointBatch]); a backend with a grouped issue (NCCL's group) overrides it.
+     */
+    protected open suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> = PointToPointBatch.run(this, ops)
+
+    /**
+     * True when a call may wait in the backend's queue before it starts (a device thread shared by
+     * communicators): the front records it as queued, and the backend marks the start with
+     * [FlightRecorder.Entry.begin].
+     */
+    protected open val queuesCalls: Boolean get() = false
 
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
@@ -171,6 +188,8 @@ public abstract class CommunicatorFront(
     public fun exceptionOf(failure: OperationFailure, operation: String, sequence: Long): CommunicationException = when (failure.kind) {
         OperationFailure.MISMATCH -> errors.mismatch(operation, sequence, failure.message, failure.ranks, failure.fields)
         OperationFailure.TIMEOUT -> errors.timeout(operation, sequence, failure.message, failure.cause)
+        OperationFailure.NATIVE -> errors.nativeError(operation, sequence, failure.message, failure.code, failure.isRuntimeError)
+        OperationFailure.OTHER -> errors.failure(operation, sequence, failure.message, failure.cause)
         else -> errors.aborted(operation, sequence, failure.message, failure.cause)
     }
 
@@ -212,6 +231,30 @@ public abstract class CommunicatorFront(
     final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         validator.reduce(tensor, root, op)
         return collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
+    }
+
+    // The allocating forms check their input once (the output is fresh) and go straight to the collective.
+
+    final override suspend fun allGather(input: Tensor, dim: Int): Tensor {
+        val output = allocate(input.dtype, validator.allGatherShape(input, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
+    }
+
+    final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
+        val output = allocate(input.dtype, validator.reduceScatterShape(input, op, dim))
+        val d = CollectiveValidator.normalise(input, dim)
+        return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
+    }
+
+    final override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
+        val output = allocate(input.dtype, validator.allGatherVShape(input, sizes, rank))
+        return collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
+    }
+
+    final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+        val output = allocate(input.dtype, validator.reduceScatterVShape(input, sizes, op, rank))
+        return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 
     final override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
@@ -286,8 +329,10 @@ public abstract class CommunicatorFront(
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, ret: T,
     ): T {
         // A coroutine already cancelled does not issue: nothing is in flight yet.
-        currentCoroutineContext().ensureActive()
+        val context = currentCoroutineContext()
+        context.ensureActive()
         val call = begin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+        call.context = context
         val heldOutput = retain(op.apiName, input, output)
         val r = try {
             issue(call)
@@ -326,7 +371,7 @@ public abstract class CommunicatorFront(
             entry = recorder.start(
                 name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
                 root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
-                dim = if (op.hasDim) dim else FlightRecorder.NONE,
+                dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = queuesCalls,
             )
             refusal(name, collective = true)?.let { f ->
                 val e = exceptionOf(f, name, entry.sequence)
@@ -410,10 +455,10 @@ public abstract class CommunicatorFront(
         return r
     }
 
-    /** Every element checked first, then issued at once as its own [send] or [recv] ([PointToPointBatch]). */
+    /** Every element checked first, then issued by [issueBatch]. */
     final override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         validator.sendRecv(ops)
-        return PointToPointBatch.run(this, ops)
+        return issueBatch(ops)
     }
 
     /**
@@ -421,7 +466,7 @@ public abstract class CommunicatorFront(
      * refuses it when the communicator is unusable. Its outcome is the caller's to record.
      */
     protected fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag)
+        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
         refusal(name, collective = false)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e

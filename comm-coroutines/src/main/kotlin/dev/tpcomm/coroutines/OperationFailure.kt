@@ -9,7 +9,7 @@ import dev.tpcomm.InternalTpcommApi
  */
 @InternalTpcommApi
 public class OperationFailure @JvmOverloads public constructor(
-    /** [MISMATCH], [TIMEOUT] or [ABORTED]. */
+    /** [MISMATCH], [TIMEOUT], [ABORTED], [NATIVE] or [OTHER]. */
     public val kind: Int,
     /** The reason, as the exception will word it (without rank, backend, operation or sequence: the front adds them). */
     public val message: String,
@@ -19,6 +19,10 @@ public class OperationFailure @JvmOverloads public constructor(
     public val ranks: List<Int> = emptyList(),
     /** For [MISMATCH]: the fields of the call that differ. */
     public val fields: List<String> = emptyList(),
+    /** For [NATIVE]: the library's (or, with [isRuntimeError], the device runtime's) result code. */
+    public val code: Int = 0,
+    /** For [NATIVE]: whether [code] is the device runtime's (CUDA, HIP) rather than the communication library's. */
+    public val isRuntimeError: Boolean = false,
 ) {
     public companion object {
         /** The ranks called different operations or arguments (`CollectiveMismatchException`). */
@@ -29,6 +33,18 @@ public class OperationFailure @JvmOverloads public constructor(
 
         /** The communicator was aborted or a peer is gone (`CommunicatorAbortedException`). */
         public const val ABORTED: Int = 2
+
+        /** A native library call failed with [code] (`NativeLibraryException`). */
+        public const val NATIVE: Int = 3
+
+        /** Anything else (a peer's bad data, say): a plain `CommunicationException`. */
+        public const val OTHER: Int = 4
+
+        /** A [NATIVE] failure: [message] about the call that returned [code]. */
+        @JvmStatic
+        @JvmOverloads
+        public fun native(message: String, code: Int, isRuntimeError: Boolean = false): OperationFailure =
+            OperationFailure(NATIVE, message, null, emptyList(), emptyList(), code, isRuntimeError)
     }
 }
 
