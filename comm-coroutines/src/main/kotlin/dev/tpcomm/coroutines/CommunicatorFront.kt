@@ -268,8 +268,9 @@ public abstract class CommunicatorFront(
     }
 
     final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        val d = validator.gather(input, root, dim)
-        val output = if (rank == root) allocate(input.dtype, validator.allGatherShape(input, d, "gather")) else null
+        val shape = validator.gatherShape(input, root, dim)
+        val d = CollectiveValidator.normalise(input, dim)
+        val output = if (rank == root) allocate(input.dtype, shape) else null
         return collective(CollectiveOp.Gather, input, output, input, null, root, d, null, null, null, output)
     }
 
