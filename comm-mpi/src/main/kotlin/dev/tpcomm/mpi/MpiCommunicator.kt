@@ -205,7 +205,7 @@ public class MpiCommunicator internal constructor(
         override fun programFailed(description: String) {
             if (closed.get() || failure.isAborted) return
             markBroken(
-                errors.aborted(PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
+                exceptionOf(OperationFailure.ABORTED, PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
                 now = true,
             )
@@ -251,7 +251,7 @@ public class MpiCommunicator internal constructor(
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
         if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator is closed; create a new one")
         val cause = failure.cause ?: return null
-        return OperationFailure(OperationFailure.ABORTED, errors.abortedMessage(cause), cause)
+        return OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
     }
 
     /**
@@ -783,7 +783,7 @@ public class MpiCommunicator internal constructor(
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
         val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
-            throw errors.failure(
+            throw exceptionOf(OperationFailure.OTHER, 
                 name, entry.sequence,
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
                     "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
@@ -840,7 +840,7 @@ public class MpiCommunicator internal constructor(
             val probe = MpiStatusResult().also { it.probeSource = src; it.probeTag = CONTROL_TAG; it.probeHandle = controlHandle }
             val status = pointToPoint(entry, name, t, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
             if (status.refusedBytes >= 0) {
-                throw errors.failure(name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
+                throw exceptionOf(OperationFailure.OTHER, name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
                     .also { entry.fail(it); markBroken(it) }
             }
             return t.getLong(0)
@@ -1242,7 +1242,7 @@ public class MpiCommunicator internal constructor(
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
-        throw errors.aborted(operation, entry.sequence, "aborted while this call was in flight: ${errors.abortedMessage(cause)}", cause)
+        throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
     private fun failMismatch(operation: String, entry: FlightRecorder.Entry) {
@@ -1264,7 +1264,7 @@ public class MpiCommunicator internal constructor(
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
     internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
         if (rc == 0) return
-        val e = errors.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
+        val e = exceptionOf(OperationFailure.OTHER, operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
         markBroken(e)
         throw e
     }
@@ -1274,7 +1274,7 @@ public class MpiCommunicator internal constructor(
      * the communicator is broken first (this rank cannot join the operation its peers are in).
      */
     internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
-        val e = errors.failure(operation, -1, message, cause)
+        val e = exceptionOf(OperationFailure.OTHER, operation, -1, message, cause)
         if (breaks) markBroken(e)
         return e
     }
@@ -1287,7 +1287,7 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw errors.aborted(operation, sequence, "the communicator is closed; create a new one")
+        if (closed.get()) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, "the communicator is closed; create a new one")
         failure.ensureUsable(operation, sequence)
     }
 
@@ -1300,7 +1300,7 @@ public class MpiCommunicator internal constructor(
         try {
             return block()
         } catch (e: NativeDispatcherClosedException) {
-            val x = errors.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
+            val x = exceptionOf(OperationFailure.ABORTED, entry.operationName(), entry.sequence, "the communicator was closed", e)
             failed(entry, x)
             throw x
         } catch (e: TimeoutCancellationException) {
@@ -1309,7 +1309,8 @@ public class MpiCommunicator internal constructor(
             // without this one); a blocking MPI call still in progress stays under the watchdog,
             // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
             failed(entry, e)
-            val x = errors.timeout(
+            val x = exceptionOf(
+                OperationFailure.TIMEOUT,
                 entry.operationName(), entry.sequence,
                 "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
             )
@@ -1327,7 +1328,7 @@ public class MpiCommunicator internal constructor(
         entry.fail(e)
         if (e is CancellationException && !failure.isAborted) {
             markBroken(
-                errors.aborted(
+                exceptionOf(OperationFailure.ABORTED, 
                     entry.operationName(), entry.sequence,
                     "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
                 ),
@@ -1371,7 +1372,7 @@ public class MpiCommunicator internal constructor(
         val blocked = activeCallCell.get() != 0L
         val operation = if (blocked) currentOperation else PEER_NOTICE
         val sequence = if (blocked) currentSequence else CommunicationErrors.NO_SEQUENCE
-        val e = errors.aborted(operation, sequence, peerAbortMessage(from, reason))
+        val e = exceptionOf(OperationFailure.ABORTED, operation, sequence, peerAbortMessage(from, reason))
         markBroken(e, notifyPeers = false)
         if (!blocked) return
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
@@ -1391,18 +1392,19 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = errors.aborted(operation, entry.sequence, peerAbortMessage(from, notices.reason))
+        val e = exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, peerAbortMessage(from, notices.reason))
         markBroken(e, notifyPeers = false)
         throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
     internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
-        val e = errors.timeout(
+        val e = exceptionOf(
+            OperationFailure.TIMEOUT,
             operation, sequence,
             "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
-        )
+        ) as CommunicationTimeoutException
         val dump = e.flightRecorderDump
         markBroken(e, now = mpiConfig.abortOnTimeout)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
