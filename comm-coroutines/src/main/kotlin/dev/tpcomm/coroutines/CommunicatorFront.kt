@@ -193,6 +193,13 @@ public abstract class CommunicatorFront(
         else -> errors.aborted(operation, sequence, failure.message, failure.cause)
     }
 
+    /** [exceptionOf] a failure of [kind] (one of [OperationFailure]'s kinds) in [operation], saying [message]. */
+    public fun exceptionOf(kind: Int, operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationException =
+        exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
+
+    /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
+    public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)
+
     /**
      * Why the communicator aborts when this rank is cancelled inside [operation] ([where]): a
      * timeout when the cancellation is a caller's deadline (`withTimeout`), an abort otherwise.
