@@ -255,14 +255,45 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * Every collective runs in [await]: on the caller's thread, on this communicator's thread, or
-     * handed from one to the other ([collective]).
+     * The small blocking all-reduces and broadcasts run to completion here, without suspending:
+     * on this communicator's thread when the caller is on it (the fast path), or on the caller's
+     * thread when [callerRuns] allows it for this size, the caller may be held
+     * ([callerMayBeHeld]: no `withTimeout`, no [dev.tpcomm.coroutines.Overlapping]) and the
+     * communicator's thread is idle ([NativeDispatcher.runHereIfIdle]: the natural call path).
+     * Everything else runs in [await].
      */
-    override fun issue(call: Call): Any? = PENDING
+    override fun issue(call: Call): Any? {
+        if (!blockingMode) return PENDING
+        val tensor = call.input ?: return PENDING
+        return when (call.op) {
+            CollectiveOp.AllReduce -> {
+                val op = call.reduceOp!!
+                if (staging.needed(tensor) || workarounds.hostReduced(tensor.dtype, op)) return PENDING
+                if (runsHere(call, tensor) { allReduceBlocking(call, tensor, op) }) tensor else PENDING
+            }
+            CollectiveOp.Broadcast -> {
+                if (staging.needed(tensor)) return PENDING
+                if (runsHere(call, tensor) { broadcastBlocking(call, tensor, call.root) }) tensor else PENDING
+            }
+            else -> PENDING
+        }
+    }
+
+    /** Runs [block] on this thread when [issue] may (see there): true when it ran. */
+    private inline fun runsHere(call: Call, tensor: Tensor, crossinline block: () -> Unit): Boolean {
+        if (fastPath()) {
+            block()
+            return true
+        }
+        if (!callerRuns || tensor.byteSize > mpiConfig.callerRunsLimit || !callerMayBeHeld(call.context)) return false
+        return dispatcher.runHereIfIdle { block() }
+    }
 
     /**
-     * Runs [call] after the front validated, recorded and retained it: device tensors MPI is not
-     * given directly go through [staging] (host temporaries), the others straight to MPI.
+     * Runs what [issue] did not, after the front validated, recorded and retained it: on the
+     * caller's thread, on this communicator's thread, or handed from one to the other
+     * ([collective]). Device tensors MPI is not given directly go through [staging] (host
+     * temporaries), the others straight to MPI.
      */
     override suspend fun await(call: Call): Any? {
         val input = call.input
@@ -328,53 +359,81 @@ public class MpiCommunicator internal constructor(
     /** [allReduce] of a validated [tensor] MPI takes as it is (host memory or a CUDA-aware device pointer). */
     internal suspend fun runAllReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
-        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
-        // The tensor is allReduce's output: PreMulSum scales it in place.
-        val pre = preMul(op, tensor, inPlace = true)
         if (workarounds.hostReduced(tensor.dtype, op)) {
+            if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
+            // The tensor is allReduce's output: PreMulSum scales it in place.
+            val pre = preMul(op, tensor, inPlace = true)
             checkHost(tensor, name, "this reduction runs on the host")
             val n = mpiCount(tensor)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
-            val entry = call.entry
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
-            collective(entry, name, sig(call), arrayOf(tensor, staging),
+            collective(call.entry, name, sig(call), arrayOf(tensor, staging),
                 { pre?.apply(); binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> pre?.apply(); binding.iallgather(src, n, t, dst, n, t, handle, r) })
             HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
+        if (fastPath()) {
+            allReduceBlocking(call, tensor, op)
+            return tensor
+        }
+        reduceInPlace(tensor, op) { pre, n, t, o ->
+            val buf = addr(tensor); val inPlace = abi.inPlace
+            collective(call.entry, name, sig(call), tensor,
+                { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
+                { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+        }
+        return tensor
+    }
+
+    /**
+     * An in-place reduction's steps around its MPI call: the checks of what runs on the host,
+     * PreMulSum's scaling (applied by [call] on the thread that calls MPI), the unsigned-byte
+     * workaround's flip and flip back, and Avg's division after the sum. [call] gets the scaling,
+     * the count, MPI's datatype and op.
+     */
+    private inline fun reduceInPlace(tensor: Tensor, op: ReduceOp, call: (pre: PreMul?, n: Int, type: Long, mpiOp: Long) -> Unit) {
+        val name = "allReduce"
+        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
+        // The tensor is allReduce's output: PreMulSum scales it in place.
+        val pre = preMul(op, tensor, inPlace = true)
         val n = mpiCount(tensor)
-        val entry = call.entry
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
-        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op, tensor.dtype); val inPlace = abi.inPlace
         if (flip) workarounds.flipTopBits(tensor)
         try {
-            if (fastPath()) {
-                inlineBlocking(entry, name, tensor, sig(call)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
-            } else {
-                collective(entry, name, sig(call), tensor,
-                    { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
-                    { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
-            }
+            call(pre, n, workarounds.reduceType(tensor, op), abi.op(op, tensor.dtype))
         } finally {
             if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
-        return tensor
+    }
+
+    /** allReduce as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
+    private fun allReduceBlocking(call: Call, tensor: Tensor, op: ReduceOp) {
+        reduceInPlace(tensor, op) { pre, n, t, o ->
+            val buf = addr(tensor); val inPlace = abi.inPlace
+            inlineBlocking(call.entry, "allReduce", tensor, sig(call)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
+        }
+    }
+
+    /** broadcast as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
+    private fun broadcastBlocking(call: Call, tensor: Tensor, root: Int) {
+        val n = mpiCount(tensor)
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        inlineBlocking(call.entry, "broadcast", tensor, sig(call)) { binding.bcast(buf, n, t, root, handle) }
     }
 
     /** [broadcast] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runBroadcast(call: Call, tensor: Tensor, root: Int): Tensor {
         val name = "broadcast"
-        val n = mpiCount(tensor)
-        val entry = call.entry
-        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         if (fastPath()) {
-            inlineBlocking(entry, name, tensor, sig(call)) { binding.bcast(buf, n, t, root, handle) }
+            broadcastBlocking(call, tensor, root)
             return tensor
         }
-        collective(entry, name, sig(call), tensor,
+        val n = mpiCount(tensor)
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        collective(call.entry, name, sig(call), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) })
         return tensor
