@@ -25,6 +25,7 @@ if [ ! -f "$BEFORE_DIR/$bench_src" ]; then
 fi
 tpcomm_build comm-bench >/dev/null
 after_cp="$TPCOMM_CP"
+mkdir -p target
 (cd "$BEFORE_DIR" && tpcomm_build comm-bench >/dev/null && echo "$TPCOMM_CP" > "$HERE/target/before-after.cp")
 before_cp="$(cat target/before-after.cp)"
 

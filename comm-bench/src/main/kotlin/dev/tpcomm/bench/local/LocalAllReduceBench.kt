@@ -13,9 +13,10 @@ import java.lang.management.ManagementFactory
  * The in-process backend's float32 all-reduce, called as users call it (`runLocalWorld`, a plain
  * coroutine per rank, one tensor reused), in one of three modes:
  *
- * - `cpu [world]`: the CPU time of the calling thread per 8-byte all-reduce with every rank on that
- *   one thread (the whole collective's software cost; robust on a loaded machine, since a thread's
- *   CPU time does not count the time others ran). 7 rounds of 200,000 after 50,000 of warm-up.
+ * - `cpu [world] [bytes]`: the CPU time of the calling thread per all-reduce (8 bytes by default)
+ *   with every rank on that one thread (the whole collective's cost; robust on a loaded machine,
+ *   since a thread's CPU time does not count the time others ran). 7 rounds after a warm-up
+ *   (200,000 calls per round at 8 bytes, fewer for larger sizes).
  * - `alloc [world]`: bytes allocated per 8-byte collective (all ranks on one thread).
  * - `wall [world] [bytes...]` (the default): wall time per all-reduce with the ranks on
  *   `Dispatchers.Default`, the slowest rank's, median of 5 rounds after a JIT warm-up.
@@ -30,29 +31,30 @@ public object LocalAllReduceBench {
         val mode = args.getOrElse(0) { "wall" }
         val world = args.getOrElse(1) { "4" }.toInt()
         when (mode) {
-            "cpu" -> cpu(world)
+            "cpu" -> cpu(world, args.getOrNull(2)?.toLong() ?: 8L)
             "alloc" -> alloc(world)
             "wall" -> wall(world, args.drop(2).map { it.toLong() }.ifEmpty { listOf(8L, 1024L, 65536L, 1L shl 20, 16L shl 20) })
             else -> throw IllegalArgumentException("mode must be cpu, alloc or wall, got $mode")
         }
     }
 
-    private suspend fun cpu(world: Int) {
+    private suspend fun cpu(world: Int, bytes: Long) {
         val mx = ManagementFactory.getThreadMXBean()
+        val calls = (200_000L * 8 / bytes).coerceIn(200L, 200_000L).toInt()
         val results = ArrayList<Double>()
         repeat(7) {
             runLocalWorld(world) { comm ->
-                val t = Tensor.zeros(DType.Float32, 2)
-                repeat(50_000) { comm.allReduce(t) }
+                val t = Tensor.zeros(DType.Float32, (bytes / 4).toInt())
+                repeat(calls / 4 + 100) { comm.allReduce(t) }
                 comm.barrier()
                 val before = mx.currentThreadCpuTime
-                repeat(200_000) { comm.allReduce(t) }
+                repeat(calls) { comm.allReduce(t) }
                 comm.barrier()
-                if (comm.rank == 0) results.add((mx.currentThreadCpuTime - before) / 200_000.0)
+                if (comm.rank == 0) results.add((mx.currentThreadCpuTime - before) / calls.toDouble())
             }
         }
         results.sort()
-        println("cpu ns per 8-byte all-reduce (world $world, one thread): median=${"%.0f".format(results[3])} min=${"%.0f".format(results[0])} max=${"%.0f".format(results[6])}")
+        println("cpu ns per $bytes-byte all-reduce (world $world, one thread): median=${"%.0f".format(results[3])} min=${"%.0f".format(results[0])} max=${"%.0f".format(results[6])}")
     }
 
     private suspend fun alloc(world: Int) {
