@@ -1161,6 +1161,7 @@ public class MpiCommunicator internal constructor(
     private suspend fun <T> onThread(block: () -> T): T {
         if (dispatcher.isNativeThread) return block()
         if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
+        if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS, block)
         return suspendCancellableCoroutine { cont ->
             dispatcher.dispatch(EmptyCoroutineContext, Runnable {
                 // A call cancelled while queued must not start: the other ranks are told by the abort.
