@@ -493,5 +493,14 @@ public abstract class CommunicatorFront(
         public fun setSplitsWord(dst: LongArray, at: Int, word: Long) {
             dst[at + 7] = word
         }
+
+        /**
+         * Sets allToAllV's extra signature word of the signature at [at] in [dst] from what every
+         * peer sends this rank ([sentToMe], rows per peer) and what this rank expects ([outputSplits]).
+         */
+        @JvmStatic
+        public fun setSplitsWord(dst: LongArray, at: Int, sentToMe: IntArray, outputSplits: List<Int>) {
+            setSplitsWord(dst, at, CollectiveSignature.splitsWord(sentToMe, outputSplits))
+        }
     }
 }

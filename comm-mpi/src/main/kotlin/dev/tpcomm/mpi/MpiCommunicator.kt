@@ -754,7 +754,7 @@ public class MpiCommunicator internal constructor(
 
         private fun finish(sig: LongArray) {
             val sentToMe = IntArray(worldSize) { meta.segment.getAtIndex(ValueLayout.JAVA_INT, (at + worldSize + it).toLong()) }
-            setSplitsWord(sig, 0, dev.tpcomm.spi.CollectiveSignature.splitsWord(sentToMe, outputSplits))
+            setSplitsWord(sig, 0, sentToMe, outputSplits)
         }
 
         override fun blocking(sig: LongArray) {
