@@ -7,6 +7,8 @@
 #   handoff   the same with TPCOMM_MPI_CALLER_RUNS_LIMIT=0: every call handed to the communicator's thread
 #   fast      the loop on the communicator's thread (withContext(comm.nativeDispatcher))
 #   natural@N the natural path with the caller-runs limit set to N bytes (natural@65536, say)
+#   spin@U    every call handed off (as handoff) to a thread that stays awake U µs after its last
+#             task, its caller spinning up to U µs for the result (TPCOMM_MPI_HANDOFF_SPIN_US=U)
 # This VM moves between a fast and a slow state for minutes at a time (2x apart at every size, C
 # and JVM alike), so single runs cannot be compared; alternating runs see the same states, and the
 # report gives each program's min and median over its runs and the per-round ratios to C.
@@ -51,26 +53,28 @@ for mpi in $MPIS; do
   done
   if [ "$mpi" = openmpi ]; then
     # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
-    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT)
+    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT -x TPCOMM_MPI_HANDOFF_SPIN_US)
   else
     # shellcheck disable=SC2206
-    MPIRUN=(mpirun.mpich ${MPI_FLAGS:-} -genvlist BENCH_TARGET_S,BENCH_COLL,BENCH_PATH,TPCOMM_MPI_CALLER_RUNS_LIMIT)
+    MPIRUN=(mpirun.mpich ${MPI_FLAGS:-} -genvlist BENCH_TARGET_S,BENCH_COLL,BENCH_PATH,TPCOMM_MPI_CALLER_RUNS_LIMIT,TPCOMM_MPI_HANDOFF_SPIN_US)
   fi
   runs="$OUT/runs-$mpi.csv"
   : > "$runs"
   for r in $(seq "$REPS"); do
     echo "$mpi: round $r of $REPS" >&2
-    export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=
+    export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT= TPCOMM_MPI_HANDOFF_SPIN_US=
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C,/' >> "$runs"
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_inplace-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place,/' >> "$runs"
     "${MPIRUN[@]}" -np "$WORLD" "$OUT/c_mpi_multiple-$mpi" 2>/dev/null | grep '^c_mpi,allreduce,' | sed 's/^c_mpi,/C in place multiple,/' >> "$runs"
     for path in $PATHS; do
+      export TPCOMM_MPI_HANDOFF_SPIN_US=
       case "$path" in
         natural) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT= ;; # empty: the default
         handoff) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=0 ;;
         fast) export BENCH_PATH=fast TPCOMM_MPI_CALLER_RUNS_LIMIT= ;;
         natural@*) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT="${path#natural@}" ;;
-        *) echo "unknown path $path (natural, natural@LIMIT, handoff, fast)" >&2; exit 2 ;;
+        spin@*) export BENCH_PATH=natural TPCOMM_MPI_CALLER_RUNS_LIMIT=0 TPCOMM_MPI_HANDOFF_SPIN_US="${path#spin@}" ;;
+        *) echo "unknown path $path (natural, natural@LIMIT, handoff, fast, spin@US)" >&2; exit 2 ;;
       esac
       "${MPIRUN[@]}" -np "$WORLD" java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP" dev.tpcomm.bench.mpi.MpiAllReduceBench 2>/dev/null \
         | grep '^tpcomm_mpi_[a-z]*,allreduce,' | sed "s/^tpcomm_mpi_[a-z]*,/tpcomm $path,/" >> "$runs"

@@ -76,7 +76,7 @@ public object CollectiveChecks {
     @JvmStatic
     @JvmOverloads
     public fun device(tensor: Tensor, device: Device, operation: String, role: String = "tensor") {
-        require(!tensor.isClosed) { "$operation: the $role was closed; pass an open tensor" }
+        open(tensor, operation, role)
         require(tensor.device == device) {
             if (device.isGpu && !tensor.device.isGpu) {
                 "$operation: this communicator moves tensors on $device but got a host tensor; copy it to $device first (no hidden copies are made)"
@@ -84,6 +84,11 @@ public object CollectiveChecks {
                 "$operation: the $role is on ${tensor.device} but this communicator moves tensors on $device"
             }
         }
+    }
+
+    /** [tensor], the [role] of [operation], must not be closed (nor be a view of a closed tensor). */
+    internal fun open(tensor: Tensor, operation: String, role: String) {
+        require(!tensor.isClosed) { "$operation: the $role was closed; pass an open tensor" }
     }
 
     /** [Communicator.group]'s [ranks] in a world of [worldSize]: not empty, distinct, in range. */

@@ -1,6 +1,7 @@
 package dev.tpcomm.spi
 
 import dev.tpcomm.Communicator
+import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.PointToPoint
@@ -18,9 +19,11 @@ import dev.tpcomm.Tensor
  * [maxCount]), never wrapped.
  *
  * Tensors are refused when closed (a view whose parent was closed is closed), on another device
- * than [device], read-only where the call writes them, and, when [nativeMemory] is set (the backend
- * hands host addresses to native code), backed by a Java heap array, whose address native code
- * cannot use. Tags above [maxTag] (MPI's `MPI_TAG_UB`) are refused.
+ * than [device] (unless [anyDevice]), of a dtype the backend's library lacks ([dtypeRefusal]),
+ * read-only where the call writes them, over host memory that was freed (an `Arena` closed under a
+ * `Tensor.wrap`), and, when [nativeMemory] is set (the backend hands host addresses to native
+ * code), backed by a Java heap array, whose address native code cannot use. Tags above [maxTag]
+ * (MPI's `MPI_TAG_UB`) are refused.
  *
  * Immutable and thread-safe.
  */
@@ -41,12 +44,32 @@ public class CollectiveValidator(
     public val maxTag: Int = Int.MAX_VALUE,
     /** The most elements one call may move (`Int.MAX_VALUE` where the library counts in `int`). */
     public val maxCount: Long = Long.MAX_VALUE,
+    /**
+     * True when the communicator takes tensors on any GPU device besides those on [device] (the
+     * host): the MPI backend gives a CUDA-aware library device pointers and stages other device
+     * tensors through host memory. Such tensors get every check but those of host memory.
+     */
+    public val anyDevice: Boolean = false,
+    /**
+     * Why this backend's library cannot move a dtype (for example a GPU library too old for
+     * bfloat16), or null when it can: the refusal's text after `"operation: "`, saying what to
+     * change. Checked for every tensor; must be thread-safe and cheap. Null: every dtype is moved.
+     */
+    public val dtypeRefusal: ((DType) -> String?)? = null,
 ) {
-    /** [tensor] as the [role] of [operation]: open, on [device], addressable, writable if [written]. */
+    /**
+     * [tensor] as the [role] of [operation]: open, on [device] (or on any GPU device when
+     * [anyDevice]), of a dtype the library moves, addressable, writable if [written], and of at
+     * most [maxCount] elements.
+     */
     public fun tensor(tensor: Tensor, operation: String, role: String, written: Boolean) {
-        CollectiveChecks.device(tensor, device, operation, role)
+        if (anyDevice && tensor.device.isGpu) CollectiveChecks.open(tensor, operation, role) else CollectiveChecks.device(tensor, device, operation, role)
+        dtypeRefusal?.invoke(tensor.dtype)?.let { throw IllegalArgumentException("$operation: $it") }
         if (!tensor.device.isGpu) {
             val s = tensor.segment
+            require(s.scope().isAlive) {
+                "$operation: the $role's memory was freed (the Arena of the segment it wraps was closed); keep the memory alive while the tensor is used"
+            }
             require(!(nativeMemory && !s.isNative)) {
                 "$operation: the $role is backed by a Java heap array, whose address native code cannot use; " +
                     "allocate it off the heap (Tensor.zeros, Tensor.copy, or Tensor.wrap of a segment from an Arena)"
@@ -121,13 +144,16 @@ public class CollectiveValidator(
         return normalise(input, dim)
     }
 
-    /** [Communicator.gather]. Returns the normalised dim; the root's output shape is [allGatherShape]'s. */
+    /** [Communicator.gather]. Returns the normalised dim; the root's output shape is [gatherShape]'s. */
     public fun gather(input: Tensor, root: Int, dim: Int): Int {
+        gatherShape(input, root, dim)
+        return normalise(input, dim)
+    }
+
+    /** [Communicator.gather]'s checks, as [gather]; returns the shape of the root's output ([input]'s with [dim] times the world size). */
+    public fun gatherShape(input: Tensor, root: Int, dim: Int): List<Int> {
         CollectiveChecks.root(root, worldSize, "gather")
-        tensor(input, "gather", "input", written = false)
-        val d = dim(input, dim, "gather")
-        gatheredShape(input, d, "gather")
-        return d
+        return allGatherShape(input, dim, "gather")
     }
 
     /**

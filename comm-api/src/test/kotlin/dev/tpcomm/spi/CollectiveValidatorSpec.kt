@@ -115,4 +115,54 @@ class CollectiveValidatorSpec : FunSpec({
             "allToAllV: the result would have $rows rows of 4 elements, more than this backend moves in one call (${Int.MAX_VALUE}); split the exchange into several calls"
         shouldNotThrowAny { jvm.allToAllVShape(one, listOf(1, 0, 0), listOf(rows, 0, 0)) }
     }
+
+    test("anyDevice: host tensors get every host check, device tensors on any GPU every other check, with the same messages") {
+        val mpi = CollectiveValidator(2, Device.Host, nativeMemory = true, maxTag = 1000, anyDevice = true)
+        val host = Tensor.zeros(DType.Float32, 4)
+        val cuda = Tensor.wrapDevice(Device.Cuda(1), 4096, DType.Float32, 4)
+        val rocm = Tensor.wrapDevice(Device.Rocm(0), 8192, DType.Float32, 8)
+        shouldNotThrowAny { mpi.allReduce(cuda, ReduceOp.Sum); mpi.allGatherInto(rocm, cuda, 0); mpi.send(host, 1, 1000) }
+        val heap = Tensor.wrap(MemorySegment.ofArray(FloatArray(4)), DType.Float32, 4)
+        shouldThrow<IllegalArgumentException> { mpi.allReduce(heap, ReduceOp.Sum) }.message shouldContain "backed by a Java heap array"
+        for (t in listOf(host, cuda)) {
+            shouldThrow<IllegalArgumentException> { mpi.send(t, 1, 1001) }.message shouldBe
+                "send: tag 1001 is above the largest tag this backend's library accepts (1000, its MPI_TAG_UB); pass a tag in 0..1000"
+            shouldThrow<IllegalArgumentException> { mpi.reduce(t, 2, ReduceOp.Sum) }.message shouldBe
+                "reduce: root 2 is out of range; pass a rank in 0 until 2"
+        }
+        // Device tensors on one device overlap by address; the input inside the output is refused.
+        val out = Tensor.wrapDevice(Device.Cuda(1), 4096, DType.Float32, 8)
+        shouldThrow<IllegalArgumentException> { mpi.allGatherInto(out, cuda, 0) }.message shouldContain "share memory"
+        val closed = Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Float32, 4).also { it.close() }
+        shouldThrow<IllegalArgumentException> { mpi.allReduce(closed, ReduceOp.Sum) }.message shouldBe "allReduce: the tensor was closed; pass an open tensor"
+        // Without anyDevice a host communicator still refuses device tensors.
+        shouldThrow<IllegalArgumentException> { native.allReduce(Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Float32, 3), ReduceOp.Sum) }.message shouldBe
+            "allReduce: the tensor is on Cuda(index=0) but this communicator moves tensors on Host"
+    }
+
+    test("dtypeRefusal: a dtype the backend's library lacks is refused in every role, with the backend's words") {
+        val v = CollectiveValidator(2, Device.Cuda(0), nativeMemory = false, dtypeRefusal = { if (it == DType.BFloat16) "NCCL 2.9.9 has no bfloat16" else null })
+        val bf = Tensor.wrapDevice(Device.Cuda(0), 4096, DType.BFloat16, 4)
+        shouldThrow<IllegalArgumentException> { v.broadcast(bf, 0) }.message shouldBe "broadcast: NCCL 2.9.9 has no bfloat16"
+        shouldThrow<IllegalArgumentException> { v.recv(bf, 1, 0) }.message shouldBe "recv: NCCL 2.9.9 has no bfloat16"
+        shouldNotThrowAny { v.broadcast(Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Float16, 4), 0) }
+    }
+
+    test("a tensor over memory whose Arena was closed is refused before native code gets the freed address") {
+        val arena = java.lang.foreign.Arena.ofShared()
+        val t = Tensor.wrap(arena.allocate(16), DType.Float32, 4)
+        arena.close()
+        for (v in listOf(native, jvm)) {
+            shouldThrow<IllegalArgumentException> { v.allReduce(t, ReduceOp.Sum) }.message shouldBe
+                "allReduce: the tensor's memory was freed (the Arena of the segment it wraps was closed); keep the memory alive while the tensor is used"
+        }
+    }
+
+    test("gatherShape checks what gather checks and returns the root's output shape") {
+        val t = Tensor.zeros(DType.Float32, 2, 5)
+        native.gatherShape(t, 1, -1) shouldBe listOf(2, 15)
+        native.gather(t, 1, -1) shouldBe 1
+        shouldThrow<IllegalArgumentException> { native.gatherShape(t, 3, 0) }.message shouldBe "gather: root 3 is out of range; pass a rank in 0 until 3"
+        shouldThrow<IllegalArgumentException> { native.gatherShape(t, 0, 2) }.message shouldBe "gather: dim 2 is out of range for shape [2, 5]; pass a dim in -2..1"
+    }
 })

@@ -207,6 +207,13 @@ public abstract class CommunicatorFront(
         else -> errors.aborted(operation, sequence, failure.message, failure.cause)
     }
 
+    /** [exceptionOf] a failure of [kind] (one of [OperationFailure]'s kinds) in [operation], saying [message]. */
+    public fun exceptionOf(kind: Int, operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationException =
+        exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
+
+    /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
+    public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)
+
     /**
      * Why the communicator aborts when this rank is cancelled inside [operation] ([where]): a
      * timeout when the cancellation is a caller's deadline (`withTimeout`), an abort otherwise.
@@ -227,7 +234,7 @@ public abstract class CommunicatorFront(
      * was closed) and whose cause is [cause].
      */
     protected fun abortedFailure(cause: Throwable): OperationFailure =
-        OperationFailure(OperationFailure.ABORTED, errors.abortedMessage(cause), cause)
+        OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
 
     /**
      * Compares the signatures of every rank ([CollectiveSignature.SIZE] longs per rank in [all]) of
@@ -290,8 +297,9 @@ public abstract class CommunicatorFront(
     }
 
     final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        val d = validator.gather(input, root, dim)
-        val output = if (rank == root) allocate("gather", input.dtype, validator.allGatherShape(input, d, "gather")) else null
+        val shape = validator.gatherShape(input, root, dim)
+        val d = CollectiveValidator.normalise(input, dim)
+        val output = if (rank == root) allocate("gather", input.dtype, shape) else null
         return collective(CollectiveOp.Gather, input, output, input, null, root, d, null, null, null, output)
     }
 
@@ -528,6 +536,15 @@ public abstract class CommunicatorFront(
         @JvmStatic
         public fun setSplitsWord(dst: LongArray, at: Int, word: Long) {
             dst[at + 7] = word
+        }
+
+        /**
+         * Sets allToAllV's extra signature word of the signature at [at] in [dst] from what every
+         * peer sends this rank ([sentToMe], rows per peer) and what this rank expects ([outputSplits]).
+         */
+        @JvmStatic
+        public fun setSplitsWord(dst: LongArray, at: Int, sentToMe: IntArray, outputSplits: List<Int>) {
+            setSplitsWord(dst, at, CollectiveSignature.splitsWord(sentToMe, outputSplits))
         }
     }
 }

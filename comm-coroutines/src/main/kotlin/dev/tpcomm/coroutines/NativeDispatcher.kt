@@ -13,6 +13,7 @@ import java.util.concurrent.ConcurrentLinkedQueue
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.locks.LockSupport
 import kotlin.coroutines.CoroutineContext
+import kotlin.coroutines.EmptyCoroutineContext
 import kotlin.coroutines.resume
 import kotlin.coroutines.resumeWithException
 
@@ -60,6 +61,12 @@ public class NativeDispatcher @JvmOverloads constructor(
     public val spinIterations: Int = 2_000,
     /** Longest park between polls while requests are in flight, in nanoseconds. */
     public val maxParkNanos: Long = 200_000,
+    /**
+     * How long the thread stays awake after its last task before it parks, in nanoseconds (0: it
+     * parks at once). While awake it takes dispatched work without being unparked (a spinning
+     * hand-off), but [runHereIfIdle] finds it busy, so callers hand their calls over.
+     */
+    public val idleSpinNanos: Long = 0,
 ) : CoroutineDispatcher(), AutoCloseable {
     private class Waiter(val request: NativeRequest, @Volatile var continuation: CancellableContinuation<Unit>?)
 
@@ -88,6 +95,7 @@ public class NativeDispatcher @JvmOverloads constructor(
     init {
         require(spinIterations >= 0) { "spinIterations must be >= 0, got $spinIterations" }
         require(maxParkNanos >= 1_000) { "maxParkNanos must be >= 1000, got $maxParkNanos" }
+        require(idleSpinNanos >= 0) { "idleSpinNanos must be >= 0, got $idleSpinNanos" }
         thread.start()
     }
 
@@ -138,6 +146,28 @@ public class NativeDispatcher @JvmOverloads constructor(
             owner.set(FREE)
             if (loopWaiting || !queue.isEmpty()) LockSupport.unpark(thread)
         }
+    }
+
+    /**
+     * Runs [block] on the dispatcher's thread, after the work dispatched before it, and returns its
+     * result, waiting for it on the caller's thread (spinning briefly, then yielding) for up to
+     * [spinNanos] before suspending: the caller of a short block is never parked and woken. Called
+     * on the dispatcher's thread it runs [block] inline.
+     *
+     * **Cancellation.** A caller cancelled while [block] is still queued is resumed with the
+     * `CancellationException` and [block] never starts; one cancelled while [block] runs is resumed
+     * at once, and [block] runs to its end without anyone waiting for its result. While it spins,
+     * the caller notices a cancellation only when it suspends (after at most [spinNanos]).
+     *
+     * @throws NativeDispatcherClosedException when the dispatcher is closed.
+     */
+    public suspend fun <T> handOff(spinNanos: Long, block: () -> T): T {
+        if (isNativeThread) return block()
+        if (closed) throw NativeDispatcherClosedException.closed(name)
+        val task = SpinningTask(block)
+        dispatch(EmptyCoroutineContext, task)
+        if (task.awaitSpinning(spinNanos)) return task.result()
+        return suspendCancellableCoroutine { cont -> task.attach(cont) }
     }
 
     /** True while a [runHereIfIdle] block runs on the calling thread. */
@@ -217,6 +247,7 @@ public class NativeDispatcher @JvmOverloads constructor(
             }
             if (inFlight.isEmpty()) {
                 if (!queue.isEmpty()) continue
+                if (idleSpinNanos > 0 && awaitWorkSpinning()) continue
                 // Idle: a caller may run a block on its own thread (runHereIfIdle) until we wake. Freed
                 // at once after the last task, which may have resumed the caller that comes next.
                 owner.set(FREE)
@@ -232,6 +263,22 @@ public class NativeDispatcher @JvmOverloads constructor(
         val error = NativeDispatcherClosedException.closed(name)
         while (inFlight.isNotEmpty()) inFlight.pollFirst()?.continuation?.resumeWithException(error)
         inFlightSize = 0
+    }
+
+    /**
+     * Stays awake for up to [idleSpinNanos] waiting for work: spins briefly, then yields (where a
+     * caller shares this core, it needs the core to dispatch). True when work arrived or the
+     * dispatcher closed.
+     */
+    private fun awaitWorkSpinning(): Boolean {
+        val end = System.nanoTime() + idleSpinNanos
+        var spins = 0
+        while (queue.isEmpty() && !closed) {
+            if (spins < IDLE_SPINS) { spins++; Thread.onSpinWait(); continue }
+            if (System.nanoTime() - end >= 0) return false
+            Thread.yield()
+        }
+        return true
     }
 
     /** Takes the library back from a [runHereIfIdle] block (waits for it to end). */
@@ -301,6 +348,9 @@ public class NativeDispatcher @JvmOverloads constructor(
 private const val FINISHING_SPINS = 200
 private const val FINISHING_YIELDS = 200
 
+/** Polls with `onSpinWait` before an idle thread that stays awake ([NativeDispatcher.idleSpinNanos]) starts yielding. */
+private const val IDLE_SPINS = 200
+
 private const val FREE = 0
 private const val LOOP = 1
 private const val CALLER = 2
@@ -310,3 +360,55 @@ private fun NativeDispatcherClosedException.asCancellation(): kotlinx.coroutines
 
 internal fun NativeDispatcherClosedException.Companion.closed(name: String): NativeDispatcherClosedException =
     NativeDispatcherClosedException("native dispatcher '$name' is closed; create a new communicator")
+
+/**
+ * A block handed to a [NativeDispatcher] whose caller spins for the result before it suspends
+ * ([NativeDispatcher.handOff]). [state] is null while neither side finished, the
+ * [CancellableContinuation] once the caller suspended, or the block's [Result] once it ran.
+ */
+private class SpinningTask<T>(private val block: () -> T) : Runnable {
+    private val state = java.util.concurrent.atomic.AtomicReference<Any?>(null)
+
+    override fun run() {
+        val before = state.get()
+        // A caller cancelled while the block was queued: it must not start.
+        if (before is CancellableContinuation<*> && !before.isActive) return
+        val result = runCatching(block)
+        while (true) {
+            val s = state.get()
+            if (s is CancellableContinuation<*>) {
+                @Suppress("UNCHECKED_CAST")
+                (s as CancellableContinuation<T>).resumeWith(result)
+                return
+            }
+            if (state.compareAndSet(null, result)) return
+        }
+    }
+
+    /** Waits up to [spinNanos] for the result; true when it is there. */
+    fun awaitSpinning(spinNanos: Long): Boolean {
+        if (spinNanos <= 0) return state.get() is Result<*>
+        val end = System.nanoTime() + spinNanos
+        var spins = 0
+        while (state.get() == null) {
+            if (spins < HANDOFF_SPINS) { spins++; Thread.onSpinWait(); continue }
+            if (System.nanoTime() - end >= 0) return false
+            Thread.yield()
+        }
+        return true
+    }
+
+    @Suppress("UNCHECKED_CAST")
+    fun result(): T = (state.get() as Result<T>).getOrThrow()
+
+    /** Suspends [cont] until the block ran (resumes it at once if it already did). */
+    fun attach(cont: CancellableContinuation<T>) {
+        if (!state.compareAndSet(null, cont)) {
+            @Suppress("UNCHECKED_CAST")
+            cont.resumeWith(state.get() as Result<T>)
+        }
+    }
+}
+
+/** Polls with `onSpinWait` before a caller waiting in [NativeDispatcher.handOff] starts yielding. */
+private const val HANDOFF_SPINS = 200

@@ -201,4 +201,35 @@ class NativeDispatcherSpec : FunSpec({
             }
         }
     }
+    test("handOff returns the block's result to a spinning caller, runs it on the thread, and after work dispatched before it") {
+        NativeDispatcher("t-handoff", idleSpinNanos = 200_000).use { d ->
+            val order = Collections.synchronizedList(ArrayList<String>())
+            runBlocking {
+                d.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { order += "before" })
+                val thread = d.handOff(1_000_000) { order += "block"; Thread.currentThread() }
+                thread.name shouldBe "t-handoff"
+                // A block slower than the spin: the caller suspends, then gets the result.
+                d.handOff(1_000) { Thread.sleep(20); 42 } shouldBe 42
+                shouldThrow<IllegalStateException> { d.handOff(1_000_000) { throw IllegalStateException("boom") } }.message shouldBe "boom"
+            }
+            order shouldContainExactly listOf("before", "block")
+        }
+    }
+
+    test("handOff: a caller cancelled while its block is queued is resumed at once and the block never starts") {
+        NativeDispatcher("t-handoff-cancel").use { d ->
+            val started = AtomicBoolean(false)
+            val gate = java.util.concurrent.CountDownLatch(1)
+            runBlocking {
+                d.dispatch(kotlin.coroutines.EmptyCoroutineContext, Runnable { gate.await() }) // keeps the thread busy
+                val job = launch(Dispatchers.Default) { d.handOff(0) { started.set(true) } }
+                delay(50)
+                job.cancel()
+                job.join()
+                gate.countDown()
+                d.execute { } // everything queued before has run
+            }
+            started.get() shouldBe false
+        }
+    }
 })

@@ -114,7 +114,15 @@ public class NcclCommunicator internal constructor(
 ) : CommunicatorFront(
     rank, worldSize, device, backendName,
     FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir),
-    CollectiveValidator(worldSize, device, nativeMemory = false),
+    // The core's one argument check, run first by every operation; NCCL/RCCL's dtypes come in as
+    // dtypeRefusal: bfloat16 needs 2.10 (unreachable through NcclConnector, whose minimum is 2.18).
+    CollectiveValidator(worldSize, device, nativeMemory = false, dtypeRefusal = { dtype ->
+        if (dtype == DType.BFloat16 && libraryVersionCode < NcclVersion.AVG_AND_BFLOAT16) {
+            "${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
+        } else {
+            null
+        }
+    }),
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
@@ -364,14 +372,12 @@ public class NcclCommunicator internal constructor(
         return when (call.op) {
             CollectiveOp.AllReduce -> {
                 val t = call.input!!
-                checkTensor(t, name)
                 val op = call.reduceOp!!
                 val red = checkOp(op, t.dtype, name)
                 onDevice { withRedOp(op, t, red) { r -> nccl(api.allReduce(t.address, t.address, t.numel, dt(t), r, comm, stream), "ncclAllReduce") }; null }
             }
             CollectiveOp.Broadcast -> {
                 val t = call.input!!
-                checkTensor(t, name)
                 val root = call.root
                 onDevice {
                     val type = moveType(t)
@@ -381,7 +387,6 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.Reduce -> {
                 val t = call.input!!
-                checkTensor(t, name)
                 val op = call.reduceOp!!
                 val red = checkOp(op, t.dtype, name)
                 val root = call.root
@@ -389,14 +394,12 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.AllGather -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val out = call.output!!
                 val dim = call.dim
                 onDevice { issueAllGather(out, input, dim); null }
             }
             CollectiveOp.ReduceScatter -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val op = call.reduceOp!!
                 val red = checkOp(op, input.dtype, name)
                 val out = call.output!!
@@ -405,7 +408,6 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.Gather -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val root = call.root
                 val out = call.output
                 val outer = outerCount(input.shape, call.dim)
@@ -413,7 +415,6 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.Scatter -> {
                 val output = call.output!!
-                checkTensor(output, name)
                 val src = call.input
                 val root = call.root
                 val outer = outerCount(output.shape, call.dim)
@@ -421,7 +422,6 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.AllToAll -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val out = call.output!!
                 val outer = outerCount(input.shape, call.dim)
                 onDevice { allToAllOnDevice(out, input, outer); null }
@@ -431,14 +431,12 @@ public class NcclCommunicator internal constructor(
             // Zero-row blocks issue nothing (every rank agrees on the sizes, so every rank skips the same calls).
             CollectiveOp.AllGatherV -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val out = call.output!!
                 val sizes = call.sizes!!
                 onDevice { issueAllGatherV(out, input, sizes); null }
             }
             CollectiveOp.ReduceScatterV -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val op = call.reduceOp!!
                 val red = checkOp(op, input.dtype, name)
                 val out = call.output!!
@@ -447,7 +445,6 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.AllToAllV -> {
                 val input = call.input!!
-                checkTensor(input, name)
                 val out = call.output!!
                 val inputSplits = call.sizes!!
                 val outputSplits = call.outputSizes!!
@@ -673,7 +670,7 @@ public class NcclCommunicator internal constructor(
     // ---------------------------------------------------------------- point to point
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
-        checkP2p(tensor, dst, tag, entry.operation, sending = true)
+        checkP2p(dst, tag, entry.operation, sending = true)
         val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
         o.entry = entry
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
@@ -681,7 +678,7 @@ public class NcclCommunicator internal constructor(
     }
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        checkP2p(tensor, src, tag, entry.operation, sending = false)
+        checkP2p(src, tag, entry.operation, sending = false)
         val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
         o.entry = entry
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
@@ -719,7 +716,7 @@ public class NcclCommunicator internal constructor(
      * and cancellation as for a collective.
      */
     override suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> {
-        for ((i, o) in ops.withIndex()) checkP2p(o.tensor, o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
+        for ((i, o) in ops.withIndex()) checkP2p(o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
         if (ops.isEmpty()) return emptyList()
         val first = ops.first()
         val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
@@ -1126,8 +1123,9 @@ public class NcclCommunicator internal constructor(
             }
         }
 
-        fun issueAllGather(out: Tensor, input: Tensor, dim: Int) {
-            val outer = outerCount(input.shape, norm(input, dim))
+        /** Along the normalised dim [d]. */
+        fun issueAllGather(out: Tensor, input: Tensor, d: Int) {
+            val outer = outerCount(input.shape, d)
             val type = moveType(input)
             if (outer == 1L) {
                 nccl(api.allGather(input.address, out.address, moveCount(input, type), type, comm, stream), "ncclAllGather")
@@ -1224,8 +1222,9 @@ public class NcclCommunicator internal constructor(
             setSplitsWord(sig, 0, CollectiveSignature.splitsWord(sentToMe, outputSplits))
         }
 
-        fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, dim: Int) {
-            val outer = outerCount(input.shape, norm(input, dim))
+        /** Along the normalised dim [d]. */
+        fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, d: Int) {
+            val outer = outerCount(input.shape, d)
             val src = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, out.byteSize, outer) }
             nccl(api.reduceScatter(src, out.address, out.numel, dt(input), red, comm, stream), "ncclReduceScatter")
         }
@@ -1560,18 +1559,8 @@ public class NcclCommunicator internal constructor(
 
     // ---------------------------------------------------------------- validation and errors
 
-    /** What NCCL/RCCL add to the core's [validator]: bfloat16 needs 2.10 (unreachable since the minimum is 2.18). */
-    private fun checkTensor(t: Tensor, operation: String) {
-        if (t.dtype == DType.BFloat16) {
-            require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
-                "$operation: ${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
-            }
-        }
-    }
-
     /** What NCCL/RCCL refuse of a point-to-point call beyond the front's checks (tags, ANY_SOURCE, oneself). */
-    private fun checkP2p(t: Tensor, peer: Int, tag: Int, name: String, sending: Boolean) {
-        checkTensor(t, name)
+    private fun checkP2p(peer: Int, tag: Int, name: String, sending: Boolean) {
         if (sending) {
             require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
             require(peer != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
@@ -1713,7 +1702,6 @@ public class NcclCommunicator internal constructor(
          */
         private const val P2P_GRACE_NANOS = 5_000_000L
 
-        private fun norm(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
 
         private fun outerCount(shape: List<Int>, d: Int): Long {
             var o = 1L

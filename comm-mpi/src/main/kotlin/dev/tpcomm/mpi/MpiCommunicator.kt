@@ -12,13 +12,13 @@ import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.callerMayBeHeld
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
-import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
-import dev.tpcomm.spi.CollectiveShapes
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
@@ -67,9 +67,10 @@ import kotlin.coroutines.cancellation.CancellationException
  * once. Point-to-point calls are always non-blocking, so concurrent sends and receives never
  * deadlock.
  *
- * **Failure.** Arguments are checked first (the core's validator: the same
- * [IllegalArgumentException] as on every backend, for heap, read-only, closed or aliased tensors,
- * sizes past MPI's int count, tags past [tagUpperBound]). MPI errors (the communicator uses
+ * **Failure.** Arguments are checked first, on every path, device tensors included (the core's
+ * validator: the same [IllegalArgumentException] as on every backend, for heap, read-only, closed
+ * or aliased tensors, sizes past MPI's int count, tags past [tagUpperBound]), before a device
+ * tensor is staged or any MPI call is made. MPI errors (the communicator uses
  * `MPI_ERRORS_RETURN`) become [CommunicationException]s carrying MPI's error string. A call past
  * [CommConfig.timeout] raises [CommunicationTimeoutException] with the flight recorder's dump (also
  * printed to stderr), aborts the communicator ([isAborted]), and with [MpiConfig.abortOnTimeout]
@@ -102,8 +103,8 @@ public class MpiCommunicator internal constructor(
     internal val handle: Long,
     /** A duplicate of [handle] carrying only abort notices between ranks ([MpiAbortNotices]). */
     private val controlHandle: Long,
-    override val rank: Int,
-    override val worldSize: Int,
+    rank: Int,
+    worldSize: Int,
     /** The configuration this communicator was created with. */
     public val config: CommConfig,
     /** The MPI settings in effect. */
@@ -117,15 +118,23 @@ public class MpiCommunicator internal constructor(
      * (MPICH 4.0 with ch4:ucx: 2^28 - 1; Open MPI 4.1: 2^31 - 1; at least 32767 by the standard).
      */
     public val tagUpperBound: Int = 32767,
-) : Communicator, dev.tpcomm.coroutines.FlightRecorded {
-    internal val abi: MpiAbi = binding.abi
-    private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
-    private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
-    private val recorder = FlightRecorder(
+) : CommunicatorFront(
+    rank, worldSize, Device.Host, "mpi",
+    FlightRecorder(
         config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling, worldSize = worldSize, communicator = FlightRecorder.safeId(name), dumpDirectory = config.flightRecorderDir,
         // Without profiling, start times come from the watchdog's scans: no clock read per operation.
         clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else runtime.watchdog.coarseClock,
-    )
+    ),
+    // The core's argument checks, run by the front first on host and device tensors alike (device
+    // tensors go to a CUDA-aware MPI as pointers or are staged: anyDevice), so every backend refuses
+    // the same mistake with the same message: heap, read-only (written), freed or closed tensors and
+    // views of closed ones, sizes in Long past MPI's int count, tags past tagUpperBound, aliased
+    // input and output. The run* bodies and MpiDeviceStaging check nothing of their own.
+    CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong(), anyDevice = true),
+) {
+    internal val abi: MpiAbi = binding.abi
+    private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
+    private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
@@ -148,15 +157,8 @@ public class MpiCommunicator internal constructor(
 
     private val workarounds = MpiWorkarounds(binding.abi)
 
-    /**
-     * The core's argument checks, run first for host tensors so every backend refuses the same
-     * mistake with the same message: heap, read-only (written), closed tensors and views of closed
-     * ones, sizes in Long past MPI's int count, tags past [tagUpperBound], aliased input and output.
-     */
-    private val validator = CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong())
 
-    /** The one builder of this communicator's exceptions, and its failure state (first cause wins). */
-    private val errors = CommunicationErrors(rank, "mpi") { recorder.dumpJson() }
+    /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */
     private val failure = FailureState(errors)
 
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
@@ -203,7 +205,7 @@ public class MpiCommunicator internal constructor(
         override fun programFailed(description: String) {
             if (closed.get() || failure.isAborted) return
             markBroken(
-                errors.aborted(PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
+                exceptionOf(OperationFailure.ABORTED, PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
                 now = true,
             )
@@ -213,10 +215,6 @@ public class MpiCommunicator internal constructor(
     init {
         runtime.watchdog.register(watched)
     }
-
-    override val backendName: String get() = "mpi"
-
-    override val device: Device get() = Device.Host
 
     /** The MPI implementation this process loaded. */
     public val implementation: MpiImplementation get() = runtime.implementation
@@ -236,9 +234,6 @@ public class MpiCommunicator internal constructor(
     /** The flight recorder's JSON dump of recent operations. */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
-    /** This communicator's flight recorder. */
-    override val flightRecorder: FlightRecorder get() = recorder
-
     /**
      * Per-operation timing of the MPI calls (count, total and maximum), by operation name; empty
      * unless [MpiConfig.profiling] is on. A snapshot; thread-safe.
@@ -251,87 +246,213 @@ public class MpiCommunicator internal constructor(
      */
     public val isAborted: Boolean get() = failure.isAborted
 
+    // ------------------------------------------------------------------ what the front asks of MPI
+
+    override fun refusal(operation: String, collective: Boolean): OperationFailure? {
+        if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator is closed; create a new one")
+        val cause = failure.cause ?: return null
+        return OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
+    }
+
+    /**
+     * The small blocking all-reduces and broadcasts run to completion here, without suspending:
+     * on this communicator's thread when the caller is on it (the fast path), or on the caller's
+     * thread when [callerRuns] allows it for this size, the caller may be held
+     * ([callerMayBeHeld]: no `withTimeout`, no [dev.tpcomm.coroutines.Overlapping]) and the
+     * communicator's thread is idle ([NativeDispatcher.runHereIfIdle]: the natural call path).
+     * Everything else runs in [await].
+     */
+    override fun issue(call: Call): Any? {
+        if (!blockingMode) return PENDING
+        val tensor = call.input ?: return PENDING
+        return when (call.op) {
+            CollectiveOp.AllReduce -> {
+                val op = call.reduceOp!!
+                if (staging.needed(tensor) || workarounds.hostReduced(tensor.dtype, op)) return PENDING
+                if (runsHere(call, tensor) { allReduceBlocking(call, tensor, op) }) tensor else PENDING
+            }
+            CollectiveOp.Broadcast -> {
+                if (staging.needed(tensor)) return PENDING
+                if (runsHere(call, tensor) { broadcastBlocking(call, tensor, call.root) }) tensor else PENDING
+            }
+            else -> PENDING
+        }
+    }
+
+    /** Runs [block] on this thread when [issue] may (see there): true when it ran. */
+    private inline fun runsHere(call: Call, tensor: Tensor, crossinline block: () -> Unit): Boolean {
+        if (fastPath()) {
+            block()
+            return true
+        }
+        if (!callerRuns || tensor.byteSize > mpiConfig.callerRunsLimit || !callerMayBeHeld(call.context)) return false
+        return dispatcher.runHereIfIdle { block() }
+    }
+
+    /**
+     * Runs what [issue] did not, after the front validated, recorded and retained it: on the
+     * caller's thread, on this communicator's thread, or handed from one to the other
+     * ([collective]). Device tensors MPI is not given directly go through [staging] (host
+     * temporaries), the others straight to MPI.
+     */
+    override suspend fun await(call: Call): Any? {
+        val input = call.input
+        val output = call.output
+        val staged = staging.needed(input) || staging.needed(output)
+        return when (call.op) {
+            CollectiveOp.AllReduce ->
+                if (staged) staging.allReduce(call, input!!, call.reduceOp!!) else runAllReduce(call, input!!, call.reduceOp!!)
+            CollectiveOp.Broadcast ->
+                if (staged) staging.broadcast(call, input!!, call.root) else runBroadcast(call, input!!, call.root)
+            CollectiveOp.Reduce ->
+                if (staged) staging.reduce(call, input!!, call.root, call.reduceOp!!) else runReduce(call, input!!, call.root, call.reduceOp!!)
+            CollectiveOp.AllGather ->
+                if (staged) staging.allGatherInto(call, output!!, input!!, call.dim) else runAllGather(call, output!!, input!!, call.dim)
+            CollectiveOp.ReduceScatter ->
+                if (staged) {
+                    staging.reduceScatterInto(call, output!!, input!!, call.reduceOp!!, call.dim)
+                } else {
+                    runReduceScatter(call, output!!, input!!, call.reduceOp!!, call.dim)
+                }
+            // The root's output is the front's (a host tensor, also for a staged device input).
+            CollectiveOp.Gather ->
+                if (staging.needed(input)) staging.gather(call, input!!, call.root, call.dim, output) else runGather(call, input!!, call.root, call.dim, output)
+            // The input is the root's only (the front passes null elsewhere).
+            CollectiveOp.Scatter ->
+                if (staged) staging.scatter(call, output!!, input, call.root, call.dim) else runScatter(call, output!!, input, call.root, call.dim)
+            CollectiveOp.AllToAll ->
+                if (staging.needed(input)) staging.allToAll(call, input!!, call.dim, output!!) else runAllToAll(call, input!!, call.dim, output!!)
+            CollectiveOp.AllGatherV -> {
+                unevenOnHost(call.name, output!!, input!!)
+                runAllGatherV(call, output, input, call.sizes!!)
+            }
+            CollectiveOp.ReduceScatterV -> {
+                unevenOnHost(call.name, output!!, input!!)
+                runReduceScatterV(call, output, input, call.sizes!!, call.reduceOp!!)
+            }
+            CollectiveOp.AllToAllV -> {
+                unevenOnHost(call.name, output!!, input!!)
+                runAllToAllV(call, output, input, call.sizes!!, call.outputSizes!!)
+            }
+            CollectiveOp.Barrier -> runBarrier(call)
+            CollectiveOp.Split -> {
+                val e = call.extra as IntArray
+                runSplit(call, if (e[0] == 0) null else e[1], e[2])
+            }
+            CollectiveOp.Group -> {
+                val position = (call.extra as List<*>).indexOf(rank)
+                runSplit(call, if (position >= 0) 0 else null, if (position >= 0) position else 0)
+            }
+            else -> error("${call.name} is not a collective of the front")
+        }
+    }
+
+    override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
+        if (staging.needed(tensor)) staging.send(entry, tensor, dst, tag) else runSend(entry, tensor, dst, tag)
+    }
+
+    override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo =
+        if (staging.needed(tensor)) staging.recv(entry, tensor, src, tag) else runRecv(entry, tensor, src, tag)
+
     // ------------------------------------------------------------------ collectives
 
-    override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.allReduce(tensor, op)
+    /** [allReduce] of a validated [tensor] MPI takes as it is (host memory or a CUDA-aware device pointer). */
+    internal suspend fun runAllReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
-        if (!tensor.device.isGpu) validator.allReduce(tensor, op)
-        checkTensor(tensor, name)
-        CollectiveChecks.op(op, tensor.dtype, name)
-        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
-        // The tensor is allReduce's output: PreMulSum scales it in place.
-        val pre = preMul(op, tensor, inPlace = true, name)
         if (workarounds.hostReduced(tensor.dtype, op)) {
+            if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
+            // The tensor is allReduce's output: PreMulSum scales it in place.
+            val pre = preMul(op, tensor, inPlace = true)
             checkHost(tensor, name, "this reduction runs on the host")
-            val n = count(tensor, name)
+            val n = mpiCount(tensor)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
-            val entry = start(name, tensor, op = op)
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
-            collective(entry, name, signature(CollectiveOp.AllReduce, tensor, -1, -1, op), arrayOf(tensor, staging),
+            collective(call.entry, name, sig(call), arrayOf(tensor, staging),
                 { pre?.apply(); binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> pre?.apply(); binding.iallgather(src, n, t, dst, n, t, handle, r) })
             HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
+        if (fastPath()) {
+            allReduceBlocking(call, tensor, op)
+            return tensor
+        }
+        reduceInPlace(tensor, op) { pre, n, t, o ->
+            val buf = addr(tensor); val inPlace = abi.inPlace
+            collective(call.entry, name, sig(call), tensor,
+                { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
+                { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+        }
+        return tensor
+    }
+
+    /**
+     * An in-place reduction's steps around its MPI call: the checks of what runs on the host,
+     * PreMulSum's scaling (applied by [call] on the thread that calls MPI), the unsigned-byte
+     * workaround's flip and flip back, and Avg's division after the sum. [call] gets the scaling,
+     * the count, MPI's datatype and op.
+     */
+    private inline fun reduceInPlace(tensor: Tensor, op: ReduceOp, call: (pre: PreMul?, n: Int, type: Long, mpiOp: Long) -> Unit) {
+        val name = "allReduce"
+        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
-        val n = count(tensor, name)
-        val entry = start(name, tensor, op = op)
+        // The tensor is allReduce's output: PreMulSum scales it in place.
+        val pre = preMul(op, tensor, inPlace = true)
+        val n = mpiCount(tensor)
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
-        val buf = addr(tensor); val t = workarounds.reduceType(tensor, op); val o = abi.op(op, tensor.dtype); val inPlace = abi.inPlace
         if (flip) workarounds.flipTopBits(tensor)
         try {
-            if (fastPath()) {
-                inlineBlocking(entry, name, tensor, signature(CollectiveOp.AllReduce, tensor, -1, -1, op)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
-            } else {
-                collective(entry, name, signature(CollectiveOp.AllReduce, tensor, -1, -1, op), tensor,
-                    { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
-                    { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
-            }
+            call(pre, n, workarounds.reduceType(tensor, op), abi.op(op, tensor.dtype))
         } finally {
             if (flip) workarounds.flipTopBits(tensor)
         }
         if (op == ReduceOp.Avg) HostReduction.divide(tensor.segment, tensor.dtype, tensor.numel, worldSize)
-        return tensor
     }
 
-    override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.broadcast(tensor, root)
-        val name = "broadcast"
-        if (!tensor.device.isGpu) validator.broadcast(tensor, root)
-        checkTensor(tensor, name)
-        CollectiveChecks.root(root, worldSize, name)
-        val n = count(tensor, name)
-        val entry = start(name, tensor, root = root)
+    /** allReduce as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
+    private fun allReduceBlocking(call: Call, tensor: Tensor, op: ReduceOp) {
+        reduceInPlace(tensor, op) { pre, n, t, o ->
+            val buf = addr(tensor); val inPlace = abi.inPlace
+            inlineBlocking(call.entry, "allReduce", tensor, sig(call)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
+        }
+    }
+
+    /** broadcast as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
+    private fun broadcastBlocking(call: Call, tensor: Tensor, root: Int) {
+        val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        inlineBlocking(call.entry, "broadcast", tensor, sig(call)) { binding.bcast(buf, n, t, root, handle) }
+    }
+
+    /** [broadcast] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun runBroadcast(call: Call, tensor: Tensor, root: Int): Tensor {
+        val name = "broadcast"
         if (fastPath()) {
-            inlineBlocking(entry, name, tensor, signature(CollectiveOp.Broadcast, tensor, root, -1, null)) { binding.bcast(buf, n, t, root, handle) }
+            broadcastBlocking(call, tensor, root)
             return tensor
         }
-        collective(entry, name, signature(CollectiveOp.Broadcast, tensor, root, -1, null), tensor,
+        val n = mpiCount(tensor)
+        val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
+        collective(call.entry, name, sig(call), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) })
         return tensor
     }
 
-    override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.reduce(tensor, root, op)
+    /** [reduce] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         val name = "reduce"
-        if (!tensor.device.isGpu) validator.reduce(tensor, root, op)
-        checkTensor(tensor, name)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.op(op, tensor.dtype, name)
         if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
-        val n = count(tensor, name)
+        val n = mpiCount(tensor)
         val t = abi.datatype(tensor.dtype)
-        val sig = signature(CollectiveOp.Reduce, tensor, root, -1, op)
+        val sig = sig(call)
         // The root's tensor is the output (scaled in place); the other ranks' must stay unchanged.
-        val pre = preMul(op, tensor, inPlace = rank == root, name)
+        val pre = preMul(op, tensor, inPlace = rank == root)
         if (workarounds.hostReduced(tensor.dtype, op)) {
             checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
-            val entry = start(name, tensor, root = root, op = op)
+            val entry = call.entry
             val src = addr(pre?.target ?: tensor); val dst = staging?.let { addr(it) } ?: 0L
             collective(entry, name, sig, arrayOf(tensor, staging, pre?.target),
                 { pre?.apply(); binding.gather(src, n, t, dst, n, t, root, handle) },
@@ -341,7 +462,7 @@ public class MpiCommunicator internal constructor(
             return tensor
         }
         if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
-        val entry = start(name, tensor, root = root, op = op)
+        val entry = call.entry
         val buf = addr(tensor); val o = abi.op(op, tensor.dtype)
         val send = if (rank == root) abi.inPlace else addr(pre?.target ?: tensor)
         val recv = if (rank == root) buf else 0L
@@ -360,50 +481,32 @@ public class MpiCommunicator internal constructor(
         return tensor
     }
 
-    override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
-        if (staging.needed(input) || staging.needed(output)) return staging.allGatherInto(output, input, dim)
+    /** [allGatherInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
+    internal suspend fun runAllGather(call: Call, output: Tensor, input: Tensor, d: Int): Tensor {
         val name = "allGather"
-        if (!input.device.isGpu && !output.device.isGpu) validator.allGatherInto(output, input, dim)
-        checkTensor(input, name, written = false); checkTensor(output, name)
-        CollectiveChecks.sameDtype(input, output, name)
-        CollectiveChecks.dim(input, dim, name)
-        checkGatheredDim(input, normalize(input, dim), name)
-        val expected = CollectiveShapes.allGather(input, worldSize, dim)
-        CollectiveChecks.shape(output, expected, "output", name)
-        val d = normalize(input, dim)
-        val n = count(input, name)
-        count(output, name)
+        val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
         val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
-        val entry = start(name, input, dim = d)
+        val entry = call.entry
         val t = abi.datatype(input.dtype)
         val dst = addr(staging)
-        // An input inside the output (PyTorch's in-place all_gather_into_tensor) was refused by
-        // the validator: MPI forbids aliased buffers and MPICH checks it (MPIR_ERRTEST_ALIAS_COLL,
-        // "Buffers must not be aliased"), which failed the call and aborted the communicator.
-        // Device tensors (not validated here) that overlap are copied first.
-        val sendCopy = if (input.device.isGpu || staging.device.isGpu || !overlaps(input, staging)) null else input.copy()
-        val src = if (sendCopy != null) addr(sendCopy) else addr(input)
-        collective(entry, name, signature(CollectiveOp.AllGather, input, -1, d, null), arrayOf(input, output, staging, sendCopy),
+        // An input inside the output (PyTorch's in-place all_gather_into_tensor), on the host or on
+        // one device, was refused by the validator: MPI forbids aliased buffers and MPICH checks it
+        // (MPIR_ERRTEST_ALIAS_COLL, "Buffers must not be aliased"), which failed the call and
+        // aborted the communicator.
+        val src = addr(input)
+        collective(entry, name, sig(call), arrayOf(input, output, staging),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
         return output
     }
 
-    override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        if (staging.needed(input) || staging.needed(output)) return staging.reduceScatterInto(output, input, op, dim)
+    /** [reduceScatterInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
+    internal suspend fun runReduceScatter(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor {
         val name = "reduceScatter"
-        if (!input.device.isGpu && !output.device.isGpu) validator.reduceScatterInto(output, input, op, dim)
-        checkTensor(input, name, written = false); checkTensor(output, name)
-        CollectiveChecks.sameDtype(input, output, name)
-        CollectiveChecks.op(op, input.dtype, name)
-        val expected = CollectiveShapes.reduceScatter(input, worldSize, dim)
-        CollectiveChecks.shape(output, expected, "output", name)
-        val d = normalize(input, dim)
-        count(input, name)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val direct = contiguousAlong(input, d)
         val half = workarounds.hostReduced(input.dtype, op)
         if (!direct || half || op == ReduceOp.Avg || op is ReduceOp.PreMulSum) {
@@ -415,11 +518,11 @@ public class MpiCommunicator internal constructor(
         }
         val gathered = if (direct) input else gatherBlocksAlong(input, d)
         // The input is not the output: PreMulSum scales into a staging buffer (or the rearranged copy, ours).
-        val pre = preMul(op, gathered, inPlace = gathered !== input, name)
+        val pre = preMul(op, gathered, inPlace = gathered !== input)
         val send = pre?.target ?: gathered
         val t = abi.datatype(input.dtype)
-        val sig = signature(CollectiveOp.ReduceScatter, input, -1, d, op)
-        val entry = start(name, input, op = op, dim = d)
+        val sig = sig(call)
+        val entry = call.entry
         if (half) {
             val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
@@ -449,79 +552,55 @@ public class MpiCommunicator internal constructor(
         return output
     }
 
-    override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
-        if (staging.needed(input)) return staging.gather(input, root, dim)
+    /** [gather] of a validated [input] MPI takes as it is, along the normalised dim [d], into the root's [output] (null elsewhere). */
+    internal suspend fun runGather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? {
         val name = "gather"
-        if (!input.device.isGpu) validator.gather(input, root, dim)
-        checkTensor(input, name, written = false)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.dim(input, dim, name)
-        checkGatheredDim(input, normalize(input, dim), name)
-        val outShape = CollectiveShapes.allGather(input, worldSize, dim)
-        val d = normalize(input, dim)
-        val n = count(input, name)
+        val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
-        val output = if (rank == root) zerosLike(input, outShape) else null
         val stagingCount = blocksCount(n, name, "the staging buffer")
         val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
-        val entry = start(name, input, root = root, dim = d)
+        val entry = call.entry
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(CollectiveOp.Gather, input, root, d, null), arrayOf(input, output, staging),
+        collective(entry, name, sig(call), arrayOf(input, output, staging),
             { binding.gather(src, n, t, dst, n, t, root, handle) },
             { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
         if (output != null && !direct) scatterBlocksAlong(staging!!, input.shape, output, d)
         return output
     }
 
-    override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
-        if (staging.needed(output) || staging.needed(input)) return staging.scatter(output, input, root, dim)
+    /**
+     * [scatter] of validated tensors MPI takes as they are, along the normalised dim [d]: [input]
+     * is the root's (null on the other ranks).
+     */
+    internal suspend fun runScatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int) {
         val name = "scatter"
-        if (!output.device.isGpu && input?.device?.isGpu != true) validator.scatter(output, input, root, rank, dim)
-        checkTensor(output, name)
-        CollectiveChecks.root(root, worldSize, name)
-        CollectiveChecks.dim(output, dim, name)
-        val d = normalize(output, dim)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val direct = contiguousAlong(output, d)
-        var send: Tensor? = null
-        if (rank == root) requireNotNull(input) { "$name: the root (rank $root) must pass the input tensor, got null" }
-        if (input != null) {
-            // Checked on every rank that passes one, so a bad input fails everywhere before any data moves.
-            checkTensor(input, name, written = false)
-            CollectiveChecks.sameDtype(input, output, name)
-            CollectiveChecks.divisible(input, d, worldSize, name)
-            val expected = output.shape.toMutableList().also { it[d] = it[d] * worldSize }
-            CollectiveChecks.shape(input, expected, "input", name)
-            if (!direct) checkHost(input, name, "scattering along dim $d rearranges on the host")
+        if (!direct) {
+            if (input != null) checkHost(input, name, "scattering along dim $d rearranges on the host")
+            checkHost(output, name, "scattering along dim $d rearranges on the host")
         }
-        if (rank == root) send = if (direct) input else gatherBlocksAlong(input!!, d)
-        if (!direct) checkHost(output, name, "scattering along dim $d rearranges on the host")
-        val entry = start(name, output, root = root, dim = d)
+        val send = if (input == null) null else if (direct) input else gatherBlocksAlong(input, d)
+        val entry = call.entry
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
-        collective(entry, name, signature(CollectiveOp.Scatter, output, root, d, null), arrayOf(input, send, output),
+        collective(entry, name, sig(call), arrayOf(input, send, output),
             { binding.scatter(src, n, t, dst, n, t, root, handle) },
             { r -> binding.iscatter(src, n, t, dst, n, t, root, handle, r) })
     }
 
-    override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
-        if (staging.needed(input)) return staging.allToAll(input, dim)
+    /** [allToAll] of a validated [input] MPI takes as it is, along the normalised dim [d], into [output] (of [input]'s shape). */
+    internal suspend fun runAllToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor {
         val name = "allToAll"
-        if (!input.device.isGpu) validator.allToAll(input, dim)
-        checkTensor(input, name, written = false)
-        CollectiveChecks.dim(input, dim, name)
-        val d = normalize(input, dim)
-        CollectiveChecks.divisible(input, d, worldSize, name)
-        val total = count(input, name)
+        val total = mpiCount(input)
         val n = total / worldSize
         val direct = contiguousAlong(input, d)
         if (!direct) checkHost(input, name, "all-to-all along dim $d rearranges on the host")
-        val output = zerosLike(input, input.shape)
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
-        val entry = start(name, input, dim = d)
+        val entry = call.entry
         val src = addr(send); val dst = addr(recv); val t = abi.datatype(input.dtype)
-        collective(entry, name, signature(CollectiveOp.AllToAll, input, -1, d, null), arrayOf(input, send, recv, output),
+        collective(entry, name, sig(call), arrayOf(input, send, recv, output),
             { binding.alltoall(src, n, t, dst, n, t, handle) },
             { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
         if (!direct) {
@@ -537,6 +616,16 @@ public class MpiCommunicator internal constructor(
     // displacements as int arrays. The validator refuses a result above maxCount = Int.MAX_VALUE
     // elements ("64-bit counts"): every count and displacement (at most the output's or input's
     // element count) then fits MPI's int. Host tensors only (no device staging for these three).
+
+    /** Refuses device tensors, which the uneven collectives neither stage nor give MPI (checked after the validator). */
+    private fun unevenOnHost(operation: String, output: Tensor, input: Tensor) {
+        for (t in listOf(input, output)) {
+            require(!t.device.isGpu) {
+                "$operation: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on ${t.device}; " +
+                    "copy it to the host first, or use the NCCL/RCCL backend"
+            }
+        }
+    }
 
     /** `int[]` arrays for MPI in one native tensor, kept alive with the call: [values] in order. */
     private fun intArrays(vararg values: IntArray): Tensor {
@@ -555,41 +644,34 @@ public class MpiCommunicator internal constructor(
         return counts to displs
     }
 
-    private fun unevenSignature(op: dev.tpcomm.spi.CollectiveOp, t: Tensor, shape: List<Int>, reduceOp: ReduceOp?, extra: Long): LongArray? {
-        if (!checksConsistency) return null
-        return LongArray(MpiSignatureProtocol.SIG_LEN).also {
-            dev.tpcomm.spi.CollectiveSignature.encodeShape(it, 0, op, t.dtype, shape, reduceOp, extra = extra)
-        }
-    }
-
-    override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+    private suspend fun runAllGatherV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         val name = "allGatherV"
-        validator.allGatherVInto(output, input, sizes, rank)
+        unevenOnHost(name, output, input)
         val (counts, displs) = elementCounts(sizes, input.stride(0))
         val meta = intArrays(counts, displs)
-        val n = count(input, name)
+        val n = mpiCount(input)
         val t = abi.datatype(input.dtype)
         val src = addr(input); val dst = addr(output)
         val cAddr = addr(meta); val dAddr = cAddr + 4L * worldSize
-        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.AllGatherV, input, output.shape, null, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
-        val entry = start(name, input)
+        val sig = sig(call)
+        val entry = call.entry
         collective(entry, name, sig, arrayOf(input, output, meta),
             { binding.allgatherv(src, n, t, dst, cAddr, dAddr, t, handle) },
             { r -> binding.iallgatherv(src, n, t, dst, cAddr, dAddr, t, handle, r) })
         return output
     }
 
-    override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+    private suspend fun runReduceScatterV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = "reduceScatterV"
-        validator.reduceScatterVInto(output, input, sizes, op, rank)
+        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (counts, displs) = elementCounts(sizes, rowElements)
-        val n = count(output, name)
+        val n = mpiCount(output)
         val t = abi.datatype(input.dtype)
-        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.ReduceScatterV, input, input.shape, op, dev.tpcomm.spi.CollectiveSignature.sizesDigest(sizes))
+        val sig = sig(call)
         // The input is not the output: PreMulSum scales into a staging buffer.
-        val pre = preMul(op, input, inPlace = false, name)
-        val entry = start(name, input, op = op)
+        val pre = preMul(op, input, inPlace = false)
+        val entry = call.entry
         if (workarounds.hostReduced(input.dtype, op)) {
             // As reduceScatter does for dtypes MPI cannot reduce: every rank's block for this rank
             // (n elements from each) arrives by MPI_Alltoallv, then the host reduces the blocks.
@@ -627,9 +709,9 @@ public class MpiCommunicator internal constructor(
         return output
     }
 
-    override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+    private suspend fun runAllToAllV(call: Call, output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = "allToAllV"
-        validator.allToAllVInto(output, input, inputSplits, outputSplits)
+        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
         val (recvCounts, recvDispls) = elementCounts(outputSplits, rowElements)
@@ -639,8 +721,8 @@ public class MpiCommunicator internal constructor(
         val m = addr(meta); val w4 = 4L * worldSize
         val t = abi.datatype(input.dtype)
         val src = addr(input); val dst = addr(output)
-        val sig = unevenSignature(dev.tpcomm.spi.CollectiveOp.AllToAllV, input, input.shape.toMutableList().also { it[0] = -1 }, null, 0L)
-        val entry = start(name, input)
+        val sig = sig(call)
+        val entry = call.entry
         val splitsCheck = if (sig == null) null else SplitsExchange(meta, 4 * worldSize, outputSplits, name, entry)
         collective(entry, name, sig, arrayOf(input, output, meta),
             { binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
@@ -672,7 +754,7 @@ public class MpiCommunicator internal constructor(
 
         private fun finish(sig: LongArray) {
             val sentToMe = IntArray(worldSize) { meta.segment.getAtIndex(ValueLayout.JAVA_INT, (at + worldSize + it).toLong()) }
-            sig[7] = dev.tpcomm.spi.CollectiveSignature.splitsWord(sentToMe, outputSplits)
+            setSplitsWord(sig, 0, sentToMe, outputSplits)
         }
 
         override fun blocking(sig: LongArray) {
@@ -689,25 +771,18 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    override suspend fun barrier() {
-        val entry = recorder.start("barrier")
-        collective(entry, "barrier", signature(CollectiveOp.Barrier, null, -1, -1, null), null,
+    private suspend fun runBarrier(call: Call) {
+        collective(call.entry, "barrier", sig(call), null,
             { binding.barrier(handle) },
             { r -> binding.ibarrier(handle, r) })
     }
 
     // ------------------------------------------------------------------ point to point
 
-    override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.send(tensor, dst, tag)
+    /** [send] of a validated [tensor] MPI takes as it is. */
+    internal suspend fun runSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
         val name = "send"
-        if (!tensor.device.isGpu) validator.send(tensor, dst, tag)
-        checkTensor(tensor, name, written = false)
-        CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
-        CollectiveChecks.tag(tag, name, allowAny = false)
-        checkTagBound(tag, name)
-        val n = count(tensor, name)
-        val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = dst, tag = tag)
+        val n = mpiCount(tensor)
         if (dst == rank) return sendToSelf(entry, tensor, n, tag)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         pointToPoint(entry, name, tensor, MpiPending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
@@ -748,16 +823,10 @@ public class MpiCommunicator internal constructor(
     /** Runs the progress of buffered self-sends ([sendToSelf]) on the communicator's thread. */
     private val background = CoroutineScope(dispatcher + SupervisorJob())
 
-    override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        if (tensor.device.isGpu && staging.needed(tensor)) return staging.recv(tensor, src, tag)
+    /** [recv] into a validated [tensor] MPI takes as it is. */
+    internal suspend fun runRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
         val name = "recv"
-        if (!tensor.device.isGpu) validator.recv(tensor, src, tag)
-        checkTensor(tensor, name)
-        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
-        CollectiveChecks.tag(tag, name, allowAny = true)
-        checkTagBound(tag, name)
-        val n = count(tensor, name)
-        val entry = recorder.start(name, tensor.dtype, tensor.shape, tensor.byteSize, peer = src, tag = tag)
+        val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
@@ -773,7 +842,7 @@ public class MpiCommunicator internal constructor(
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
         val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
-            throw errors.failure(
+            throw exceptionOf(OperationFailure.OTHER, 
                 name, entry.sequence,
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
                     "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
@@ -783,32 +852,8 @@ public class MpiCommunicator internal constructor(
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
-    /**
-     * Every element checked first (host tensors by the common validator; device tensors, which
-     * [send]/[recv] stage or pass as device pointers, for peer and tag), then issued at once as its
-     * own non-blocking [send] or [recv] ([PointToPointBatch]): `MPI_Isend`/`MPI_Irecv` progressed
-     * together by this communicator's thread, so the batch completes in any order.
-     */
-    override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
-        if (ops.none { it.tensor.device.isGpu }) {
-            validator.sendRecv(ops)
-        } else {
-            for ((i, o) in ops.withIndex()) {
-                val name = CollectiveValidator.sendRecvElement(i, o)
-                CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
-                validator.tag(o.tag, name, allowAny = !o.isSend)
-            }
-        }
-        return PointToPointBatch.run(this, ops)
-    }
-
-    override suspend fun probe(src: Int, tag: Int): MessageInfo {
+    override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo {
         val name = "probe"
-        validator.probe(src, tag)
-        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
-        CollectiveChecks.tag(tag, name, allowAny = true)
-        checkTagBound(tag, name)
-        val entry = recorder.start(name, peer = src, tag = tag)
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
@@ -840,7 +885,7 @@ public class MpiCommunicator internal constructor(
         override suspend fun send(value: Long, dst: Int) {
             val name = MonitoredBarrier.OPERATION
             val t = Tensor.of(longArrayOf(value))
-            val entry = recorder.start(name, t.dtype, t.shape, t.byteSize, peer = dst, tag = CONTROL_TAG)
+            val entry = beginPointToPoint(name, t, dst, CONTROL_TAG)
             val buf = t.segment.address(); val type = abi.datatype(t.dtype)
             pointToPoint(entry, name, t, MpiPending.Kind.Request) { r -> binding.isend(buf, 1, type, dst, CONTROL_TAG, controlHandle, r) }
         }
@@ -848,13 +893,13 @@ public class MpiCommunicator internal constructor(
         override suspend fun recv(src: Int): Long {
             val name = MonitoredBarrier.OPERATION
             val t = Tensor.zeros(dev.tpcomm.DType.Int64, 1)
-            val entry = recorder.start(name, t.dtype, t.shape, t.byteSize, peer = src, tag = CONTROL_TAG)
+            val entry = beginPointToPoint(name, t, src, CONTROL_TAG)
             val buf = t.segment.address(); val type = abi.datatype(t.dtype)
             val receive = { r: Long, from: Int, withTag: Int -> binding.irecv(buf, 1, type, from, withTag, controlHandle, r) }
             val probe = MpiStatusResult().also { it.probeSource = src; it.probeTag = CONTROL_TAG; it.probeHandle = controlHandle }
             val status = pointToPoint(entry, name, t, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
             if (status.refusedBytes >= 0) {
-                throw errors.failure(name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
+                throw exceptionOf(OperationFailure.OTHER, name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
                     .also { entry.fail(it); markBroken(it) }
             }
             return t.getLong(0)
@@ -871,11 +916,11 @@ public class MpiCommunicator internal constructor(
 
     // ------------------------------------------------------------------ groups
 
-    override suspend fun split(color: Int?, key: Int): Communicator? {
-        val name = "split"
-        require(color == null || color >= 0) { "$name: color must be >= 0 or null, got $color" }
-        val entry = recorder.start(name)
-        val sig = signature(CollectiveOp.Split, null, -1, -1, null)
+    /** `MPI_Comm_split` of [call] (a split, or a group: then [color] and [key] come from the ranks). */
+    private suspend fun runSplit(call: Call, color: Int?, key: Int): Communicator? {
+        val name = call.name
+        val entry = call.entry
+        val sig = sig(call)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
@@ -1116,6 +1161,7 @@ public class MpiCommunicator internal constructor(
     private suspend fun <T> onThread(block: () -> T): T {
         if (dispatcher.isNativeThread) return block()
         if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
+        if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS, block)
         return suspendCancellableCoroutine { cont ->
             dispatcher.dispatch(EmptyCoroutineContext, Runnable {
                 // A call cancelled while queued must not start: the other ranks are told by the abort.
@@ -1219,7 +1265,7 @@ public class MpiCommunicator internal constructor(
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         val s = signatures.send.address(); val r = signatures.received.address()
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
-        compareSignatures(operation, entry)
+        failMismatch(operation, entry)
     }
 
     private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
@@ -1231,7 +1277,7 @@ public class MpiCommunicator internal constructor(
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
         pollSignature(operation, entry, deadline, callerJob)
-        compareSignatures(operation, entry)
+        failMismatch(operation, entry)
     }
 
     /** Polls the signature request in the scratch slot until done (deadline, caller cancellation). */
@@ -1256,27 +1302,29 @@ public class MpiCommunicator internal constructor(
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
-        throw errors.aborted(operation, entry.sequence, "aborted while this call was in flight: ${errors.abortedMessage(cause)}", cause)
+        throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
-    private fun compareSignatures(operation: String, entry: FlightRecorder.Entry) {
+    private fun failMismatch(operation: String, entry: FlightRecorder.Entry) {
         // The digests differed, so the full signatures do (a digest collision the other way round
         // is impossible: equal signatures have equal digests).
-        val m = signatures.compare(entry.sequence) ?: error("$operation: the signature digests differ across ranks but the signatures do not")
-        val e = errors.mismatch(operation, entry.sequence, m)
+        val m = compareSignatures(signatures.all(), entry.sequence, signatures.description)
+            ?: error("$operation: the signature digests differ across ranks but the signatures do not")
+        val e = exceptionOf(m, operation, entry.sequence)
         markBroken(e)
         throw e
     }
 
-    private fun signature(op: CollectiveOp, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray? {
+    /** [call]'s signature as the front encodes it, or null without the consistency check. */
+    private fun sig(call: Call): LongArray? {
         if (!checksConsistency) return null
-        return signatures.encode(op, t, root, dim, reduceOp)
+        return LongArray(MpiSignatureProtocol.SIG_LEN).also { call.encodeSignature(it, 0) }
     }
 
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */
     internal fun check(rc: Int, operation: String, entry: FlightRecorder.Entry) {
         if (rc == 0) return
-        val e = errors.failure(operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
+        val e = exceptionOf(OperationFailure.OTHER, operation, entry.sequence, "MPI error $rc: ${MpiErrors.describe(binding, rc)}")
         markBroken(e)
         throw e
     }
@@ -1286,7 +1334,7 @@ public class MpiCommunicator internal constructor(
      * the communicator is broken first (this rank cannot join the operation its peers are in).
      */
     internal fun stagingFailed(operation: String, message: String, cause: Throwable, breaks: Boolean): CommunicationException {
-        val e = errors.failure(operation, -1, message, cause)
+        val e = exceptionOf(OperationFailure.OTHER, operation, -1, message, cause)
         if (breaks) markBroken(e)
         return e
     }
@@ -1299,7 +1347,7 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw errors.aborted(operation, sequence, "the communicator is closed; create a new one")
+        if (closed.get()) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, "the communicator is closed; create a new one")
         failure.ensureUsable(operation, sequence)
     }
 
@@ -1312,7 +1360,7 @@ public class MpiCommunicator internal constructor(
         try {
             return block()
         } catch (e: NativeDispatcherClosedException) {
-            val x = errors.aborted(entry.operationName(), entry.sequence, "the communicator was closed", e)
+            val x = exceptionOf(OperationFailure.ABORTED, entry.operationName(), entry.sequence, "the communicator was closed", e)
             failed(entry, x)
             throw x
         } catch (e: TimeoutCancellationException) {
@@ -1321,7 +1369,8 @@ public class MpiCommunicator internal constructor(
             // without this one); a blocking MPI call still in progress stays under the watchdog,
             // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
             failed(entry, e)
-            val x = errors.timeout(
+            val x = exceptionOf(
+                OperationFailure.TIMEOUT,
                 entry.operationName(), entry.sequence,
                 "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
             )
@@ -1339,7 +1388,7 @@ public class MpiCommunicator internal constructor(
         entry.fail(e)
         if (e is CancellationException && !failure.isAborted) {
             markBroken(
-                errors.aborted(
+                exceptionOf(OperationFailure.ABORTED, 
                     entry.operationName(), entry.sequence,
                     "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
                 ),
@@ -1383,7 +1432,7 @@ public class MpiCommunicator internal constructor(
         val blocked = activeCallCell.get() != 0L
         val operation = if (blocked) currentOperation else PEER_NOTICE
         val sequence = if (blocked) currentSequence else CommunicationErrors.NO_SEQUENCE
-        val e = errors.aborted(operation, sequence, peerAbortMessage(from, reason))
+        val e = exceptionOf(OperationFailure.ABORTED, operation, sequence, peerAbortMessage(from, reason))
         markBroken(e, notifyPeers = false)
         if (!blocked) return
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
@@ -1403,18 +1452,19 @@ public class MpiCommunicator internal constructor(
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = errors.aborted(operation, entry.sequence, peerAbortMessage(from, notices.reason))
+        val e = exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, peerAbortMessage(from, notices.reason))
         markBroken(e, notifyPeers = false)
         throw e
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
     internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
-        val e = errors.timeout(
+        val e = exceptionOf(
+            OperationFailure.TIMEOUT,
             operation, sequence,
             "$operation did not complete within ${config.timeout} (a rank may have stalled, died, or called a different collective)" +
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
-        )
+        ) as CommunicationTimeoutException
         val dump = e.flightRecorderDump
         markBroken(e, now = mpiConfig.abortOnTimeout)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
@@ -1433,34 +1483,6 @@ public class MpiCommunicator internal constructor(
     private fun start(operation: String, t: Tensor, root: Int = FlightRecorder.NONE, op: ReduceOp? = null, dim: Int = FlightRecorder.NONE): FlightRecorder.Entry =
         recorder.start(operation, t.dtype, t.shape, t.byteSize, root = root, reduceOp = op, dim = dim)
 
-    /**
-     * Refuses tensors whose memory MPI cannot be given: closed ones, views of a closed tensor (the
-     * memory is freed), heap segments (`MemorySegment.ofArray`: no native address; MPI would get 0),
-     * and, when MPI writes the tensor ([written]), read-only segments.
-     */
-    private fun checkTensor(t: Tensor, operation: String, written: Boolean = true) {
-        require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
-        if (t.device.isGpu) return
-        val seg = t.segment
-        require(seg.scope().isAlive) {
-            "$operation: the tensor's memory was freed (it is a view, e.g. a chunk(), of a tensor that was closed); keep the parent open while its views are used"
-        }
-        require(seg.isNative) {
-            "$operation: the tensor wraps a heap segment (MemorySegment.ofArray), which has no native address MPI can use; " +
-                "allocate it off-heap (Tensor.zeros, Tensor.of, or Tensor.wrap of an Arena's segment) or copy it into one"
-        }
-        require(!written || !seg.isReadOnly) {
-            "$operation: the tensor's segment is read-only but MPI writes the result into it; pass a writable tensor (copy() it)"
-        }
-    }
-
-    /** Refuses tags above [tagUpperBound] (MPI would fail the call and abort the communicator). */
-    private fun checkTagBound(tag: Int, operation: String) {
-        require(tag == Communicator.ANY_TAG || tag <= tagUpperBound) {
-            "$operation: tag $tag is above this MPI's MPI_TAG_UB ($tagUpperBound, ${runtime.implementation}); use a tag in 0..$tagUpperBound"
-        }
-    }
-
     /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
     private fun blocksCount(n: Int, operation: String, what: String): Int {
         val total = n.toLong() * worldSize
@@ -1469,15 +1491,6 @@ public class MpiCommunicator internal constructor(
                 "(${Int.MAX_VALUE}); split the tensor into smaller ones"
         }
         return total.toInt()
-    }
-
-    /** Refuses an input whose gathered size along [d] overflows a tensor dimension (computed in Long). */
-    private fun checkGatheredDim(input: Tensor, d: Int, operation: String) {
-        val gathered = input.shape[d].toLong() * worldSize
-        require(gathered <= Int.MAX_VALUE) {
-            "$operation: dimension $d of the result would be ${input.shape[d]} x $worldSize = $gathered, more than a tensor dimension " +
-                "holds (${Int.MAX_VALUE}); split the tensor into smaller ones"
-        }
     }
 
     /**
@@ -1502,9 +1515,9 @@ public class MpiCommunicator internal constructor(
      * products go to a pooled staging buffer, so an input the caller did not give as output is never
      * written.
      */
-    private fun preMul(op: ReduceOp, input: Tensor, inPlace: Boolean, operation: String): PreMul? {
+    private fun preMul(op: ReduceOp, input: Tensor, inPlace: Boolean): PreMul? {
         if (op !is ReduceOp.PreMulSum) return null
-        val target = if (inPlace) input else Tensor.zeros(input.dtype, listOf(count(input, operation)))
+        val target = if (inPlace) input else Tensor.zeros(input.dtype, listOf(mpiCount(input)))
         return PreMul(input, target, op.factorIn(input.dtype))
     }
 
@@ -1517,19 +1530,8 @@ public class MpiCommunicator internal constructor(
 
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
 
-    private fun overlaps(a: Tensor, b: Tensor): Boolean {
-        val a0 = a.segment.address(); val b0 = b.segment.address()
-        return a0 < b0 + b.byteSize && b0 < a0 + a.byteSize
-    }
-
-    private fun count(t: Tensor, operation: String): Int {
-        require(t.numel <= Int.MAX_VALUE) {
-            "$operation: the tensor has ${t.numel} elements, more than MPI's int count allows (${Int.MAX_VALUE}); split it into smaller tensors"
-        }
-        return t.numel.toInt()
-    }
-
-    private fun normalize(t: Tensor, dim: Int): Int = if (dim < 0) dim + t.ndim else dim
+    /** [t]'s element count as MPI's `int` count: the validator's `maxCount` (`Int.MAX_VALUE`) refused larger tensors. */
+    private fun mpiCount(t: Tensor): Int = Math.toIntExact(t.numel)
 
     /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
     private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }

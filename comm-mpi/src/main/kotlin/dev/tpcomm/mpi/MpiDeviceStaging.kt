@@ -1,5 +1,7 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.CommunicatorFront.Call
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
@@ -20,74 +22,77 @@ import java.lang.foreign.Arena
  * communicator (MPI may then still touch them: they are kept for the life of the process). A failed
  * copy to the host breaks the communicator (this rank can no longer join the operation its peers
  * are in); a failed copy back does not (every rank finished the operation).
+ *
+ * Arguments were checked by [comm]'s validator before any of these functions is called (dims come
+ * normalised); they run [comm]'s `run*` bodies on the host temporaries, which check nothing again.
  */
 internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val passesDevicePointers: Boolean) {
     /** True when [t] is a device tensor MPI is not given directly. */
     fun needed(t: Tensor?): Boolean = t != null && t.device.isGpu && !(passesDevicePointers && t.device is Device.Cuda)
 
-    suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
+    suspend fun allReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
         val h = copyIn(tensor)
-        comm.allReduce(h, op)
+        comm.runAllReduce(call, h, op)
         copyOut(h, tensor)
         tensor
     }
 
-    suspend fun broadcast(tensor: Tensor, root: Int): Tensor = staged("broadcast") {
+    suspend fun broadcast(call: Call, tensor: Tensor, root: Int): Tensor = staged("broadcast") {
         val isRoot = comm.rank == root
         val h = if (isRoot) copyIn(tensor) else blank(tensor)
-        comm.broadcast(h, root)
+        comm.runBroadcast(call, h, root)
         if (!isRoot) copyOut(h, tensor)
         tensor
     }
 
-    suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
+    suspend fun reduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
         val h = copyIn(tensor)
-        comm.reduce(h, root, op)
+        comm.runReduce(call, h, root, op)
         if (comm.rank == root) copyOut(h, tensor)
         tensor
     }
 
-    suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor = staged("allGather") {
+    suspend fun allGatherInto(call: Call, output: Tensor, input: Tensor, d: Int): Tensor = staged("allGather") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.allGatherInto(o, i, dim)
+        comm.runAllGather(call, o, i, d)
         copyOut(o, output)
         output
     }
 
-    suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor = staged("reduceScatter") {
+    suspend fun reduceScatterInto(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor = staged("reduceScatter") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.reduceScatterInto(o, i, op, dim)
+        comm.runReduceScatter(call, o, i, op, d)
         copyOut(o, output)
         output
     }
 
     /** The root's result is a new host tensor, as for host inputs. */
-    suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? = staged("gather") {
-        comm.gather(copyIn(input), root, dim)
+    suspend fun gather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? = staged("gather") {
+        comm.runGather(call, copyIn(input), root, d, output)
     }
 
-    suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int): Unit = staged("scatter") {
-        // Only the root's input is read; other ranks' inputs are still checked, so they get same-shaped blanks.
-        val i = input?.let { if (comm.rank == root) copyIn(it) else blank(it) }
+    /** [input] is the root's (null on the other ranks, which read none). */
+    suspend fun scatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int): Unit = staged("scatter") {
+        val i = input?.let { copyIn(it) }
         val o = blank(output)
-        comm.scatter(o, i, root, dim)
+        comm.runScatter(call, o, i, root, d)
         copyOut(o, output)
     }
 
     /** The result is a new host tensor, as for host inputs. */
-    suspend fun allToAll(input: Tensor, dim: Int): Tensor = staged("allToAll") {
-        comm.allToAll(copyIn(input), dim)
+    suspend fun allToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor = staged("allToAll") {
+        comm.runAllToAll(call, copyIn(input), d, output)
     }
 
-    suspend fun send(tensor: Tensor, dst: Int, tag: Int): Unit = staged("send") {
-        comm.send(copyIn(tensor), dst, tag)
+    suspend fun send(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int): Unit = staged("send") {
+        comm.runSend(entry, copyIn(tensor), dst, tag)
     }
 
-    suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo = staged("recv") {
+    suspend fun recv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo = staged("recv") {
         val h = blank(tensor)
-        val info = comm.recv(h, src, tag)
+        val info = comm.runRecv(entry, h, src, tag)
         copyOut(h, tensor)
         info
     }
@@ -162,7 +167,6 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val p
         }
 
         private fun stagingFor(t: Tensor): DeviceStaging {
-            require(!t.isClosed) { "$operation: the tensor was closed; pass an open tensor" }
             return DeviceStagingRegistry.find(t.device) ?: throw IllegalArgumentException(refusal(t.device))
         }
 

@@ -68,7 +68,7 @@ internal class MpiRuntime(
      * process's one MPI thread.
      */
     fun dispatcherFor(name: String): Pair<NativeDispatcher, Boolean> {
-        if (!sharesOneThread) return NativeDispatcher("tpcomm-mpi-$name") to true
+        if (!sharesOneThread) return NativeDispatcher("tpcomm-mpi-$name", idleSpinNanos = HANDOFF_SPIN_NANOS) to true
         synchronized(lock) {
             val d = sharedDispatcher ?: NativeDispatcher("tpcomm-mpi").also { sharedDispatcher = it }
             return d to false
@@ -444,3 +444,6 @@ internal class MpiRuntime(
         }
     }
 }
+
+/** Experiment: the spinning hand-off (`TPCOMM_MPI_HANDOFF_SPIN_US`, microseconds; unset or 0: off). */
+internal val HANDOFF_SPIN_NANOS: Long = (System.getenv("TPCOMM_MPI_HANDOFF_SPIN_US")?.toLongOrNull() ?: 0L) * 1_000L

@@ -11,14 +11,14 @@ import java.lang.foreign.ValueLayout
 /**
  * The consistency check of one [MpiCommunicator] (`CommConfig.checkConsistency`, on by default)
  * over the core's one signature encoding ([CollectiveSignature]). Before each collective every rank
- * encodes what it is about to call ([encode]) and the communicator all-reduces with MAX the 16-byte
+ * loads what the front encoded for its call ([load]) and the communicator all-reduces with MAX the 16-byte
  * digest pair [digestSend] (`[h, h.inv()]`, [CollectiveSignature.digest]) into [digestReceived]:
  * when [digestsAgree], the collective goes ahead. Otherwise every rank knows it (see
- * [CollectiveSignature.digest]), all-gathers the full signatures ([send] into [received]) and
- * [compare] names the ranks and fields that differ from rank 0's. The buffers live in [arena]
+ * [CollectiveSignature.digest]), all-gathers the full signatures ([send] into [received]) and the
+ * front compares [all] of them, naming the ranks and fields that differ from rank 0's. The buffers live in [arena]
  * (native, allocated once).
  */
-internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, private val description: String) {
+internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, val description: String) {
     /** This rank's signature, as sent. */
     val send: MemorySegment = arena.allocate(8L * SIG_LEN, 64)
 
@@ -30,10 +30,6 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, pr
 
     /** The element-wise MAX of every rank's digest pair. */
     val digestReceived: MemorySegment = arena.allocate(16, 64)
-
-    /** Encodes a call of [op]; [dim] is normalised or -1, [root] -1 when none. */
-    fun encode(op: CollectiveOp, t: Tensor?, root: Int, dim: Int, reduceOp: ReduceOp?): LongArray =
-        CollectiveSignature.of(op, t, reduceOp, root, dim)
 
     /** Copies [sig] into [send] and its digest pair into [digestSend]. */
     fun load(sig: LongArray) {
@@ -48,11 +44,8 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, pr
         digestReceived.get(ValueLayout.JAVA_LONG, 0) == digestSend.get(ValueLayout.JAVA_LONG, 0) &&
             digestReceived.get(ValueLayout.JAVA_LONG, 8) == digestSend.get(ValueLayout.JAVA_LONG, 8)
 
-    /** Compares [received] with rank 0's signature for call [sequence]; null when every rank agrees. */
-    fun compare(sequence: Long): CollectiveSignature.Mismatch? {
-        val all = LongArray(SIG_LEN * worldSize) { received.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
-        return CollectiveSignature.compare(all, worldSize, sequence, description)
-    }
+    /** Every rank's signature, as [received] holds them after the all-gather. */
+    fun all(): LongArray = LongArray(SIG_LEN * worldSize) { received.getAtIndex(ValueLayout.JAVA_LONG, it.toLong()) }
 
     companion object {
         const val SIG_LEN: Int = CollectiveSignature.SIZE

@@ -143,9 +143,6 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         }
     }
 
-    /** What [issue] leaves for [await]: the slot, or null when the ring slot was still busy. */
-    private class Pending(@JvmField val slot: OpSlot?)
-
     /**
      * Arrives at the call's slot when it is free. Returns the result when this rank arrived last and
      * the collective succeeded, [CommunicatorFront.PENDING] otherwise (wait, failure, or busy slot).
@@ -153,9 +150,11 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
      */
     override fun issue(call: Call): Any? {
         val slot = group.slotFor(call.sequence)
-        if (slot == null) { call.state = Pending(null); return PENDING }
-        if (!arrive(slot, call)) { call.state = Pending(slot); return PENDING }
-        if (slot.state.get() != OpSlot.DONE) { call.state = Pending(slot); return PENDING } // failed: thrown by await
+        // What await needs: the slot, or none when the ring slot was still busy (state stays null).
+        if (slot == null) return PENDING
+        call.state = slot
+        if (!arrive(slot, call)) return PENDING
+        if (slot.state.get() != OpSlot.DONE) return PENDING // failed: thrown by await
         val result = slot.results[rank]
         slot.depart()
         return result
@@ -195,7 +194,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     /** The rest of a collective [issue] left pending: waits for a busy slot, arrives, waits, finishes or throws. */
     override suspend fun await(call: Call): Any? {
         val entry = call.entry
-        var slot = (call.state as Pending).slot
+        var slot = call.state as OpSlot?
         if (slot == null) {
             slot = awaitSlot(call)
             if (!arrive(slot, call)) await(slot, entry)

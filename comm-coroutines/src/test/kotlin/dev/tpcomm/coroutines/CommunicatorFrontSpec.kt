@@ -1,0 +1,151 @@
+@file:OptIn(dev.tpcomm.InternalTpcommApi::class)
+
+package dev.tpcomm.coroutines
+
+import dev.tpcomm.CollectiveMismatchException
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.CommunicatorAbortedException
+import dev.tpcomm.DType
+import dev.tpcomm.Device
+import dev.tpcomm.MessageInfo
+import dev.tpcomm.NativeLibraryException
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.Tensor
+import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.spi.CollectiveSignature
+import dev.tpcomm.spi.CollectiveValidator
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldBeEmpty
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.async
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.yield
+
+/**
+ * The front's one order, seen through a scripted backend: what the backend is asked, in which
+ * state the tensors and the flight record are when it is, and what the caller gets.
+ */
+class CommunicatorFrontSpec : FunSpec({
+    /** A one-rank backend that runs [script] for every collective and logs what it saw. */
+    class Scripted(var refuse: OperationFailure? = null) : CommunicatorFront(
+        0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), CollectiveValidator(2, Device.Host, nativeMemory = true),
+    ) {
+        val log = ArrayList<String>()
+        var script: (Call) -> Any? = { null }
+        var pending: CompletableDeferred<Any?>? = null
+
+        override fun refusal(operation: String, collective: Boolean): OperationFailure? = refuse
+
+        override fun issue(call: Call): Any? {
+            log += "issue ${call.name} #${call.sequence} record=${call.entry.sequence} inFlight=${call.entry.inFlight}"
+            return script(call)
+        }
+
+        override suspend fun await(call: Call): Any? {
+            log += "await ${call.name}"
+            return pending!!.await()
+        }
+
+        override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
+            log += "send to $dst"
+        }
+
+        override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo =
+            MessageInfo(src, tag, tensor.byteSize)
+
+        override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo = MessageInfo(src, tag, 0)
+
+        override fun close() {}
+
+        fun signatureOf(call: Call): LongArray = LongArray(CollectiveSignature.SIZE).also { call.encodeSignature(it, 0) }
+    }
+
+    test("a bad argument is refused before anything is recorded or issued") {
+        val b = Scripted()
+        val heap = Tensor.wrap(java.lang.foreign.MemorySegment.ofArray(FloatArray(2)), DType.Float32, 2)
+        val e = shouldThrow<IllegalArgumentException> { runBlocking { b.allReduce(heap) } }
+        e.message shouldContain "Java heap array"
+        b.log.shouldBeEmpty()
+        b.flightRecorder.snapshot().shouldBeEmpty()
+    }
+
+    test("an unusable communicator refuses the call by name, records it failed, and never issues it") {
+        val cause = IllegalStateException("earlier failure")
+        val b = Scripted(refuse = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: earlier failure", cause))
+        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        e.operation shouldBe "allReduce"
+        e.rank shouldBe 0
+        e.backend shouldBe "scripted"
+        e.cause shouldBe cause
+        b.log.shouldBeEmpty()
+        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+    }
+
+    test("the backend gets the call recorded and in flight, numbered from 1 in call order, and the signature the core encodes") {
+        val b = Scripted()
+        var sig: LongArray? = null
+        b.script = { c -> if (c.op == CollectiveOp.Broadcast) sig = b.signatureOf(c); null }
+        val t = Tensor.zeros(DType.Float32, 3)
+        runBlocking {
+            b.allReduce(t, ReduceOp.Max) shouldBe t
+            b.broadcast(t, 1) shouldBe t
+        }
+        b.log shouldBe listOf("issue allReduce #1 record=1 inFlight=true", "issue broadcast #2 record=2 inFlight=true")
+        sig!!.toList() shouldBe CollectiveSignature.of(CollectiveOp.Broadcast, t, root = 1).toList()
+        b.flightRecorder.snapshot().map { it.state } shouldBe listOf(FlightRecorder.State.Completed, FlightRecorder.State.Completed)
+    }
+
+    test("a failure the backend reports becomes its named exception, with rank, backend, operation and sequence") {
+        val cases = listOf(
+            OperationFailure(OperationFailure.TIMEOUT, "late") to CommunicationTimeoutException::class,
+            OperationFailure(OperationFailure.MISMATCH, "differs", ranks = listOf(1), fields = listOf("dtype")) to CollectiveMismatchException::class,
+            OperationFailure.native("ncclAllReduce failed", 3) to NativeLibraryException::class,
+            OperationFailure(OperationFailure.ABORTED, "gone") to CommunicatorAbortedException::class,
+        )
+        for ((f, type) in cases) {
+            val b = Scripted()
+            b.script = { throw OperationFailedSignal(f) }
+            val e = runCatching { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }.exceptionOrNull()!!
+            e::class shouldBe type
+            e.message!! shouldContain f.message
+            e.message!! shouldContain "allReduce"
+            (e as dev.tpcomm.CommunicationException).sequenceNumber shouldBe 1L
+            if (e is NativeLibraryException) e.result shouldBe 3
+            if (e is CollectiveMismatchException) e.ranks shouldBe listOf(1)
+            b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        }
+    }
+
+    test("a tensor closed while its collective waits stays alive until the front releases it") {
+        val b = Scripted()
+        b.script = { CommunicatorFront.PENDING }
+        b.pending = CompletableDeferred()
+        val t = Tensor.zeros(DType.Float32, 2)
+        runBlocking {
+            val running = async { b.allReduce(t) }
+            while (b.log.size < 2) yield()
+            t.close()
+            t.isClosed shouldBe true
+            // Closed, not freed: the collective still holds it, so the backend may still write it.
+            t.segment.set(java.lang.foreign.ValueLayout.JAVA_FLOAT, 0, 1f)
+            b.pending!!.complete(null)
+            running.await() shouldBe t
+        }
+        b.log shouldBe listOf("issue allReduce #1 record=1 inFlight=true", "await allReduce")
+        shouldThrow<IllegalStateException> { t.segment } // released by the front: now freed
+    }
+
+    test("the allocating collectives check their input once and hand the backend a fresh output") {
+        val b = Scripted()
+        var seen: Tensor? = null
+        b.script = { c -> seen = c.output; null }
+        val out = runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2, 3), dim = -1) }
+        out.shape shouldBe listOf(2, 6)
+        seen shouldBe out
+        shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2), dim = 3) } }
+        b.log.size shouldBe 1
+    }
+})

@@ -1,0 +1,60 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.DType
+import dev.tpcomm.Tensor
+import dev.tpcomm.mpi.HostBackedStaging.Companion.onDevice
+import dev.tpcomm.spi.DeviceStagingRegistry
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.assertions.withClue
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+import io.mockk.every
+import io.mockk.mockk
+import io.mockk.verify
+
+/**
+ * The core's one validator runs first on every path of the MPI backend, device tensors included:
+ * a bad call gets the message a host tensor gets, word for word, before any copy to the host and
+ * before any MPI call, whether MPI is given device pointers (`mpi.cudaAware=Enabled`) or the
+ * tensors are staged through host memory (`Disabled`). Against a mocked MPI (rank 0 of 2).
+ */
+class MpiDeviceValidationTest : FunSpec({
+    for (mode in listOf(CudaAwareMode.Enabled, CudaAwareMode.Disabled)) {
+        test("mpi.cudaAware=$mode: a bad call with a device tensor is refused with a host tensor's message, before any copy or MPI call") {
+            val b = mockk<MpiBinding>(relaxed = true).also { every { it.abi } returns MpichAbi }
+            val comm = mockCommunicator(b, mpi = MpiConfig(cudaAware = mode))
+            val staging = HostBackedStaging()
+            val keep = ArrayList<Tensor>() // the host memory behind the "device" tensors
+            fun host(n: Int): Tensor = Tensor.zeros(DType.Float32, n).also { keep += it }
+            fun on(device: Boolean, t: Tensor): Tensor = if (device) onDevice(t) else t
+
+            suspend fun sameRefusal(what: String, call: suspend (device: Boolean) -> Unit) {
+                val expected = shouldThrow<IllegalArgumentException> { call(false) }.message
+                val got = withClue("$what with device tensors") { shouldThrow<IllegalArgumentException> { call(true) }.message }
+                withClue("$what: the device tensor's message") { got shouldBe expected }
+            }
+
+            DeviceStagingRegistry.register(staging).use {
+                sameRefusal("scatter with a null input on the root") { d -> comm.scatter(on(d, host(2)), null, 0) }
+                sameRefusal("send with a tag above MPI_TAG_UB") { d -> comm.send(on(d, host(2)), 1, comm.tagUpperBound + 1) }
+                sameRefusal("reduce to root 5") { d -> comm.reduce(on(d, host(2)), 5) }
+                sameRefusal("allGatherInto with the input inside the output") { d ->
+                    val output = host(4)
+                    comm.allGatherInto(on(d, output), on(d, output.chunk(2)[0]))
+                }
+                sameRefusal("allReduce of a closed tensor") { d -> comm.allReduce(on(d, host(2)).also { it.close() }) }
+                // Valid arguments, but the uneven collectives take host tensors only (no staging for them).
+                val uneven = shouldThrow<IllegalArgumentException> { comm.allGatherVInto(onDevice(host(4)), onDevice(host(2)), listOf(2, 2)) }.message
+                uneven shouldBe "allGatherV: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on Cuda(index=0); " +
+                    "copy it to the host first, or use the NCCL/RCCL backend"
+                withClue("copies between device and host") { staging.counts shouldBe (0 to 0) }
+            }
+            verify(exactly = 0) { b.scatter(any(), any(), any(), any(), any(), any(), any(), any()) }
+            verify(exactly = 0) { b.isend(any(), any(), any(), any(), any(), any(), any()) }
+            verify(exactly = 0) { b.reduce(any(), any(), any(), any(), any(), any(), any()) }
+            verify(exactly = 0) { b.allgather(any(), any(), any(), any(), any(), any(), any()) }
+            comm.isAborted shouldBe false
+            comm.close()
+        }
+    }
+})
