@@ -1207,7 +1207,7 @@ public class NcclCommunicator internal constructor(
         /**
          * allToAllV's split check (with checkConsistency): every rank's inputSplits all-gathered (staged
          * as [checkSignature] stages its words), so each rank sees what its peers send it and puts
-         * [CollectiveSignature.splitsWord] into [sig]'s extra word ([setSplitsWord]) before the signatures are compared.
+         * the splits word into [sig]'s extra word ([setSplitsWord]) before the signatures are compared.
          */
         fun completeSplitsWord(sig: LongArray, inputSplits: List<Int>, outputSplits: List<Int>) {
             val n = 8L * worldSize
@@ -1219,7 +1219,7 @@ public class NcclCommunicator internal constructor(
             cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
             awaitStream(this)
             val sentToMe = IntArray(worldSize) { j -> seg.getAtIndex(ValueLayout.JAVA_LONG, j.toLong() * worldSize + rank).toInt() }
-            setSplitsWord(sig, 0, CollectiveSignature.splitsWord(sentToMe, outputSplits))
+            setSplitsWord(sig, 0, sentToMe, outputSplits)
         }
 
         /** Along the normalised dim [d]. */
