@@ -35,6 +35,13 @@ class CommunicatorFrontSpec : FunSpec({
     ) {
         val log = ArrayList<String>()
         var script: (Call) -> Any? = { null }
+        var onAllocate: () -> Unit = {}
+
+        override suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape).also { onAllocate() }
+
+        override fun notIssued(call: Call) {
+            log += "not issued ${call.name} #${call.sequence}"
+        }
         var pending: CompletableDeferred<Any?>? = null
 
         override fun refusal(operation: String, collective: Boolean): OperationFailure? = refuse
@@ -147,5 +154,13 @@ class CommunicatorFrontSpec : FunSpec({
         seen shouldBe out
         shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2), dim = 3) } }
         b.log.size shouldBe 1
+    }
+    test("a tensor closed after the check but before the front retains it: the numbered call is failed and the backend told, never issued") {
+        val b = Scripted()
+        val input = Tensor.zeros(DType.Float32, 2)
+        b.onAllocate = { input.close() } // another thread's close, between the check and the retain
+        shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(input) } }.message shouldContain "closed"
+        b.log shouldBe listOf("not issued allGather #1")
+        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
     }
 })

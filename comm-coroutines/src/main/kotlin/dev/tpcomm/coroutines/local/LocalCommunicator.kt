@@ -103,6 +103,19 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         return null
     }
 
+    /**
+     * A numbered collective this rank gives up before it arrives (a tensor was closed meanwhile):
+     * its peers could never complete that number, so the world aborts now instead of at the deadline.
+     */
+    override fun notIssued(call: Call) {
+        world.abort(
+            exceptionOf(
+                OperationFailure.ABORTED, call.name, call.entry.sequence,
+                "rank $rank gave up ${call.name} #${call.sequence} before issuing it (a tensor it passes was closed meanwhile); the collective cannot complete without it",
+            ),
+        )
+    }
+
     // ---------------------------------------------------------------- collectives
 
     /** The core's [MonitoredBarrier] over [control]. */
