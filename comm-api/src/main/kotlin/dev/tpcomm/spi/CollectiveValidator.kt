@@ -340,6 +340,15 @@ public class CollectiveValidator(
         tag(tag, "probe", allowAny = true)
     }
 
+    /**
+     * [Communicator.split]'s [color]: null (this rank opts out) or >= 0. Negative colors are MPI's
+     * `MPI_UNDEFINED` and NCCL's `NCCL_SPLIT_NOCOLOR`, which the libraries read as "no group": null
+     * says that, on every backend.
+     */
+    public fun split(color: Int?) {
+        require(color == null || color >= 0) { "split: color must be >= 0, or null to opt out; got $color" }
+    }
+
     /** [Communicator.group]'s [ranks]: not empty, distinct, in range. */
     public fun group(ranks: List<Int>) {
         CollectiveChecks.group(ranks, worldSize)

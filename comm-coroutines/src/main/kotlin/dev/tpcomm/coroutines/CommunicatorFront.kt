@@ -340,6 +340,7 @@ public abstract class CommunicatorFront(
     }
 
     final override suspend fun split(color: Int?, key: Int): Communicator? {
+        validator.split(color)
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
         return (collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { adopted(it) }
     }

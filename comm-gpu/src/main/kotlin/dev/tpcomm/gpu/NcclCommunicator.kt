@@ -464,7 +464,6 @@ public class NcclCommunicator internal constructor(
             CollectiveOp.Split -> {
                 val extra = call.extra as IntArray
                 val color = if (extra[0] == 0) null else extra[1]
-                require(color == null || color >= 0) { "$name: color must be >= 0, or null to opt out; got $color" }
                 val key = extra[2]
                 onDevice { splitOnDevice(color, key) }
             }

@@ -68,6 +68,9 @@ internal object MessageCases {
                     comm.reduceScatter(t(n + 1))
                 }
             }
+            expectMessage(ctx, "split(color = -1)", "split: color must be >= 0, or null to opt out; got -1") {
+                comm.split(-1)
+            }
             val closed = p.toBackend(Tensor.zeros(dt, 4))
             closed.close()
             expectMessage(ctx, "allReduce of a closed tensor", "allReduce: the tensor was closed; pass an open tensor") {
