@@ -39,8 +39,8 @@ import kotlinx.coroutines.ensureActive
  *
  * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
  * point-to-point moves, [refusal], its capabilities) and new operations are added here once.
- * Deadlines: the call's start is its flight record's; the backend's watchdog reads it and reports a
- * missed deadline as an [OperationFailure.TIMEOUT].
+ * Deadlines are still the backend's: its `DeadlineWatchdog.Watched` times its calls and reports a
+ * missed deadline as an [OperationFailure.TIMEOUT] (or aborts through [exceptionOf]).
  *
  * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
  * call order. Cancellation: a caller cancelled before [issue] issues nothing; what happens to one

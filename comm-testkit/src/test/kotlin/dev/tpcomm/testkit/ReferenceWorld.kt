@@ -411,8 +411,10 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
         return world.receive(rank, next("probe"), src, tag, null, "probe")
     }
 
-    override suspend fun split(color: Int?, key: Int): Communicator? =
-        call("split", emptyMap(), color, key) as Communicator?
+    override suspend fun split(color: Int?, key: Int): Communicator? {
+        validator.split(color)
+        return call("split", emptyMap(), color, key) as Communicator?
+    }
 
     /** The core's protocol over this world's mailboxes, on tag -2, which `ANY_TAG` never matches. */
     override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
