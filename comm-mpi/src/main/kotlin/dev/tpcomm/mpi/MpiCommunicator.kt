@@ -24,7 +24,6 @@ import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.MonitoredBarrierChannel
-import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
@@ -1480,9 +1479,6 @@ public class MpiCommunicator internal constructor(
 
     private fun FlightRecorder.Entry.operationName(): String = snapshot().operation
 
-    private fun start(operation: String, t: Tensor, root: Int = FlightRecorder.NONE, op: ReduceOp? = null, dim: Int = FlightRecorder.NONE): FlightRecorder.Entry =
-        recorder.start(operation, t.dtype, t.shape, t.byteSize, root = root, reduceOp = op, dim = dim)
-
     /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
     private fun blocksCount(n: Int, operation: String, what: String): Int {
         val total = n.toLong() * worldSize
@@ -1535,8 +1531,6 @@ public class MpiCommunicator internal constructor(
 
     /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
     private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }
-
-    private fun zerosLike(t: Tensor, shape: List<Int>): Tensor = Tensor.zeros(t.dtype, shape)
 
     /** Rearranges [input]'s `worldSize` chunks along [d] into one dim-0 staging buffer (chunk r contiguous). */
     private fun gatherBlocksAlong(input: Tensor, d: Int): Tensor {

@@ -27,8 +27,6 @@ internal object OpKind {
 
     /** The core's name of [kind]: the codes are [CollectiveOp]'s ordinals, in the same order. */
     fun name(kind: Int): String = CollectiveOp.entries[kind].apiName
-
-    fun hasDim(kind: Int): Boolean = CollectiveOp.entries[kind].hasDim
 }
 
 /**
