@@ -8,21 +8,22 @@ import java.util.concurrent.locks.LockSupport
 /**
  * The one deadline watchdog of the process: a daemon platform thread that calls every registered
  * [Watched] periodically with the current time. It never issues communication itself, so it keeps
- * running while the threads that issue native calls are blocked inside a library: a [Watched]
- * that finds a call past its deadline aborts the communicator from here (records the failure in
- * its [FailureState], fails the waiting callers, and calls the library's abort, as PyTorch's
- * `ProcessGroupNCCL` watchdog calls `ncclCommAbort` from its own thread).
+ * running while the threads that issue native calls are blocked inside a library. Its one client
+ * is each communicator's front (`CommunicatorFront`): the front times every operation from its call
+ * and, for one still in flight past the deadline, asks the backend to abort it from here (record the
+ * failure, fail the waiting callers, call the library's abort, as PyTorch's `ProcessGroupNCCL`
+ * watchdog calls `ncclCommAbort` from its own thread).
  *
- * The calling threads read no clock for this: they publish what they are doing and the watchdog
- * times it. [coarseNanos] is the time of the latest scan, a clock the recording path may read for
- * free (at most one period behind [System.nanoTime]).
+ * The calling threads read no clock for this: the front notes [coarseNanos], the time of the
+ * latest scan, a clock the recording path may read for free (at most one period behind
+ * [System.nanoTime]).
  *
  * Thread-safe. A [Watched] that throws is reported to stderr once per registration and keeps being
  * called; its [Watched.checkDeadlines] must be quick and must not block.
  */
 @InternalTpcommApi
 public object DeadlineWatchdog {
-    /** Something with deadlines: a communicator, a world, a pending creation. */
+    /** Something with deadlines: a communicator's front. */
     public fun interface Watched {
         /** Called on the watchdog thread about every period with [nowNanos] (`System.nanoTime`). */
         public fun checkDeadlines(nowNanos: Long)
@@ -48,9 +49,18 @@ public object DeadlineWatchdog {
     private val registrations = ConcurrentHashMap.newKeySet<Registration>()
     @Volatile private var thread: Thread? = null
 
-    /** `System.nanoTime()` as of the watchdog's latest scan. */
-    @Volatile public var coarseNanos: Long = System.nanoTime()
-        private set
+    @Volatile private var coarse: Long = System.nanoTime()
+
+    /**
+     * `System.nanoTime()` as of the watchdog's latest scan: at most about one period old (50 ms
+     * with no registration) while the machine lets the watchdog's thread run. Reading it starts
+     * that thread when nothing registered yet, so the clock always advances.
+     */
+    public val coarseNanos: Long
+        get() {
+            if (thread == null) ensureThread()
+            return coarse
+        }
 
     /**
      * Calls [watched] every [periodMillis] ms (at least 1) from now on. With [weak], the watchdog
@@ -80,7 +90,7 @@ public object DeadlineWatchdog {
     private fun loop() {
         while (true) {
             val now = System.nanoTime()
-            coarseNanos = now
+            coarse = now
             var nextWake = now + 50_000_000L
             for (r in registrations) {
                 val w = r.target()

@@ -37,10 +37,17 @@ import kotlinx.coroutines.ensureActive
  *    [OperationFailure] ([exceptionOf]; the communicator's one [CommunicationErrors]);
  * 7. **release** the tensors.
  *
+ * **Deadlines** run from the moment of the call (step 3) to its end, for every operation recorded
+ * here (collectives, point-to-point calls, and a backend's own operations begun with
+ * [beginPointToPoint] or [beginOwnCollective]): the core's `DeadlineWatchdog` thread, which never
+ * issues communication, finds each one still in flight past the communicator's timeout and hands it
+ * to [deadlinePassed] once, never before the timeout and at most about two watchdog periods (a
+ * fifth of the timeout, at most 100 ms) after it. The backend aborts it there, as it aborts anything:
+ * that is the only part of a deadline it supplies.
+ *
  * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
- * point-to-point moves, [refusal], its capabilities) and new operations are added here once.
- * Deadlines are still the backend's: its `DeadlineWatchdog.Watched` times its calls and reports a
- * missed deadline as an [OperationFailure.TIMEOUT] (or aborts through [exceptionOf]).
+ * point-to-point moves, [refusal], [deadlinePassed], its capabilities) and new operations are added
+ * here once.
  *
  * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
  * call order. Cancellation: a caller cancelled before [issue] issues nothing; what happens to one
@@ -57,6 +64,8 @@ public abstract class CommunicatorFront(
     protected val recorder: FlightRecorder,
     /** The core's argument checks, built from the backend's capabilities. */
     protected val validator: CollectiveValidator,
+    /** How long any operation may take from its call to its end ([kotlin.time.Duration.INFINITE]: no limit). */
+    timeout: kotlin.time.Duration,
 ) : Communicator, FlightRecorded {
     final override val flightRecorder: FlightRecorder get() = recorder
 
@@ -65,6 +74,16 @@ public abstract class CommunicatorFront(
 
     private val issueLock = Any()
     private var collectiveSeq = 0L
+
+    /** The operations in flight, timed from their call (guarded by [issueLock]). */
+    private val deadlines = CallDeadlines(timeout)
+
+    /** What the watchdog calls; a field, so that it lives as long as this communicator (the registration is weak). */
+    private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { now -> scanDeadlines(now) }
+
+    /** Weak: a communicator its user forgot to close is not kept alive by the watchdog. */
+    private val deadlineRegistration: dev.tpcomm.spi.DeadlineWatchdog.Registration? =
+        if (deadlines.enabled) dev.tpcomm.spi.DeadlineWatchdog.register(deadlineScan, deadlines.periodMillis, weak = true) else null
 
     /**
      * One issued collective: what the backend needs to run it. [sequence] counts this
@@ -195,6 +214,45 @@ public abstract class CommunicatorFront(
 
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
+
+    /**
+     * The operation recorded as [entry] ([call]: the collective's call; null for a point-to-point
+     * call or the backend's own operation) is still in flight past the communicator's timeout: end
+     * it with a [dev.tpcomm.CommunicationTimeoutException] that says what it waited for, and abort
+     * what the backend must abort so that its peers end too (README "Semantics every backend keeps").
+     * Called once per operation, on the watchdog's thread, while the caller may be blocked inside a
+     * library call: must not block and must not call into a library that could wait on that call.
+     */
+    protected abstract fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?)
+
+    /**
+     * Stops timing this communicator's operations (idempotent). A backend calls it when it closes,
+     * after it failed what was still in flight.
+     */
+    protected fun stopDeadlines() {
+        deadlineRegistration?.close()
+    }
+
+    private fun scanDeadlines(now: Long) {
+        val expired = ArrayList<Any?>(0)
+        synchronized(issueLock) { deadlines.collect(now, expired) }
+        var i = 0
+        while (i < expired.size) {
+            val entry = expired[i] as FlightRecorder.Entry
+            try {
+                deadlinePassed(entry, expired[i + 1] as Call?)
+            } catch (t: Throwable) {
+                // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
+                entry.fail(t)
+                System.err.println("tpcomm: $backendName rank $rank: ending ${entry.operation} #${entry.sequence} at its deadline failed: $t")
+                t.printStackTrace()
+            }
+            i += 2
+        }
+    }
+
+    /** How many operations the deadline queue holds (finished ones not yet dropped included); for tests. */
+    internal val trackedDeadlines: Int get() = synchronized(issueLock) { deadlines.tracked }
 
     // ------------------------------------------------------------------ the exception factory
 
@@ -403,10 +461,8 @@ public abstract class CommunicatorFront(
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
     ): Call {
         val name = op.apiName
-        val entry: FlightRecorder.Entry
-        val seq: Long
         synchronized(issueLock) {
-            entry = recorder.start(
+            val entry = recorder.start(
                 name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
                 root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
                 dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = queuesCalls,
@@ -415,9 +471,10 @@ public abstract class CommunicatorFront(
                 val e = exceptionOf(f, name, entry.sequence)
                 entry.fail(e); throw e
             }
-            seq = ++collectiveSeq
+            val call = Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+            deadlines.track(entry, call)
+            return call
         }
-        return Call(op, entry, seq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
     }
 
     /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
@@ -509,6 +566,7 @@ public abstract class CommunicatorFront(
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
+        synchronized(issueLock) { deadlines.track(entry, null) }
         return entry
     }
 
@@ -524,6 +582,7 @@ public abstract class CommunicatorFront(
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
+        synchronized(issueLock) { deadlines.track(entry, null) }
         return entry
     }
 

@@ -78,7 +78,6 @@ public class LocalWorld(
         state = LocalWorldState(config)
         root = LocalGroup(state, worldSize, "local world of $worldSize")
         state.rootGroup = root
-        state.startWatchdog()
     }
 
     /** Rank [rank]'s communicator; the same instance on every call. */

@@ -23,6 +23,10 @@ import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.async
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.yield
+import kotlin.time.Duration
+import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.minutes
+import kotlin.time.TimeSource
 
 /**
  * The front's one order, seen through a scripted backend: what the backend is asked, in which
@@ -30,9 +34,21 @@ import kotlinx.coroutines.yield
  */
 class CommunicatorFrontSpec : FunSpec({
     /** A one-rank backend that runs [script] for every collective and logs what it saw. */
-    class Scripted(var refuse: OperationFailure? = null) : CommunicatorFront(
-        0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), CollectiveValidator(2, Device.Host, nativeMemory = true),
+    class Scripted(var refuse: OperationFailure? = null, timeout: Duration = 1.minutes) : CommunicatorFront(
+        0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), CollectiveValidator(2, Device.Host, nativeMemory = true), timeout,
     ) {
+        /** What [deadlinePassed] was called with, and from which thread. */
+        val deadlines = java.util.concurrent.CopyOnWriteArrayList<String>()
+        var onDeadline: (FlightRecorder.Entry, Call?) -> Unit = { _, _ -> }
+        var recvGate: CompletableDeferred<Unit>? = null
+
+        override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+            deadlines += "${entry.operation} record=${entry.sequence} call=${call?.sequence} on ${Thread.currentThread().name}"
+            onDeadline(entry, call)
+        }
+
+        val tracked: Int get() = trackedDeadlines
+
         val log = ArrayList<String>()
         var script: (Call) -> Any? = { null }
         var onAllocate: () -> Unit = {}
@@ -60,8 +76,10 @@ class CommunicatorFrontSpec : FunSpec({
             log += "send to $dst"
         }
 
-        override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo =
-            MessageInfo(src, tag, tensor.byteSize)
+        override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
+            recvGate?.await()
+            return MessageInfo(src, tag, tensor.byteSize)
+        }
 
         override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo = MessageInfo(src, tag, 0)
 
@@ -162,5 +180,61 @@ class CommunicatorFrontSpec : FunSpec({
         shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(input) } }.message shouldContain "closed"
         b.log shouldBe listOf("not issued allGather #1")
         b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+    }
+
+    test("deadlines run from the call: a collective still waiting past the timeout is handed to the backend once, off the caller's thread, and ends named") {
+        val b = Scripted(timeout = 200.milliseconds)
+        b.script = { CommunicatorFront.PENDING }
+        b.pending = CompletableDeferred()
+        b.onDeadline = { entry, call ->
+            // What a backend does: end the call with a timeout (and abort what it must).
+            b.pending!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "${entry.operation} waited too long")))
+            call shouldBe call
+        }
+        val began = TimeSource.Monotonic.markNow()
+        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        val took = began.elapsedNow()
+        e.operation shouldBe "allReduce"
+        e.sequenceNumber shouldBe 1L
+        // Never before the timeout; at most about two watchdog periods (20 ms each here) after it, with room for a slow machine.
+        (took >= 200.milliseconds) shouldBe true
+        (took < 1_500.milliseconds) shouldBe true
+        b.deadlines.size shouldBe 1
+        b.deadlines.single() shouldContain "allReduce record=1 call=1 on tpcomm-watchdog"
+        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+    }
+
+    test("deadlines cover point-to-point calls too, and a call that finished in time is never reported") {
+        val b = Scripted(timeout = 150.milliseconds)
+        b.recvGate = CompletableDeferred()
+        b.onDeadline = { _, _ -> b.recvGate!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "no message"))) }
+        runBlocking {
+            b.send(Tensor.zeros(DType.Float32, 2), 1) // completes at once
+            b.allReduce(Tensor.zeros(DType.Float32, 2)) // completes in issue
+            val e = shouldThrow<CommunicationTimeoutException> { b.recv(Tensor.zeros(DType.Float32, 2), 1) }
+            e.operation shouldBe "recv"
+        }
+        b.deadlines.size shouldBe 1
+        b.deadlines.single() shouldContain "recv record=3 call=null"
+    }
+
+    test("deadlines keep no finished call: a million calls leave the queue about empty") {
+        val b = Scripted(timeout = 1.minutes)
+        val t = Tensor.zeros(DType.Float32, 1)
+        runBlocking { repeat(1_000_000) { b.allReduce(t) } }
+        (b.tracked <= 1) shouldBe true
+    }
+
+    test("no deadline with an infinite timeout: nothing is tracked") {
+        val b = Scripted(timeout = Duration.INFINITE)
+        b.script = { CommunicatorFront.PENDING }
+        b.pending = CompletableDeferred()
+        runBlocking {
+            val running = async { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
+            while (b.log.size < 2) yield()
+            b.tracked shouldBe 0
+            b.pending!!.complete(null)
+            running.await()
+        }
     }
 })

@@ -122,7 +122,7 @@ public class MpiCommunicator internal constructor(
     FlightRecorder(
         config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling, worldSize = worldSize, communicator = FlightRecorder.safeId(name), dumpDirectory = config.flightRecorderDir,
         // Without profiling, start times come from the watchdog's scans: no clock read per operation.
-        clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else runtime.watchdog.coarseClock,
+        clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else runtime.communicators.coarseClock,
     ),
     // The core's argument checks, run by the front first on host and device tensors alike (device
     // tensors go to a CUDA-aware MPI as pointers or are staged: anyDevice), so every backend refuses
@@ -130,10 +130,10 @@ public class MpiCommunicator internal constructor(
     // views of closed ones, sizes in Long past MPI's int count, tags past tagUpperBound, aliased
     // input and output. The run* bodies and MpiDeviceStaging check nothing of their own.
     CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong(), anyDevice = true),
+    config.timeout,
 ) {
     internal val abi: MpiAbi = binding.abi
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
-    private val timeoutNanos: Long = config.timeout.inWholeNanoseconds
     private val arena: Arena = Arena.ofShared()
     private val scratch: MemorySegment = arena.allocate(SCRATCH_BYTES, 64)
     private val scratchAddress = scratch.address()
@@ -162,7 +162,8 @@ public class MpiCommunicator internal constructor(
 
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
 
-    // Written by the communicator's thread around each blocking call, read by the watchdog. The
+    // Written by the communicator's thread around each blocking call, read by the notice thread and
+    // the shutdown message (is this rank blocked in MPI, and in what). The
     // sequence and operation are plain fields published by the release store of the call token,
     // so the fast path pays neither a full fence nor a clock read.
     private val activeCallCell = java.util.concurrent.atomic.AtomicLong(0L)
@@ -176,16 +177,10 @@ public class MpiCommunicator internal constructor(
     @Volatile internal var inFlightOps: Int = 0
 
     /**
-     * How the watchdog sees this communicator. Not the communicator itself: its deadline callback
-     * ends in `MPI_Abort`, so it must not be a public member a user could call.
+     * How the process's [MpiCommunicators] see this communicator. Not the communicator itself:
+     * [programFailed] breaks it, so it must not be a public member a user could call.
      */
-    private val watched = object : MpiWatchdog.Monitored {
-        override val activeCall: Long get() = activeCallCell.get()
-        override val currentSequence: Long get() = this@MpiCommunicator.currentSequence
-        override val callTimeoutNanos: Long get() = timeoutNanos
-        override fun onDeadline(sequence: Long) {
-            timedOut(currentOperation, sequence)
-        }
+    private val watched = object : MpiCommunicators.Member {
         // An aborted communicator's leftover operations are abandoned (their peers were told);
         // only a usable communicator's operation in progress makes a shutdown a failure.
         override fun describeActiveCall(): String? = when {
@@ -212,7 +207,7 @@ public class MpiCommunicator internal constructor(
     }
 
     init {
-        runtime.watchdog.register(watched)
+        runtime.communicators.register(watched)
     }
 
     /** The MPI implementation this process loaded. */
@@ -733,7 +728,7 @@ public class MpiCommunicator internal constructor(
     /** Work on the MPI thread before the signature's exchange: it may complete the signature (its extra word). */
     private interface PreSignature {
         fun blocking(sig: LongArray)
-        fun polling(sig: LongArray, deadline: Long, callerJob: Job?)
+        fun polling(sig: LongArray, callerJob: Job?)
     }
 
     /**
@@ -762,10 +757,10 @@ public class MpiCommunicator internal constructor(
             finish(sig)
         }
 
-        override fun polling(sig: LongArray, deadline: Long, callerJob: Job?) {
+        override fun polling(sig: LongArray, callerJob: Job?) {
             val i32 = abi.datatype(dev.tpcomm.DType.Int32)
             check(binding.ialltoall(sendAddr, 1, i32, recvAddr, 1, i32, handle, scratchAddress + OFF_REQUEST), operation, entry)
-            pollSignature(operation, entry, deadline, callerJob)
+            pollSignature(operation, entry, callerJob)
             finish(sig)
         }
     }
@@ -803,7 +798,7 @@ public class MpiCommunicator internal constructor(
             dispatcher.execute {
                 ensureUsable(name, entry.sequence)
                 checkAbortNotices(name, entry)
-                val p = MpiPending(this, entry, name, MpiPending.Kind.Request, copy, System.nanoTime() + timeoutNanos)
+                val p = MpiPending(this, entry, name, MpiPending.Kind.Request, copy)
                 check(binding.isend(copy.segment.address(), n, abi.datatype(copy.dtype), rank, tag, handle, p.request), name, entry)
                 p.mainPending = true
                 p.issued()
@@ -965,7 +960,7 @@ public class MpiCommunicator internal constructor(
         require(commConfig.worldSize == worldSize && commConfig.rank == rank) {
             "$name: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
         }
-        val entry = recorder.start(name)
+        val entry = beginOwnCollective(name)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             onThread {
@@ -990,7 +985,8 @@ public class MpiCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         recorder.close()
-        runtime.watchdog.unregister(watched)
+        runtime.communicators.unregister(watched)
+        stopDeadlines()
         val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
@@ -1118,17 +1114,16 @@ public class MpiCommunicator internal constructor(
                     checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, blocking)
                     null
                 } else {
-                    val deadline = System.nanoTime() + timeoutNanos
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
                     if (sig != null) {
-                        if (preSignature != null) preSignature.polling(sig, deadline, callerJob)
-                        exchangeSignaturePolling(sig, operation, entry, deadline, callerJob)
+                        if (preSignature != null) preSignature.polling(sig, callerJob)
+                        exchangeSignaturePolling(sig, operation, entry, callerJob)
                         ensureUsable(operation, entry.sequence)
                     }
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
-                    val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive, deadline)
+                    val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive)
                     check(start(p.request), operation, entry)
                     p.holds = holds
                     handedOver = true
@@ -1210,7 +1205,7 @@ public class MpiCommunicator internal constructor(
                 val p = try {
                     ensureUsable(operation, entry.sequence)
                     checkAbortNotices(operation, entry)
-                    val p = MpiPending(this, entry, operation, kind, keepAlive, System.nanoTime() + timeoutNanos)
+                    val p = MpiPending(this, entry, operation, kind, keepAlive)
                     p.result = result
                     p.receive = receive
                     if (receive != null) {
@@ -1238,7 +1233,7 @@ public class MpiCommunicator internal constructor(
         }
     }
 
-    /** Runs one blocking MPI call under the watchdog's deadline. */
+    /** Runs one blocking MPI call (its deadline is the front's: [deadlinePassed] aborts it from the watchdog's thread). */
     private inline fun runBlockingCall(operation: String, entry: FlightRecorder.Entry, keepAlive: Any?, call: () -> Int) {
         currentOperation = operation
         currentSequence = entry.sequence
@@ -1267,20 +1262,20 @@ public class MpiCommunicator internal constructor(
         failMismatch(operation, entry)
     }
 
-    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
         signatures.load(sig)
         val req = scratchAddress + OFF_REQUEST
         check(binding.iallreduce(signatures.digestSend.address(), signatures.digestReceived.address(), 2, abi.int64Type, digestOp, handle, req), operation, entry)
-        pollSignature(operation, entry, deadline, callerJob)
+        pollSignature(operation, entry, callerJob)
         if (signatures.digestsAgree()) return
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
-        pollSignature(operation, entry, deadline, callerJob)
+        pollSignature(operation, entry, callerJob)
         failMismatch(operation, entry)
     }
 
-    /** Polls the signature request in the scratch slot until done (deadline, caller cancellation). */
-    private fun pollSignature(operation: String, entry: FlightRecorder.Entry, deadline: Long, callerJob: Job?) {
+    /** Polls the signature request in the scratch slot until done, the communicator breaks (its deadline, say), or the caller is cancelled. */
+    private fun pollSignature(operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
         // The dispatcher's wait policy (spin, yield, then park up to its longest park), not a spin
@@ -1289,7 +1284,7 @@ public class MpiCommunicator internal constructor(
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
-            if (System.nanoTime() - deadline > 0) throw timedOut("$operation(signature)", entry.sequence)
+            ensureNotBrokenWhileInFlight(operation, entry)
             if (callerJob?.isCancelled == true) {
                 // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
                 throw CancellationException("cancelled while exchanging the signature of $operation")
@@ -1301,6 +1296,8 @@ public class MpiCommunicator internal constructor(
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
+        // This very call's deadline broke the communicator ([deadlinePassed]): it ends with that timeout.
+        if (cause is CommunicationTimeoutException && cause.sequenceNumber == entry.sequence) throw cause
         throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
@@ -1454,6 +1451,18 @@ public class MpiCommunicator internal constructor(
         val e = exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, peerAbortMessage(from, notices.reason))
         markBroken(e, notifyPeers = false)
         throw e
+    }
+
+    /**
+     * The front's deadline for the operation recorded as [entry] (called on the watchdog's thread,
+     * while this communicator's thread may be blocked inside MPI): [timedOut]. A non-blocking
+     * operation then ends with that exception at its next poll ([ensureNotBrokenWhileInFlight]); a
+     * blocking one cannot be interrupted, so with [MpiConfig.abortOnTimeout] (the default) the job
+     * ends with `MPI_Abort`.
+     */
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+        if (closed.get()) return
+        timedOut(entry.operation, entry.sequence)
     }
 
     /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */

@@ -31,7 +31,6 @@ internal class MpiPending(
     val operation: String,
     var kind: Kind,
     val keepAlive: Any?,
-    val deadline: Long,
 ) : NativeRequest {
     /** For a receive that probes first: posts the receive of the probed message (request, source, tag). */
     var receive: ((Long, Int, Int) -> Int)? = null
@@ -83,10 +82,7 @@ internal class MpiPending(
                     // Receives match in the order they were issued: one waits while an earlier receive
                     // that could take the same message still probes (the progress loop's order is not
                     // the issue order: each caller hops onto this thread on its own).
-                    if (post != null && comm.waitsForEarlierReceive(this)) {
-                        if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
-                        return false
-                    }
+                    if (post != null && comm.waitsForEarlierReceive(this)) return false
                     comm.check(b.iprobe(r.probeSource, r.probeTag, r.probeHandle ?: comm.handle, flag, status), operation, entry)
                     if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
                         comm.probingReceives.remove(this)
@@ -117,7 +113,6 @@ internal class MpiPending(
                 comm.recordProfile(operation, System.nanoTime() - startNanos)
                 return true
             }
-            if (System.nanoTime() - deadline > 0) throw comm.timedOut(operation, entry.sequence)
             return false
         } catch (t: Throwable) {
             comm.probingReceives.remove(this)

@@ -14,8 +14,8 @@ import kotlin.time.Duration.Companion.nanoseconds
 
 /**
  * MPI's process-wide state: the library, `MPI_Init_thread` once, `MPI_Finalize` once (when the
- * last communicator closes or at JVM shutdown), and the watchdog that enforces deadlines of
- * blocking calls. Every method is thread-safe and idempotent where the name says so.
+ * last communicator closes or at JVM shutdown), and the live communicators ([MpiCommunicators]:
+ * their peers' abort notices). Every method is thread-safe and idempotent where the name says so.
  *
  * MPI cannot be initialised again after `MPI_Finalize`: a communicator created after the last
  * one closed fails with a clear [IllegalStateException].
@@ -44,7 +44,7 @@ internal class MpiRuntime(
     /** Set when a communicator broke (timeout, mismatch, cancellation): finalize would hang, so it is skipped. */
     @Volatile var broken: Boolean = false
 
-    val watchdog: MpiWatchdog = MpiWatchdog()
+    val communicators: MpiCommunicators = MpiCommunicators()
 
     /**
      * Below `MPI_THREAD_MULTIPLE` only one thread may be inside MPI at a time: every communicator
@@ -56,7 +56,7 @@ internal class MpiRuntime(
     val sharesOneThread: Boolean get() = providedThreadLevel < MpiThreadLevel.Multiple.value
 
     /**
-     * Whether any thread may call MPI (`MPI_THREAD_MULTIPLE` was provided): then the watchdog tests
+     * Whether any thread may call MPI (`MPI_THREAD_MULTIPLE` was provided): then the notice thread tests
      * peers' abort notices and a failing thread sends its own, while communicators' threads are
      * blocked in collectives.
      */
@@ -138,7 +138,7 @@ internal class MpiRuntime(
         synchronized(lock) {
             if (finalized) return
             finalized = true
-            watchdog.close()
+            communicators.close()
             if (!ownsInit) return
             // The peers' own deadlines come first: a peer blocked in a collective this rank left
             // reports it (naming the operation) at the timeout; this rank gives up a margin later.
@@ -259,7 +259,7 @@ internal class MpiRuntime(
             programFailed("it called System.exit($status)", status)
             return
         }
-        val busy = if (finalized) emptyList() else watchdog.activeCalls()
+        val busy = if (finalized) emptyList() else communicators.activeCalls()
         if (busy.isNotEmpty()) {
             System.err.println(
                 "tpcomm-mpi: rank $worldRank: dev.tpcomm.CommunicatorAbortedException: the process is shutting down (System.exit, or a " +
@@ -284,7 +284,7 @@ internal class MpiRuntime(
         System.out.flush()
         // MPI_Abort ends the other ranks at once (Open MPI's mpirun sends SIGTERM and SIGKILL
         // shortly after, MPICH's hydra SIGKILL; docs/mpi.md), so every rank's flight recorder must
-        // be on disk first: this rank's now, and the peers', which their watchdog writes within
+        // be on disk first: this rank's now, and the peers', which their notice thread writes within
         // one period of this rank's abort notice (sent when the communicator broke), during
         // DUMP_GRACE_MILLIS. Only one thread of the process goes through here.
         if (!aborting.compareAndSet(false, true)) return // another thread of this process is ending the job
@@ -319,7 +319,7 @@ internal class MpiRuntime(
     /**
      * This process's program failed: an exception escaped `main` ([MpiProgramFailure] sees it) or
      * it exited with status [code] != 0. Says so in one line (the cause itself was printed once
-     * by the JVM), aborts every communicator of the process and tells the peers (their watchdog
+     * by the JVM), aborts every communicator of the process and tells the peers (their notice thread
      * names this rank: `CommunicatorAbortedException: ... rank R failed ...`), then ends the job
      * with `MPI_Abort(MPI_COMM_WORLD, code)` ([abort]: the dumps are written first). Nothing is
      * done once MPI was finalized. Returns only when [halt] is replaced.
@@ -331,7 +331,7 @@ internal class MpiRuntime(
                 "instead of letting the other ranks wait for their timeout",
         )
         System.err.flush()
-        for (c in watchdog.communicators()) {
+        for (c in communicators.all()) {
             try {
                 c.programFailed(description)
             } catch (t: Throwable) {

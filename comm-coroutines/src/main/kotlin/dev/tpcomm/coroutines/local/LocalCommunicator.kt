@@ -30,7 +30,7 @@ import kotlin.time.Duration
  * rank's arguments and signature into the group's slot for that number and arrives. The last
  * arriver compares the signatures, moves the data and resumes the others. A waiting rank suspends
  * ([await]) with a cancellation handler ([CancelledWait]) that aborts the world at once when it is
- * cancelled; the watchdog turns a missed deadline into an abort of the world.
+ * cancelled; a missed deadline (the front's, from the call) aborts the world ([deadlinePassed]).
  */
 internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : CommunicatorFront(
     rank, group.size, Device.Host, BACKEND,
@@ -42,6 +42,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     // message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
     // passes on the native backends.
     CollectiveValidator(group.size, Device.Host, nativeMemory = !group.world.allowHeapMemory),
+    group.world.config.timeout,
 ) {
     val world = group.world
     @Volatile private var closed = false
@@ -58,6 +59,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     fun markClosed() {
         closed = true
         recorder.close()
+        stopDeadlines()
     }
 
     /** Closes this communicator and, first, every communicator split from it (recursively). */
@@ -75,6 +77,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         closed = true
         recorder.close()
         group.rankClosed(rank)
+        stopDeadlines()
     }
 
     override fun toString(): String = "LocalCommunicator(rank $rank of ${group.size}, ${group.description})"
@@ -114,6 +117,19 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
                 "rank $rank gave up ${call.name} #${call.sequence} before issuing it (a tensor it passes was closed meanwhile); the collective cannot complete without it",
             ),
         )
+    }
+
+    /**
+     * The front's deadline: a collective names the ranks that never arrived, a point-to-point call
+     * what it waited for ([LocalGroup.collectiveTimedOut], [LocalGroup.pointToPointTimedOut]); either
+     * aborts the world, so every waiting rank ends with the same [CommunicationTimeoutException].
+     */
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+        if (call != null) {
+            group.collectiveTimedOut(rank, call.sequence, entry.sequence, call.name, call.state as OpSlot?)
+        } else {
+            group.pointToPointTimedOut(rank, entry.sequence)
+        }
     }
 
     // ---------------------------------------------------------------- collectives
@@ -193,7 +209,6 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         slot.outputs[r] = call.output
         slot.recorderSeqs[r] = call.entry.sequence
         slot.present[r] = true
-        if (slot.firstArrivalNanos == 0L) slot.firstArrivalNanos = System.nanoTime()
         if (slot.arrived.incrementAndGet() == group.size) {
             runAsLast(slot, call.sequence)
             // An abort may be failing the slot concurrently: wait the few instructions until it is final.
@@ -210,6 +225,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         var slot = call.state as OpSlot?
         if (slot == null) {
             slot = awaitSlot(call)
+            call.state = slot // what the deadline reads
             if (!arrive(slot, call)) await(slot, entry)
         } else if (!slot.isFinal) {
             await(slot, entry)

@@ -98,45 +98,58 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         for (c in communicators) c.markClosed()
     }
 
-    /** Watchdog pass over this group (deadlines); returns true when it aborted the world. */
-    fun watchdogPass(now: Long): Boolean {
-        val timeoutNanos = world.config.timeout.inWholeNanoseconds
-        for (i in 0 until RING) {
-            val s = ring.get(i) ?: continue
-            if (s.state.get() != OpSlot.PENDING || s.arrived.get() == 0) continue
-            val first = s.firstArrivalNanos
-            if (first != 0L && now - first > timeoutNanos) {
-                val waiting = (0 until size).filter { s.present[it] }
-                val missing = (0 until size).filter { !s.present[it] }
-                if (s.state.get() != OpSlot.PENDING || missing.isEmpty()) continue
-                val r0 = waiting.firstOrNull() ?: continue
-                val name = OpKind.name(s.kinds[r0])
-                val msg = "$name timed out after ${world.config.timeout}: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
-                val reason = communicators[r0].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), name, s.recorderSeqs[r0])
-                if (world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), s)) return true
-            }
+    /**
+     * Rank [rank]'s collective [seq] (its flight record [recorderSeq], [name]) passed its deadline
+     * (the front's, from its call): aborts the world with a [dev.tpcomm.CommunicationTimeoutException]
+     * naming the ranks that never arrived, which every waiting rank gets. [slot] is where the rank
+     * arrived, or null when it still waits for the ring position (more than [RING] collectives
+     * ahead of the slowest rank). A slot whose data movement already runs is left to finish.
+     */
+    fun collectiveTimedOut(rank: Int, seq: Long, recorderSeq: Long, name: String, slot: OpSlot?) {
+        val timeout = world.config.timeout
+        if (slot == null) {
+            val older = ring.get(((seq - 1) % RING).toInt())
+            val behind = if (older == null) emptyList() else (0 until size).filter { !older.present[it] }
+            val msg = "$name timed out after $timeout: rank $rank of $description could not issue collective #$seq, $RING collectives " +
+                "ahead of rank(s) $behind, which never arrived at collective #${seq - RING}"
+            timedOut(rank, name, recorderSeq, msg, null)
+            return
         }
-        if (sendsTimedOut(now, timeoutNanos)) return true
-        for (m in mailboxes) if (m.checkTimeout(now, timeoutNanos)) return true
-        return false
+        if (slot.state.get() != OpSlot.PENDING) return
+        val waiting = (0 until size).filter { slot.present[it] }
+        val missing = (0 until size).filter { !slot.present[it] }
+        if (missing.isEmpty()) return
+        val msg = "$name timed out after $timeout: rank(s) $missing of $description never arrived; rank(s) $waiting waited"
+        timedOut(rank, name, recorderSeq, msg, slot)
     }
 
     /**
-     * Aborts the world when a send above the eager limit waited longer than the timeout for its
-     * receive (typically every rank sending before it receives). That send, and every other send
-     * still waiting for a receive (the rest of the cycle, started a little later), fail with the
-     * same [dev.tpcomm.CommunicationTimeoutException], which names the limit.
+     * Rank [rank]'s point-to-point call recorded as [recorderSeq] passed its deadline: a posted
+     * receive or probe names the message it waited for; a send above the eager limit names every
+     * send still waiting for its receive (the rest of a cycle of sends, started a little later) and
+     * the limit. Aborts the world; a call that finished meanwhile is left alone.
      */
-    private fun sendsTimedOut(now: Long, timeoutNanos: Long): Boolean {
-        if (mailboxes.none { it.lateSends(now, timeoutNanos).isNotEmpty() }) return false
-        val late = mailboxes.flatMap { box -> box.lateSends(now, -1).map { box.owner to it } }
-        if (late.isEmpty()) return false
-        val (dst, first) = late.first()
+    fun pointToPointTimedOut(rank: Int, recorderSeq: Long) {
+        mailboxes[rank].postedReceive(recorderSeq)?.let { late ->
+            val from = if (late.source == dev.tpcomm.Communicator.ANY_SOURCE) "any rank" else "rank ${late.source}"
+            val tag = if (late.tag == dev.tpcomm.Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
+            val msg = "${late.operation} timed out after ${world.config.timeout}: rank $rank of $description waited for a message from $from with $tag"
+            timedOut(rank, late.operation, recorderSeq, msg, late)
+            return
+        }
+        val late = mailboxes.flatMap { box -> box.waitingSends().map { box.owner to it } }
+        if (late.none { (_, m) -> m.source == rank && m.recorderSeq == recorderSeq }) return
+        val (dst, first) = late.first { (_, m) -> m.source == rank && m.recorderSeq == recorderSeq }
         val pairs = late.joinToString(", ") { (to, m) -> "${m.source}->$to" }
         val msg = "send timed out after ${world.config.timeout}: rank(s) ${late.map { it.second.source }.distinct().sorted()} of $description " +
             "waited for their receivers to post a matching receive (sender->receiver: $pairs). " + mailboxes[dst].rendezvousAdvice(first.byteSize, dst)
-        val reason = communicators[first.source].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), first.operation, first.recorderSeq)
-        return world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), late.map { it.second })
+        timedOut(rank, first.operation, recorderSeq, msg, late.map { it.second })
+    }
+
+    /** Aborts the world with the timeout [msg] of [rank]'s [operation]; [what] (a slot, a receive, sends) fails with it, the rest as aborted. */
+    private fun timedOut(rank: Int, operation: String, recorderSeq: Long, msg: String, what: Any?) {
+        val reason = communicators[rank].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), operation, recorderSeq)
+        world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), what)
     }
 
     companion object {

@@ -2,20 +2,20 @@ package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.CommConfig
-import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicBoolean
 
 /**
- * State shared by a world and every group split from it: the abort flag and the watchdog.
+ * State shared by a world and every group split from it: the abort flag. Deadlines are each
+ * rank's front's ([LocalCommunicator.deadlinePassed] aborts the world).
  *
  * An abort anywhere aborts the whole tree (the world and all its sub-groups): a rank failing in a
  * tensor-parallel group would otherwise leave its data-parallel peers waiting for it. The first
  * cause wins and is kept as [abortCause].
  */
-internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watched {
+internal class LocalWorldState(val config: CommConfig) {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
     val errors = CommunicationErrors(-1, LocalCommunicator.BACKEND) { null }
     val failures = FailureState(errors)
@@ -30,7 +30,6 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
     @Volatile var rootGroup: LocalGroup? = null
     private val closed = AtomicBoolean(false)
-    @Volatile private var watchdogTask: DeadlineWatchdog.Registration? = null
 
     val abortCause: Throwable? get() = failures.cause
     val isClosed: Boolean get() = closed.get()
@@ -45,29 +44,7 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
         for (g in groups) for (c in g.communicators) c.flightRecorder.recordAbort(reason)
         val generic = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
         for (g in groups) g.failPending(failure, generic, timedOut)
-        stopWatchdog()
         return true
-    }
-
-    /**
-     * Registers with the core's [DeadlineWatchdog], weakly: a world that became unreachable without
-     * being closed stops its own check. The period is a tenth of the timeout, between 2 and 50 ms.
-     */
-    fun startWatchdog() {
-        watchdogTask = DeadlineWatchdog.register(this, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
-    }
-
-    private fun stopWatchdog() {
-        watchdogTask?.close()
-    }
-
-    /** The watchdog's call: [watchdogPass], and a bug in it aborts this world rather than going unnoticed. */
-    override fun checkDeadlines(nowNanos: Long) {
-        try {
-            watchdogPass(nowNanos)
-        } catch (t: Throwable) {
-            abort(t)
-        }
     }
 
     /** Closes the world: pending calls fail, later calls throw CommunicatorAbortedException. */
@@ -75,15 +52,6 @@ internal class LocalWorldState(val config: CommConfig) : DeadlineWatchdog.Watche
         if (!closed.compareAndSet(false, true)) return
         for (g in groups) g.markAllClosed()
         abort(reason)
-        stopWatchdog()
-    }
-
-    /** One watchdog pass: the deadlines of every group. */
-    fun watchdogPass(nowNanos: Long) {
-        if (failures.isAborted) { stopWatchdog(); return }
-        for (g in groups) {
-            if (g.watchdogPass(nowNanos)) return
-        }
     }
 
     companion object {

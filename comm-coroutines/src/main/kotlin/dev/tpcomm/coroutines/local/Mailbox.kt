@@ -36,7 +36,6 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         var sender: CancellableContinuation<Unit>? = null
         var operation: String = ""
         var recorderSeq: Long = 0
-        var startNanos: Long = 0
     }
 
     class Posted(
@@ -46,7 +45,6 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val cont: CancellableContinuation<MessageInfo>,
         val operation: String,
         val recorderSeq: Long,
-        val startNanos: Long,
     )
 
     /** `ANY_TAG` matches user tags (>= 0) only, never the library's negative ones ([LocalCommunicator.CONTROL_TAG]). */
@@ -128,7 +126,6 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 m.sender = sender
                 m.operation = operation
                 m.recorderSeq = recorderSeq
-                m.startNanos = System.nanoTime()
                 queue.addLast(m)
                 sender.invokeOnCancellation { synchronized(lock) { queue.remove(m) } }
             }
@@ -189,7 +186,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                     if (info != null) {
                         immediate = Result.success(info)
                     } else {
-                        val p = Posted(src, tag, target, cont, operation, recorderSeq, System.nanoTime())
+                        val p = Posted(src, tag, target, cont, operation, recorderSeq)
                         posted.add(p)
                         cont.invokeOnCancellation { synchronized(lock) { posted.remove(p) } }
                     }
@@ -204,9 +201,11 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
 
     fun hasWaiterFor(rank: Int): Boolean = synchronized(lock) { posted.any { it.source == rank } }
 
-    /** The sends waiting here longer than [timeoutNanos] (-1: all of them) for this mailbox's owner to receive them. */
-    fun lateSends(now: Long, timeoutNanos: Long): List<Message> =
-        synchronized(lock) { queue.filter { it.sender != null && now - it.startNanos > timeoutNanos } }
+    /** The sends (above the eager limit) waiting here for this mailbox's owner to receive them, oldest first. */
+    fun waitingSends(): List<Message> = synchronized(lock) { queue.filter { it.sender != null } }
+
+    /** The receive or probe posted here by the owner's call recorded as [recorderSeq], or null when it is no longer waiting. */
+    fun postedReceive(recorderSeq: Long): Posted? = synchronized(lock) { posted.firstOrNull { it.recorderSeq == recorderSeq } }
 
     /** True when a send is waiting here for this mailbox's owner to receive it. */
     fun hasWaitingSend(): Boolean = synchronized(lock) { queue.any { it.sender != null } }
@@ -227,17 +226,6 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
             val f = if (specific != null && (timedOut as? Collection<*>)?.any { it === m } == true) specific else generic
             m.sender!!.resumeWithException(OperationFailedSignal(f))
         }
-    }
-
-    /** Aborts the world when a posted receive passed its deadline; returns true if it did. */
-    fun checkTimeout(now: Long, timeoutNanos: Long): Boolean {
-        val late = synchronized(lock) { posted.firstOrNull { now - it.startNanos > timeoutNanos } } ?: return false
-        val from = if (late.source == Communicator.ANY_SOURCE) "any rank" else "rank ${late.source}"
-        val tag = if (late.tag == Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
-        val msg = "${late.operation} timed out after ${group.world.config.timeout}: rank $owner of ${group.description} waited for a message from $from with $tag"
-        val comm = group.communicators[owner]
-        val reason = comm.exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), late.operation, late.recorderSeq)
-        return group.world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), late)
     }
 
     /** Why a send of [bytes] to [dst] waits, and what to change: named in every failure of a waiting send. */

@@ -31,7 +31,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val state = AtomicInteger(PENDING)
     @JvmField val arrived = AtomicInteger()
     private val departed = AtomicInteger()
-    @Volatile @JvmField var firstArrivalNanos: Long = 0L
     @Volatile @JvmField var failure: OperationFailure? = null
 
     // Per-rank signature and arguments, written by each rank before it increments [arrived].
@@ -147,7 +146,6 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
             waiters.set(r, null)
         }
         failure = null
-        firstArrivalNanos = 0L
         arrived.set(0)
         departed.set(0)
         state.set(PENDING)

@@ -1,0 +1,104 @@
+package dev.tpcomm.coroutines
+
+import dev.tpcomm.spi.DeadlineWatchdog
+import kotlin.time.Duration
+
+/**
+ * The deadlines of one communicator's operations, from the moment of each call to its end: the
+ * front [track]s every operation it records, and the core's [DeadlineWatchdog] thread ([scan])
+ * hands each one still in flight past the communicator's timeout to the backend, once.
+ *
+ * An operation is "in flight" while its flight record is ([FlightRecorder.Entry.inFlight]): the
+ * front completes or fails every record it starts, so an operation leaves this set by finishing,
+ * whichever path finished it. The calling thread reads no clock: an operation's start is the
+ * watchdog's latest scan time ([DeadlineWatchdog.coarseNanos], at most about one period old), and
+ * it is reported once `now - start` exceeds the timeout plus one period, so never before its
+ * timeout and at most about two periods after it (the period is a tenth of the timeout, 2 to 50 ms).
+ *
+ * Not thread-safe by itself: the front calls [track] and [scan]'s collection under its issue lock.
+ * Finished operations are dropped from the front of the queue when the next one is tracked (they
+ * mostly finish in call order) and from anywhere at each scan, so the queue holds about what is in
+ * flight.
+ */
+internal class CallDeadlines(timeout: Duration) {
+    /** False for an infinite (or non-positive) timeout: nothing is tracked. */
+    val enabled: Boolean = timeout.isFinite() && timeout.isPositive()
+
+    /** The watchdog period for this timeout, in milliseconds. */
+    val periodMillis: Long = if (enabled) DeadlineWatchdog.periodFor(timeout.inWholeMilliseconds) else 0L
+
+    private val limitNanos: Long = if (enabled) timeout.inWholeNanoseconds + periodMillis * 1_000_000 else Long.MAX_VALUE
+
+    private var entries = arrayOfNulls<FlightRecorder.Entry>(INITIAL)
+    private var calls = arrayOfNulls<Any>(INITIAL)
+    private var starts = LongArray(INITIAL)
+    private var head = 0
+    private var size = 0
+
+    /** Starts timing [entry] (with the backend's [call], or null) from now. Under the owner's lock. */
+    fun track(entry: FlightRecorder.Entry, call: Any?) {
+        if (!enabled) return
+        while (size > 0 && !entries[head]!!.inFlight) {
+            entries[head] = null; calls[head] = null
+            head = (head + 1) and (entries.size - 1)
+            size--
+        }
+        if (size == entries.size) compact(Long.MIN_VALUE, null)
+        if (size == entries.size) grow()
+        val at = (head + size) and (entries.size - 1)
+        entries[at] = entry
+        calls[at] = call
+        starts[at] = DeadlineWatchdog.coarseNanos
+        size++
+    }
+
+    /**
+     * Drops every finished operation and, with [expired], moves each one in flight longer than the
+     * limit at [now] out into it (entry, then call), so that it is reported once. Under the owner's lock.
+     */
+    fun collect(now: Long, expired: MutableList<Any?>) {
+        compact(now, expired)
+    }
+
+    private fun compact(now: Long, expired: MutableList<Any?>?) {
+        val mask = entries.size - 1
+        var kept = 0
+        for (i in 0 until size) {
+            val from = (head + i) and mask
+            val e = entries[from]!!
+            val c = calls[from]
+            val s = starts[from]
+            entries[from] = null; calls[from] = null
+            if (!e.inFlight) continue
+            if (expired != null && now - s > limitNanos) {
+                expired += e; expired += c
+                continue
+            }
+            val to = (head + kept) and mask
+            entries[to] = e; calls[to] = c; starts[to] = s
+            kept++
+        }
+        size = kept
+    }
+
+    private fun grow() {
+        val n = entries.size * 2
+        val e = arrayOfNulls<FlightRecorder.Entry>(n)
+        val c = arrayOfNulls<Any>(n)
+        val s = LongArray(n)
+        val mask = entries.size - 1
+        for (i in 0 until size) {
+            val from = (head + i) and mask
+            e[i] = entries[from]; c[i] = calls[from]; s[i] = starts[from]
+        }
+        entries = e; calls = c; starts = s
+        head = 0
+    }
+
+    /** How many operations are tracked now (finished ones not yet dropped included); for tests. */
+    val tracked: Int get() = size
+
+    private companion object {
+        const val INITIAL = 16 // a power of two: indexes wrap with a mask
+    }
+}
