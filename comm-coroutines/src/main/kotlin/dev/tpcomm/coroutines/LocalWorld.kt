@@ -28,9 +28,10 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * timeout aborts the world; cancelling a waiting receive or probe only withdraws it (nothing is in
  * flight), it does not abort the world.
  *
- * Deadlines: a watchdog thread checks every world each tenth of [CommConfig.timeout] (between 2
- * and 50 ms): a call past its deadline fails with `CommunicationTimeoutException` naming the ranks
- * that never arrived.
+ * Deadlines: each rank's calls are timed from the call by the core's watchdog thread, every tenth
+ * of [CommConfig.timeout] (between 2 and 50 ms): a call past its deadline aborts the world with a
+ * `CommunicationTimeoutException` naming the ranks that never arrived (or the message a receive
+ * waited for), which every waiting rank gets.
  *
  * Cancellation: a coroutine cancelled while it waits in a collective aborts the world at once,
  * inside its `cancel()` call: the collective's data movement never starts, every other rank's

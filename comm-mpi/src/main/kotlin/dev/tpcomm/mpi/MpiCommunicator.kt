@@ -1296,8 +1296,7 @@ public class MpiCommunicator internal constructor(
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
-        // This very call's deadline broke the communicator ([deadlinePassed]): it ends with that timeout.
-        if (cause is CommunicationTimeoutException && cause.sequenceNumber == entry.sequence) throw cause
+        ownTimeout(entry.sequence)?.let { throw it }
         throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
@@ -1344,8 +1343,16 @@ public class MpiCommunicator internal constructor(
 
     private fun ensureUsable(operation: String, sequence: Long) {
         if (closed.get()) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, "the communicator is closed; create a new one")
+        ownTimeout(sequence)?.let { throw it }
         failure.ensureUsable(operation, sequence)
     }
+
+    /**
+     * The timeout that broke this communicator when it is the one of the call recorded as
+     * [sequence] ([deadlinePassed]): that call ends with it, named, rather than as aborted by it.
+     */
+    private fun ownTimeout(sequence: Long): CommunicationTimeoutException? =
+        (failure.cause as? CommunicationTimeoutException)?.takeIf { it.sequenceNumber == sequence }
 
     /**
      * Runs [block], the body of [entry]'s operation: a closed dispatcher becomes

@@ -1,0 +1,52 @@
+package dev.tpcomm.mpi
+
+import dev.tpcomm.CommConfig
+import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.Tensor
+import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.collections.shouldBeEmpty
+import io.kotest.matchers.shouldBe
+import io.mockk.every
+import io.mockk.mockk
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
+import java.util.Collections
+import java.util.concurrent.CountDownLatch
+import kotlin.concurrent.thread
+import kotlin.time.Duration.Companion.milliseconds
+
+/**
+ * Deadlines run from the moment of the call (README "Semantics every backend keeps"), on a mocked
+ * MPI: a user's call that waits for the communicator's thread is timed while it waits, not only
+ * once it reached MPI.
+ */
+class MpiDeadlineTest : FunSpec({
+    timeout = 60_000
+
+    test("a call queued behind work on the communicator's thread is timed from its call and never reaches MPI") {
+        val calls = Collections.synchronizedList(ArrayList<String>())
+        val b = mockk<MpiBinding>(relaxed = true).also { b ->
+            every { b.abi } returns MpichAbi
+            every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
+        }
+        // Default MpiConfig: Blocking progress and abortOnTimeout (the mocked MPI_Abort returns).
+        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds))
+        val busy = CountDownLatch(1)
+        // The user's own code holds the communicator's thread for 3 s (a long host loop in withContext(nativeDispatcher)).
+        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(3_000) } } }
+        busy.await()
+        var result: Result<Any>? = null
+        val began = System.nanoTime()
+        thread(name = "user-main") { result = runCatching { runBlocking { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }.join()
+        val tookMillis = (System.nanoTime() - began) / 1_000_000
+        val e = shouldThrow<CommunicationTimeoutException> { result!!.getOrThrow() }
+        e.operation shouldBe "allReduce"
+        e.sequenceNumber shouldBe 1L
+        calls.shouldBeEmpty() // the call never reached MPI: the communicator broke at its deadline
+        println("MpiDeadlineTest: the queued call ended after $tookMillis ms (timeout 300 ms; the thread was held 3,000 ms)")
+        hog.join()
+        comm.isAborted shouldBe true
+        comm.close()
+    }
+})
