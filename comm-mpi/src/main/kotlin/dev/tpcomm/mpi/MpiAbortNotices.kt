@@ -52,8 +52,8 @@ internal class MpiAbortNotices(
         private set
 
     /**
-     * Tells every other rank that this communicator broke, with [reason] ([REASON_FAILED] or
-     * [REASON_PROGRAM_FAILED]), and drives the sends for at most [PUSH_NANOS] (some transports only
+     * Tells every other rank that this communicator broke, with [reason] ([REASON_FAILED],
+     * [REASON_PROGRAM_FAILED] or [REASON_TIMEOUT]), and drives the sends for at most [PUSH_NANOS] (some transports only
      * move data inside MPI calls). Once only.
      */
     fun send(reason: Int = REASON_FAILED) = lock.withLock {
@@ -159,6 +159,13 @@ internal class MpiAbortNotices(
 
         /** A notice's reason: the sender's program failed (an exception escaped `main`, or it exited non-zero). */
         const val REASON_PROGRAM_FAILED: Int = 1
+
+        /**
+         * A notice's reason: the sender's call passed its deadline. The receivers' operations in
+         * flight end with a timeout too, as every waiting rank's does on the in-process backend:
+         * their own deadlines, up to a watchdog period apart, would otherwise race the notice.
+         */
+        const val REASON_TIMEOUT: Int = 2
 
         /** How long [send] and [cancelReceive] drive MPI at most. */
         const val PUSH_NANOS: Long = 200_000_000

@@ -1274,7 +1274,7 @@ public class MpiCommunicator internal constructor(
         failMismatch(operation, entry)
     }
 
-    /** Polls the signature request in the scratch slot until done, the communicator breaks (its deadline, say), or the caller is cancelled. */
+    /** Polls the signature request in the scratch slot until done, this call's deadline passes ([deadlinePassed]), or the caller is cancelled. */
     private fun pollSignature(operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
@@ -1284,7 +1284,9 @@ public class MpiCommunicator internal constructor(
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
-            ensureNotBrokenWhileInFlight(operation, entry)
+            // This call's own deadline ends it. A peer's abort notice does not: the exchange completes
+            // (a peer that found a mismatch has sent its words), so every rank names the mismatch itself.
+            ownTimeout(entry.sequence)?.let { throw it }
             if (callerJob?.isCancelled == true) {
                 // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
                 throw CancellationException("cancelled while exchanging the signature of $operation")
@@ -1297,6 +1299,8 @@ public class MpiCommunicator internal constructor(
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
         val cause = failure.cause ?: return
         ownTimeout(entry.sequence)?.let { throw it }
+        val late = peerTimedOut
+        if (late >= 0) throw exceptionOf(OperationFailure.TIMEOUT, operation, entry.sequence, peerTimeoutMessage(late, operation), cause)
         throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
@@ -1348,11 +1352,13 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * The timeout that broke this communicator when it is the one of the call recorded as
-     * [sequence] ([deadlinePassed]): that call ends with it, named, rather than as aborted by it.
+     * The timeout of the call recorded as [sequence] once its deadline passed ([deadlinePassed]),
+     * whatever broke the communicator first: that call ends with it, named, rather than as aborted.
      */
-    private fun ownTimeout(sequence: Long): CommunicationTimeoutException? =
-        (failure.cause as? CommunicationTimeoutException)?.takeIf { it.sequenceNumber == sequence }
+    private fun ownTimeout(sequence: Long): CommunicationTimeoutException? = if (timeouts.isEmpty()) null else timeouts[sequence]
+
+    /** The timeouts [deadlinePassed] raised, by flight-record sequence (a communicator that times out is broken: few entries). */
+    private val timeouts = ConcurrentHashMap<Long, CommunicationTimeoutException>()
 
     /**
      * Runs [block], the body of [entry]'s operation: a closed dispatcher becomes
@@ -1423,7 +1429,7 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * A peer's abort notice arrived (seen by the watchdog, [MpiWatchdog.Monitored.pollPeerNotices]):
+     * A peer's abort notice arrived (seen by the watchdog, [MpiCommunicators.Member.pollPeerNotices]):
      * the communicator is aborted, naming [from], and its flight recorder dumped. When this rank is
      * blocked inside a collective that can now never complete, it also prints the exception; the
      * call stays under the watchdog, and the job ends by [from]'s own `MPI_Abort` (which waits
@@ -1432,6 +1438,7 @@ public class MpiCommunicator internal constructor(
      * marked: its next call throws [CommunicatorAbortedException].
      */
     private fun peerAborted(from: Int, reason: Int) {
+        if (reason == MpiAbortNotices.REASON_TIMEOUT) peerTimedOut = from
         val blocked = activeCallCell.get() != 0L
         val operation = if (blocked) currentOperation else PEER_NOTICE
         val sequence = if (blocked) currentSequence else CommunicationErrors.NO_SEQUENCE
@@ -1442,20 +1449,37 @@ public class MpiCommunicator internal constructor(
         System.err.flush()
     }
 
-    private fun peerAbortMessage(from: Int, reason: Int): String =
-        if (reason == MpiAbortNotices.REASON_PROGRAM_FAILED) {
+    private fun peerAbortMessage(from: Int, reason: Int): String = when (reason) {
+        MpiAbortNotices.REASON_PROGRAM_FAILED ->
             "rank $from failed (an exception escaped its program, or it exited with a non-zero status; its output names the cause)"
-        } else {
-            "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
-        }
+        MpiAbortNotices.REASON_TIMEOUT -> "rank $from aborted the communicator: its call passed its deadline"
+        else -> "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
+    }
 
-    /** Fails with [CommunicatorAbortedException] when another rank reported that it broke this communicator. */
-    internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry) {
+    /** The rank whose deadline notice ([MpiAbortNotices.REASON_TIMEOUT]) broke this communicator, or -1. */
+    @Volatile private var peerTimedOut: Int = -1
+
+    private fun peerTimeoutMessage(from: Int, operation: String): String =
+        "$operation did not complete: rank $from passed its deadline (${config.timeout}) first and aborted the communicator " +
+            "(a rank may have stalled, died, or called a different collective)"
+
+    /**
+     * Fails with [CommunicatorAbortedException] when another rank reported that it broke this
+     * communicator; an operation [inFlight] that a peer's deadline ended fails with
+     * [CommunicationTimeoutException] instead (the peer timed out waiting in it, as this rank would have).
+     */
+    internal fun checkAbortNotices(operation: String, entry: FlightRecorder.Entry, inFlight: Boolean = false) {
         if (worldSize == 1) return
         if (!notices.receivePosted) check(notices.postReceive(), operation, entry)
         val from = notices.arrived()
         if (from < 0) return
-        val e = exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, peerAbortMessage(from, notices.reason))
+        val reason = notices.reason
+        if (reason == MpiAbortNotices.REASON_TIMEOUT) peerTimedOut = from
+        val e = if (inFlight && reason == MpiAbortNotices.REASON_TIMEOUT) {
+            exceptionOf(OperationFailure.TIMEOUT, operation, entry.sequence, peerTimeoutMessage(from, operation))
+        } else {
+            exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, peerAbortMessage(from, reason))
+        }
         markBroken(e, notifyPeers = false)
         throw e
     }
@@ -1481,7 +1505,8 @@ public class MpiCommunicator internal constructor(
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
         ) as CommunicationTimeoutException
         val dump = e.flightRecorderDump
-        markBroken(e, now = mpiConfig.abortOnTimeout)
+        timeouts[sequence] = e
+        markBroken(e, reason = MpiAbortNotices.REASON_TIMEOUT, now = mpiConfig.abortOnTimeout)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)

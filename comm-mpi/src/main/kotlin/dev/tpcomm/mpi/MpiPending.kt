@@ -73,7 +73,7 @@ internal class MpiPending(
         val b = comm.binding
         try {
             comm.ensureNotBrokenWhileInFlight(operation, entry)
-            comm.checkAbortNotices(operation, entry)
+            comm.checkAbortNotices(operation, entry, inFlight = true)
             when (kind) {
                 Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
                 Kind.Probe -> {
