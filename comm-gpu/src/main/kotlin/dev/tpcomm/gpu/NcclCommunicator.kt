@@ -24,7 +24,6 @@ import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
-import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
@@ -123,6 +122,7 @@ public class NcclCommunicator internal constructor(
             null
         }
     }),
+    config.timeout,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
@@ -135,47 +135,35 @@ public class NcclCommunicator internal constructor(
     /** Runs each operation's native part on the device's thread; a failure is delivered through the operation's result. */
     private val scope = CoroutineScope(SupervisorJob() + dispatcher)
 
-    /** The operations from their call to their end, timed by the core's [DeadlineWatchdog] off the native thread. */
+    /**
+     * The operations from [start] to their end, so that [deadlinePassed] finds a point-to-point call
+     * or an own operation (which have no front [Call]) by its flight record.
+     */
     private val live = java.util.concurrent.ConcurrentLinkedQueue<Op>()
 
     /**
-     * The deadline check: on the watchdog's thread, so it fires while the native thread is blocked
-     * in a library call. An operation past its deadline is failed with [CommunicationTimeoutException]
-     * and the communicator aborted ([abort]: `ncclCommAbort`, from another thread if the native one
-     * does not take it, whose abort flag makes NCCL's blocked calls return).
+     * The front's deadline ([CommunicatorFront], timed from the call on the core's `DeadlineWatchdog`
+     * thread, so it fires while the native thread is blocked in a library call): the operation is
+     * failed with [CommunicationTimeoutException] and the communicator aborted ([abort]:
+     * `ncclCommAbort`, from another thread if the native one does not take it, whose abort flag
+     * makes NCCL's blocked calls return). The caller is released now, also when the operation never
+     * reached the native thread (queued behind a call blocked in the library).
      */
-    private val watched = DeadlineWatchdog.Watched { now -> checkDeadlines(now) }
-
-    /** Weak: a communicator its user forgot to close is not kept alive by the watchdog ([watched] lives as long as this). */
-    private val deadlineWatch: DeadlineWatchdog.Registration =
-        DeadlineWatchdog.register(watched, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
-
-    private fun checkDeadlines(now: Long) {
-        for (op in live) {
-            if (op.state.get() != OP_ATTACHED) {
-                // A reserved operation whose call did not come by its deadline gives up its place; a caller
-                // still waiting for its allocation (the native thread never took it) is failed, and aborts.
-                if (now - op.deadline > 0 && op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
-                    val a = op.allocation!!
-                    if (!a.done.isCompleted) {
-                        val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), op.name, CommunicationErrors.NO_SEQUENCE)
-                        a.done.completeExceptionally(e)
-                        abort(e)
-                    }
-                    wake()
-                }
-                continue
-            }
-            if (op.timedOut == null && now - op.deadline > 0) {
-                val e = timeoutError(op)
-                op.timedOut = e
-                if (op.issued) op.output?.disarm()
-                // The caller is released now, even when the operation never reached the native thread
-                // (queued behind a call blocked in the library): the deadline runs from the call.
-                op.result.completeExceptionally(e)
-                abort(e)
-            }
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+        val op = (call?.state as? Op) ?: live.firstOrNull { it.entryOrNull === entry }
+        if (op == null) {
+            // Recorded, but not yet handed to the engine (a moment's window): fail the call through the abort.
+            val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), entry.operation, entry.sequence)
+            entry.fail(e)
+            abort(e)
+            return
         }
+        if (op.timedOut != null) return
+        val e = timeoutError(op)
+        op.timedOut = e
+        if (op.issued) op.output?.disarm()
+        op.result.completeExceptionally(e)
+        abort(e)
     }
 
     // Touched on the native thread only.
@@ -247,7 +235,7 @@ public class NcclCommunicator internal constructor(
     override suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor {
         refusal(operation, collective = true)?.let { throw exceptionOf(it, operation, CommunicationErrors.NO_SEQUENCE) }
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-        val o = Op(operation, System.nanoTime() + timeoutNanos, producerStream)
+        val o = Op(operation, producerStream)
         val a = Allocation(bytes, currentCoroutineContext()[Job])
         o.allocation = a
         o.state.set(OP_RESERVED)
@@ -346,7 +334,7 @@ public class NcclCommunicator internal constructor(
             call.state = own
             return PENDING
         }
-        val o = Op(call.name, System.nanoTime() + timeoutNanos, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
+        val o = Op(call.name, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
         o.entry = call.entry
         o.call = call
         call.state = o
@@ -670,7 +658,7 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
         checkP2p(dst, tag, entry.operation, sending = true)
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
+        val o = Op(entry.operation, producerStream, p2p = true)
         o.entry = entry
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
         finish(o)
@@ -678,7 +666,7 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
         checkP2p(src, tag, entry.operation, sending = false)
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
+        val o = Op(entry.operation, producerStream, p2p = true)
         o.entry = entry
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
         finish(o)
@@ -723,7 +711,7 @@ public class NcclCommunicator internal constructor(
         try {
             for (o in ops) { o.tensor.retain("sendRecv"); held++ }
             recorded(entry) {
-                val op = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream)
+                val op = Op(entry.operation, producerStream)
                 op.entry = entry
                 start(op) {
                     thread.p2pOwner?.endP2pWindow()
@@ -770,7 +758,7 @@ public class NcclCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         recorder.close()
-        deadlineWatch.close()
+        stopDeadlines()
         val done = CountDownLatch(1)
         val task = Runnable {
             try {
@@ -798,20 +786,22 @@ public class NcclCommunicator internal constructor(
 
     /**
      * One operation, from the call to its completion: its flight record [entry] (made by the front,
-     * queued until the native thread starts it), its [deadline], the producer stream of the moment,
+     * queued until the native thread starts it), the producer stream of the moment,
      * whether it ends with an event on the stream ([onStream]), the front's [call] (collectives: its
      * signature, for checkConsistency), and whether it is a point-to-point call that joins the
      * thread's window ([p2p]). Created on the caller's thread; the rest is touched on the native thread.
      */
     private inner class Op(
         val name: String,
-        val deadline: Long,
         val producer: Long,
         val onStream: Boolean = true,
         val p2p: Boolean = false,
     ) {
         /** The flight record (the front's, set before the operation is started or attached). */
         lateinit var entry: FlightRecorder.Entry
+
+        /** [entry], or null before it is set. */
+        val entryOrNull: FlightRecorder.Entry? get() = if (::entry.isInitialized) entry else null
         /** The front's call, for a collective (its signature, for checkConsistency). */
         var call: Call? = null
         /** [OP_ATTACHED], or for an operation [allocate] queued before its call: [OP_RESERVED] until attached, [OP_ABANDONED] when it never will be. */
@@ -837,7 +827,7 @@ public class NcclCommunicator internal constructor(
         /** The free of the output [allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
         var output: DeviceFree? = null
 
-        /** Set by the watchdog ([checkDeadlines]) when the deadline passed; the native thread throws it at its next poll. */
+        /** Set on the watchdog's thread ([deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
         @Volatile var timedOut: CommunicationException? = null
 
         fun nccl(code: Int, call: String) {
@@ -1230,9 +1220,9 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Queues [o]'s native part ([onNative] running [issue]) on the device's thread and has the
-     * watchdog time it from now (docs/gpu.md, "Deadlines": also while it waits for the native thread;
-     * the watchdog releases its caller at the deadline).
+     * Queues [o]'s native part ([onNative] running [issue]) on the device's thread. Its deadline is
+     * the front's, from the call (docs/gpu.md, "Deadlines": also while it waits for the native thread;
+     * [deadlinePassed] releases its caller at the deadline).
      */
     private fun start(o: Op, issue: (Op.() -> Any?)?) {
         live.add(o)
@@ -1284,7 +1274,7 @@ public class NcclCommunicator internal constructor(
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
     private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, onStream)
+        val o = Op(entry.operation, producerStream, onStream)
         o.entry = entry
         start(o, issue)
         @Suppress("UNCHECKED_CAST")
@@ -1426,7 +1416,7 @@ public class NcclCommunicator internal constructor(
                     throw fail(op, ncclError(state, call, op))
                 }
             }
-            // The deadline is the watchdog's (checkDeadlines): op.timedOut above.
+            // The deadline is the front's ([deadlinePassed]): op.timedOut above.
             backoff.idle()
         }
     }
