@@ -161,6 +161,14 @@ public class NcclCommunicator internal constructor(
         if (op.timedOut != null) return
         val e = timeoutError(op)
         op.timedOut = e
+        if (op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
+            // An allocating call that never attached (its caller still waits for the allocation, which
+            // the native thread has not taken, or has not issued yet): it gives up its place; the caller is released now.
+            op.allocation!!.done.completeExceptionally(e)
+            wake()
+            abort(e)
+            return
+        }
         if (op.issued) op.output?.disarm()
         op.result.completeExceptionally(e)
         abort(e)
@@ -223,22 +231,25 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Device memory for an output of [operation]. The call takes its place in the device's issue
-     * order here, at the call (docs/nccl-semantics.md N17: one launch order per device, the order of
-     * the calls; a call issued after this one, even without waiting for it, is issued after it): an
-     * operation is queued on the native thread now, which allocates (`cudaMallocAsync` on this
-     * communicator's stream) and then holds its place until the front issues the call ([issue]
-     * attaches it). The caller waits for the allocation only; its deadline runs from here. The
-     * memory is freed when the tensor becomes unreachable ([DeviceFree]), unless the call failed
-     * after it was issued (the device may still write it).
+     * Device memory for the output of the allocating collective [call]. The call takes its place in
+     * the device's issue order here, at the call (docs/nccl-semantics.md N17: one launch order per
+     * device, the order of the calls; a call issued after this one, even without waiting for it, is
+     * issued after it): an operation ([Call.state]) is queued on the native thread now, which
+     * allocates (`cudaMallocAsync` on this communicator's stream) and then holds its place until the
+     * front issues the call ([issue] attaches it). The caller waits for the allocation only; its
+     * deadline is the front's, from the call, which recorded it before ([deadlinePassed] releases a
+     * caller still waiting). The memory is freed when the tensor becomes unreachable ([DeviceFree]),
+     * unless the call failed after it was issued (the device may still write it).
      */
-    override suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor {
-        refusal(operation, collective = true)?.let { throw exceptionOf(it, operation, CommunicationErrors.NO_SEQUENCE) }
+    override suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor {
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-        val o = Op(operation, producerStream)
+        val o = Op(call.name, producerStream)
+        o.entry = call.entry
+        o.call = call
         val a = Allocation(bytes, currentCoroutineContext()[Job])
         o.allocation = a
         o.state.set(OP_RESERVED)
+        call.state = o
         start(o, null)
         val ptr = try {
             a.done.await()
@@ -250,8 +261,6 @@ public class NcclCommunicator internal constructor(
         val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
         CLEANER.register(t, free)
         o.output = free
-        o.outputTensor = java.lang.ref.WeakReference(t)
-        reserved[ptr] = o
         a.tensorMade = true
         return t
     }
@@ -264,9 +273,6 @@ public class NcclCommunicator internal constructor(
         /** Set once the caller wrapped the memory in its output (whose [DeviceFree] then owns it). */
         @Volatile var tensorMade = false
     }
-
-    /** Operations [allocate] queued whose call was not issued yet, by output address: [issue] attaches the call to its own. */
-    private val reserved = java.util.concurrent.ConcurrentHashMap<Long, Op>()
 
     /** Wakes the native thread's progress loop (a reserved operation polls for its call). */
     private fun wake() {
@@ -285,7 +291,7 @@ public class NcclCommunicator internal constructor(
             val code = runtime.mallocAsync(p, a.bytes.coerceAtLeast(1), stream)
             if (code != DeviceRuntime.SUCCESS) {
                 o.state.set(OP_ABANDONED)
-                val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, CommunicationErrors.NO_SEQUENCE)
+                val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, o.entry.sequence)
                 abort(e)
                 a.done.completeExceptionally(e)
                 return null
@@ -297,10 +303,7 @@ public class NcclCommunicator internal constructor(
             o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
-        if (a.ptr != 0L) {
-            reserved.remove(a.ptr, o)
-            if (!a.tensorMade) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
-        }
+        if (a.ptr != 0L && !a.tensorMade) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
         return null
     }
 
@@ -310,8 +313,7 @@ public class NcclCommunicator internal constructor(
      * [allocate] queued for it); the caller waits in [await].
      */
     override fun issue(call: Call): Any? {
-        val out = call.output
-        val own = if (out != null && out !== call.input) reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } else null
+        val own = call.state as? Op // the operation [allocate] queued for it, if any
         val body = try {
             nativePart(call)
         } catch (t: Throwable) {
@@ -319,11 +321,10 @@ public class NcclCommunicator internal constructor(
             throw t
         }
         if (own != null) {
-            own.entry = call.entry
-            own.call = call
             own.body = body
             if (!own.state.compareAndSet(OP_RESERVED, OP_ATTACHED)) {
-                // Given up meanwhile: the communicator failed or closed, the caller was cancelled, or the deadline passed.
+                // Given up meanwhile: the deadline passed ([deadlinePassed] aborted), the communicator failed or closed, or the caller was cancelled.
+                own.timedOut?.let { throw it }
                 refusal(call.name, collective = true)?.let { throw OperationFailedSignal(it) }
                 own.allocation!!.caller?.let { if (it.isCancelled) throw CancellationException("${call.name} was cancelled before it was issued") }
                 val e = timeoutError(own)
@@ -331,7 +332,6 @@ public class NcclCommunicator internal constructor(
                 throw e
             }
             wake()
-            call.state = own
             return PENDING
         }
         val o = Op(call.name, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
@@ -344,8 +344,7 @@ public class NcclCommunicator internal constructor(
 
     /** The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up its place at once. */
     override fun notIssued(call: Call) {
-        val out = call.output ?: return
-        val own = reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } ?: return
+        val own = call.state as? Op ?: return
         if (own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
     }
 
@@ -810,8 +809,6 @@ public class NcclCommunicator internal constructor(
         var allocation: Allocation? = null
         /** A reserved operation's native part, set by [issue] before it attaches it. */
         var body: (Op.() -> Any?)? = null
-        /** A reserved operation's output, to tell it from another tensor at the same address. */
-        var outputTensor: java.lang.ref.WeakReference<Tensor>? = null
         /** Completed once this operation issued its library calls (or gave up): the next one of the device may issue. */
         var issuedSignal: CompletableDeferred<Unit>? = null
 
