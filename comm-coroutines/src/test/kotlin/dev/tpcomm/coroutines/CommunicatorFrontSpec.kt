@@ -22,6 +22,7 @@ import io.kotest.matchers.string.shouldContain
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.async
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
 import kotlinx.coroutines.yield
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
@@ -240,7 +241,8 @@ class CommunicatorFrontSpec : FunSpec({
             b.allocGate!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "its allocation never came")))
         }
         val began = TimeSource.Monotonic.markNow()
-        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2)) } }
+        // Bounded: a front that allocates before it records never times the allocation.
+        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.allGather(Tensor.zeros(DType.Float32, 2)) } } }
         val took = began.elapsedNow()
         e.operation shouldBe "allGather"
         e.sequenceNumber shouldBe 1L
