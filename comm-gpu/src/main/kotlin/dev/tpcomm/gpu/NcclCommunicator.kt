@@ -150,7 +150,7 @@ public class NcclCommunicator internal constructor(
      * reached the native thread (queued behind a call blocked in the library).
      */
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
-        val op = (call?.state as? Op) ?: live.firstOrNull { it.entryOrNull === entry }
+        val op = (call?.state as? Op) ?: live.firstOrNull { it.entry === entry }
         if (op == null) {
             // Recorded, but not yet handed to the engine (a moment's window): fail the call through the abort.
             val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), entry.operation, entry.sequence)
@@ -161,17 +161,18 @@ public class NcclCommunicator internal constructor(
         if (op.timedOut != null) return
         val e = timeoutError(op)
         op.timedOut = e
+        // The communicator is marked aborted before the caller is released, so the caller sees it aborted.
         if (op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
             // An allocating call that never attached (its caller still waits for the allocation, which
             // the native thread has not taken, or has not issued yet): it gives up its place; the caller is released now.
+            abort(e)
             op.allocation!!.done.completeExceptionally(e)
             wake()
-            abort(e)
             return
         }
         if (op.issued) op.output?.disarm()
-        op.result.completeExceptionally(e)
         abort(e)
+        op.result.completeExceptionally(e)
     }
 
     // Touched on the native thread only.
@@ -243,8 +244,7 @@ public class NcclCommunicator internal constructor(
      */
     override suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor {
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-        val o = Op(call.name, producerStream)
-        o.entry = call.entry
+        val o = Op(call.entry, producerStream)
         o.call = call
         val a = Allocation(bytes, currentCoroutineContext()[Job])
         o.allocation = a
@@ -257,21 +257,34 @@ public class NcclCommunicator internal constructor(
             if (o.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
             throw c
         }
+        // The memory is the caller's output from here, unless the native thread took it back first (given up meanwhile).
+        if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
         val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
         val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
         CLEANER.register(t, free)
         o.output = free
-        a.tensorMade = true
         return t
     }
+
+    /**
+     * Why the reserved operation [o] was given up before its call attached: its deadline passed
+     * ([deadlinePassed]), the communicator failed or was closed, or its caller was cancelled.
+     */
+    private fun givenUp(o: Op): Throwable =
+        o.timedOut
+            ?: refusal(o.name, collective = true)?.let { OperationFailedSignal(it) }
+            ?: CancellationException("${o.name} was cancelled before it was issued")
 
     /** The output allocation of a reserved operation (see [allocate]). */
     private class Allocation(val bytes: Long, val caller: Job?) {
         /** The device address, or the named exception of a failed (or never taken) allocation. */
         val done = CompletableDeferred<Long>()
         @Volatile var ptr = 0L
-        /** Set once the caller wrapped the memory in its output (whose [DeviceFree] then owns it). */
-        @Volatile var tensorMade = false
+        /**
+         * Who owns the memory, set once: the caller, which wraps it in its output (whose [DeviceFree]
+         * then frees it), or the native thread, which frees it when the operation was given up first.
+         */
+        val owned = AtomicBoolean(false)
     }
 
     /** Wakes the native thread's progress loop (a reserved operation polls for its call). */
@@ -303,7 +316,7 @@ public class NcclCommunicator internal constructor(
             o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
-        if (a.ptr != 0L && !a.tensorMade) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
+        if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
         return null
     }
 
@@ -324,18 +337,12 @@ public class NcclCommunicator internal constructor(
             own.body = body
             if (!own.state.compareAndSet(OP_RESERVED, OP_ATTACHED)) {
                 // Given up meanwhile: the deadline passed ([deadlinePassed] aborted), the communicator failed or closed, or the caller was cancelled.
-                own.timedOut?.let { throw it }
-                refusal(call.name, collective = true)?.let { throw OperationFailedSignal(it) }
-                own.allocation!!.caller?.let { if (it.isCancelled) throw CancellationException("${call.name} was cancelled before it was issued") }
-                val e = timeoutError(own)
-                abort(e)
-                throw e
+                throw givenUp(own)
             }
             wake()
             return PENDING
         }
-        val o = Op(call.name, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
-        o.entry = call.entry
+        val o = Op(call.entry, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
         o.call = call
         call.state = o
         start(o, body)
@@ -657,16 +664,14 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
         checkP2p(dst, tag, entry.operation, sending = true)
-        val o = Op(entry.operation, producerStream, p2p = true)
-        o.entry = entry
+        val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
         finish(o)
     }
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
         checkP2p(src, tag, entry.operation, sending = false)
-        val o = Op(entry.operation, producerStream, p2p = true)
-        o.entry = entry
+        val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
         finish(o)
         return MessageInfo(src, 0, tensor.byteSize)
@@ -710,8 +715,7 @@ public class NcclCommunicator internal constructor(
         try {
             for (o in ops) { o.tensor.retain("sendRecv"); held++ }
             recorded(entry) {
-                val op = Op(entry.operation, producerStream)
-                op.entry = entry
+                val op = Op(entry, producerStream)
                 start(op) {
                     thread.p2pOwner?.endP2pWindow()
                     group {
@@ -791,16 +795,14 @@ public class NcclCommunicator internal constructor(
      * thread's window ([p2p]). Created on the caller's thread; the rest is touched on the native thread.
      */
     private inner class Op(
-        val name: String,
+        /** The flight record (the front's), by which [deadlinePassed] finds an operation without a [Call]. */
+        val entry: FlightRecorder.Entry,
         val producer: Long,
         val onStream: Boolean = true,
         val p2p: Boolean = false,
     ) {
-        /** The flight record (the front's, set before the operation is started or attached). */
-        lateinit var entry: FlightRecorder.Entry
-
-        /** [entry], or null before it is set. */
-        val entryOrNull: FlightRecorder.Entry? get() = if (::entry.isInitialized) entry else null
+        /** The operation's name, as the flight record and exceptions show it. */
+        val name: String get() = entry.operation
         /** The front's call, for a collective (its signature, for checkConsistency). */
         var call: Call? = null
         /** [OP_ATTACHED], or for an operation [allocate] queued before its call: [OP_RESERVED] until attached, [OP_ABANDONED] when it never will be. */
@@ -1271,8 +1273,7 @@ public class NcclCommunicator internal constructor(
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
     private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
-        val o = Op(entry.operation, producerStream, onStream)
-        o.entry = entry
+        val o = Op(entry, producerStream, onStream)
         start(o, issue)
         @Suppress("UNCHECKED_CAST")
         finish(o) as T
