@@ -152,26 +152,36 @@ public class NcclCommunicator internal constructor(
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
         val op = (call?.state as? Op) ?: live.firstOrNull { it.entry === entry }
         if (op == null) {
-            // Recorded, but not yet handed to the engine (a moment's window): fail the call through the abort.
+            // Recorded, but not yet handed to the engine (its caller was held between the front's record and
+            // [start]): marked here, so that [start] ends the operation with this timeout when it comes.
             val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), entry.operation, entry.sequence)
             entry.fail(e)
+            expiredEarly[entry] = e
             abort(e)
+            // [start] may have taken it meanwhile, before the mark: whichever side removes the mark ends it.
+            val late = live.firstOrNull { it.entry === entry } ?: return
+            if (expiredEarly.remove(entry) != null) expire(late, e)
             return
         }
         if (op.timedOut != null) return
-        val e = timeoutError(op)
+        expire(op, timeoutError(op))
+    }
+
+    /** Timed-out flight records whose operation [start] had not taken yet (see [deadlinePassed]). */
+    private val expiredEarly = java.util.concurrent.ConcurrentHashMap<FlightRecorder.Entry, CommunicationException>()
+
+    /** Ends [op] with its timeout [e]: the communicator is marked aborted first, then the caller released. */
+    private fun expire(op: Op, e: CommunicationException) {
         op.timedOut = e
-        // The communicator is marked aborted before the caller is released, so the caller sees it aborted.
+        abort(e)
         if (op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
             // An allocating call that never attached (its caller still waits for the allocation, which
-            // the native thread has not taken, or has not issued yet): it gives up its place; the caller is released now.
-            abort(e)
+            // the native thread has not taken, or has not issued yet): it gives up its place.
             op.allocation!!.done.completeExceptionally(e)
             wake()
             return
         }
         if (op.issued) op.output?.disarm()
-        abort(e)
         op.result.completeExceptionally(e)
     }
 
@@ -1225,6 +1235,7 @@ public class NcclCommunicator internal constructor(
      */
     private fun start(o: Op, issue: (Op.() -> Any?)?) {
         live.add(o)
+        if (expiredEarly.isNotEmpty()) expiredEarly.remove(o.entry)?.let { e -> expire(o, e) }
         o.native = scope.launch {
             o.job = coroutineContext[Job]
             // Its place in the device's issue order: the order the native thread takes operations in,
