@@ -26,16 +26,19 @@ import kotlinx.coroutines.ensureActive
  * 1. **validate** the arguments with the core [CollectiveValidator] built from the backend's
  *    capabilities (device, native memory, `maxTag`, `maxCount`), before anything is recorded or moved;
  * 2. **ensure usable** ([refusal]) and take the **sequence number**, and
- * 3. **record** the call in the [FlightRecorder], all three under one lock, so that issue order is
- *    call order also for concurrent callers;
- * 4. **retain** the tensors ([Tensor.retain]): a `close()` while the operation is in flight only
+ * 3. **record** the call in the [FlightRecorder] and start its deadline, all three under one lock,
+ *    so that issue order is call order also for concurrent callers;
+ * 4. **allocate** the output of an allocating collective ([allocate], with the recorded call): after
+ *    the record, so that a backend whose allocation waits (for a device thread) is timed from the
+ *    call like everything else;
+ * 5. **retain** the tensors ([Tensor.retain]): a `close()` while the operation is in flight only
  *    marks them closed, and the last release frees them;
- * 5. **issue** on the backend ([issue], and [await] when it cannot finish without waiting); the
+ * 6. **issue** on the backend ([issue], and [await] when it cannot finish without waiting); the
  *    backend moves the call's **signature** ([Call.encodeSignature], compared by
  *    [compareSignatures]) however it moves data;
- * 6. **complete, or fail** with the named exception built here from the backend's
+ * 7. **complete, or fail** with the named exception built here from the backend's
  *    [OperationFailure] ([exceptionOf]; the communicator's one [CommunicationErrors]);
- * 7. **release** the tensors.
+ * 8. **release** the tensors.
  *
  * **Deadlines** run from the moment of the call (step 3) to its end, for every operation recorded
  * here (collectives, point-to-point calls, and a backend's own operations begun with
@@ -88,7 +91,7 @@ public abstract class CommunicatorFront(
     /**
      * One issued collective: what the backend needs to run it. [sequence] counts this
      * communicator's collectives from 1 (the same number on every rank for the same call);
-     * [entry] is its flight record. [state] is the backend's own (set in [issue], read in [await]).
+     * [entry] is its flight record. [state] is the backend's own (set in [allocate] or [issue], read in [await]).
      */
     public class Call internal constructor(
         /** The operation. */
@@ -99,8 +102,7 @@ public abstract class CommunicatorFront(
         @JvmField public val sequence: Long,
         /** The tensor the data comes from (null where the call has none on this rank). */
         @JvmField public val input: Tensor?,
-        /** The tensor the result goes to (the input for in-place calls; null where none). */
-        @JvmField public val output: Tensor?,
+        output: Tensor?,
         /** The tensor whose dtype and shape are the call's signature. */
         @JvmField public val signatureTensor: Tensor?,
         /** The reduction, or null. */
@@ -116,7 +118,14 @@ public abstract class CommunicatorFront(
         /** split: `[has color, color, key]`; group: the ranks; null otherwise. */
         @JvmField public val extra: Any?,
     ) {
-        /** The backend's own state of this call. */
+        /**
+         * The tensor the result goes to (the input for in-place calls; null where none). For an
+         * allocating collective, set by the front once [allocate] returned it, before [issue].
+         */
+        public var output: Tensor? = output
+            internal set
+
+        /** The backend's own state of this call (set from [allocate] or [issue] on). */
         @JvmField public var state: Any? = null
 
         /** The caller's coroutine context (its `withTimeout`, its `Overlapping` marker, its job). */
@@ -185,11 +194,15 @@ public abstract class CommunicatorFront(
     protected open suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
 
     /**
-     * A new tensor for the output of [operation]: what the front calls. By default [allocate]; a
-     * backend whose allocation can fail or wait (device memory, allocated on a device thread)
-     * overrides this one to name the operation in its exception.
+     * A new tensor for the output of the allocating collective [call]: what the front calls, after it
+     * recorded the call and started its deadline, before it retains the tensors and [issue]s it (the
+     * call's [Call.output] is still null). By default [allocate]; a backend whose allocation can fail
+     * or wait (device memory, allocated on a device thread) overrides this one, may keep what it
+     * prepared in [Call.state] (which [deadlinePassed], [notIssued] and [issue] then see), and names
+     * [call] in its exception. When it throws, the front fails the call's record with it and issues
+     * nothing; [notIssued] is not called: what the allocation prepared is the backend's to let go.
      */
-    protected open suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
+    protected open suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
 
     /**
      * Issues a batch of point-to-point operations whose every element the front already checked
@@ -206,9 +219,9 @@ public abstract class CommunicatorFront(
     protected open val queuesCalls: Boolean get() = false
 
     /**
-     * Called when the front gives up on [call] after it was numbered and recorded, before [issue]
-     * (its tensors could not be retained): a backend that prepared something for it ([allocate]) lets
-     * it go. Must not block.
+     * Called when the front gives up on [call] after it was numbered and recorded and its output (if
+     * any) allocated, before [issue] (its tensors could not be retained): a backend that prepared
+     * something for it ([allocate]) lets it go. Must not block.
      */
     protected open fun notIssued(call: Call) {}
 
@@ -320,28 +333,27 @@ public abstract class CommunicatorFront(
         return collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
     }
 
-    // The allocating forms check their input once (the output is fresh) and go straight to the collective.
+    // The allocating forms check their input once (the output is fresh) and go straight to the
+    // collective, which allocates the output once the call is recorded ([allocating]).
 
     final override suspend fun allGather(input: Tensor, dim: Int): Tensor {
-        val output = allocate("allGather", input.dtype, validator.allGatherShape(input, dim))
-        val d = CollectiveValidator.normalise(input, dim)
-        return collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
+        val shape = validator.allGatherShape(input, dim)
+        return allocating(CollectiveOp.AllGather, input, shape, null, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
     final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
-        val output = allocate("reduceScatter", input.dtype, validator.reduceScatterShape(input, op, dim))
-        val d = CollectiveValidator.normalise(input, dim)
-        return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
+        val shape = validator.reduceScatterShape(input, op, dim)
+        return allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
     final override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
-        val output = allocate("allGatherV", input.dtype, validator.allGatherVShape(input, sizes, rank))
-        return collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
+        val shape = validator.allGatherVShape(input, sizes, rank)
+        return allocating(CollectiveOp.AllGatherV, input, shape, null, -1, 0, sizes.toList(), null)
     }
 
     final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
-        val output = allocate("reduceScatterV", input.dtype, validator.reduceScatterVShape(input, sizes, op, rank))
-        return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
+        val shape = validator.reduceScatterVShape(input, sizes, op, rank)
+        return allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
     }
 
     final override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
@@ -357,8 +369,8 @@ public abstract class CommunicatorFront(
     final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         val shape = validator.gatherShape(input, root, dim)
         val d = CollectiveValidator.normalise(input, dim)
-        val output = if (rank == root) allocate("gather", input.dtype, shape) else null
-        return collective(CollectiveOp.Gather, input, output, input, null, root, d, null, null, null, output)
+        if (rank == root) return allocating(CollectiveOp.Gather, input, shape, null, root, d, null, null)
+        return collective(CollectiveOp.Gather, input, null, input, null, root, d, null, null, null, null)
     }
 
     final override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
@@ -368,8 +380,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         val d = validator.allToAll(input, dim)
-        val output = allocate("allToAll", input.dtype, input.shape)
-        return collective(CollectiveOp.AllToAll, input, output, input, null, -1, d, null, null, null, output)
+        return allocating(CollectiveOp.AllToAll, input, input.shape, null, -1, d, null, null)
     }
 
     final override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
@@ -384,8 +395,8 @@ public abstract class CommunicatorFront(
 
     /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
     final override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
-        val output = allocate("allToAllV", input.dtype, validator.allToAllVShape(input, inputSplits, outputSplits))
-        return collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
+        val shape = validator.allToAllVShape(input, inputSplits, outputSplits)
+        return allocating(CollectiveOp.AllToAllV, input, shape, null, -1, 0, inputSplits.toList(), outputSplits.toList())
     }
 
     final override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
@@ -411,7 +422,7 @@ public abstract class CommunicatorFront(
     /**
      * Validates nothing (the operation methods did), then: usable, sequence and record under the
      * lock; retain; [issue]; complete or fail; release. The common case (the backend completed in
-     * [issue]) runs without a coroutine state machine: [finishPending] is a tail call.
+     * [issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
      */
     private suspend fun <T> collective(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
@@ -422,8 +433,38 @@ public abstract class CommunicatorFront(
         context.ensureActive()
         val call = begin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
+        return issueBegun(call, ret)
+    }
+
+    /**
+     * An allocating collective: as [collective], but its output (of [shape], [input]'s dtype) is
+     * allocated once the call is numbered, recorded and timed ([allocate] with the call), so that an
+     * allocation that waits is within the call's deadline. A failed (or cancelled) allocation fails
+     * the recorded call and issues nothing. Returns the output.
+     */
+    private suspend fun allocating(
+        op: CollectiveOp, input: Tensor, shape: List<Int>, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?,
+    ): Tensor {
+        val context = currentCoroutineContext()
+        context.ensureActive()
+        val call = begin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null)
+        call.context = context
+        val output = try {
+            allocate(call, input.dtype, shape)
+        } catch (t: Throwable) {
+            throw failure(call.entry, t)
+        }
+        call.output = output
+        return issueBegun(call, output)
+    }
+
+    /** Retain, [issue], complete or fail, release, for a [call] already begun (and its output allocated). */
+    private suspend fun <T> issueBegun(call: Call, ret: T): T {
+        val input = call.input
+        val output = call.output
         val heldOutput = try {
-            retain(op.apiName, input, output)
+            retain(call.name, input, output)
         } catch (t: Throwable) {
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)

@@ -22,6 +22,7 @@ import io.kotest.matchers.string.shouldContain
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.async
 import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
 import kotlinx.coroutines.yield
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.milliseconds
@@ -53,7 +54,13 @@ class CommunicatorFrontSpec : FunSpec({
         var script: (Call) -> Any? = { null }
         var onAllocate: () -> Unit = {}
 
-        override suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape).also { onAllocate() }
+        /** When set, an allocation waits for it (a backend whose allocation waits for a device thread). */
+        var allocGate: CompletableDeferred<Unit>? = null
+
+        override suspend fun allocate(dtype: DType, shape: List<Int>): Tensor {
+            allocGate?.await()
+            return Tensor.zeros(dtype, shape).also { onAllocate() }
+        }
 
         override fun notIssued(call: Call) {
             log += "not issued ${call.name} #${call.sequence}"
@@ -223,6 +230,34 @@ class CommunicatorFrontSpec : FunSpec({
         val t = Tensor.zeros(DType.Float32, 1)
         runBlocking { repeat(1_000_000) { b.allReduce(t) } }
         (b.tracked <= 1) shouldBe true
+    }
+
+    test("an allocating collective is recorded and timed before its output is allocated: an allocation that waits past the deadline is handed to the backend with its call") {
+        val b = Scripted(timeout = 200.milliseconds)
+        b.allocGate = CompletableDeferred()
+        var seenOutput: Tensor? = Tensor.zeros(DType.Float32, 1)
+        b.onDeadline = { _, call ->
+            seenOutput = call!!.output // still null: the allocation never returned
+            b.allocGate!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "its allocation never came")))
+        }
+        val began = TimeSource.Monotonic.markNow()
+        // Bounded: a front that allocates before it records never times the allocation.
+        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.allGather(Tensor.zeros(DType.Float32, 2)) } } }
+        val took = began.elapsedNow()
+        e.operation shouldBe "allGather"
+        e.sequenceNumber shouldBe 1L
+        e.message!! shouldContain "its allocation never came"
+        (took >= 200.milliseconds) shouldBe true
+        (took < 1_500.milliseconds) shouldBe true
+        seenOutput shouldBe null
+        b.deadlines.single() shouldContain "allGather record=1 call=1 on tpcomm-watchdog"
+        // Nothing issued, and a failed allocation is the backend's own: no notIssued.
+        b.log.shouldBeEmpty()
+        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        // The next collective is numbered after it.
+        b.allocGate = null
+        runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
+        b.log shouldBe listOf("issue allReduce #2 record=2 inFlight=true")
     }
 
     test("no deadline with an infinite timeout: nothing is tracked") {

@@ -24,7 +24,6 @@ import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
-import dev.tpcomm.spi.DeadlineWatchdog
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
@@ -123,6 +122,7 @@ public class NcclCommunicator internal constructor(
             null
         }
     }),
+    config.timeout,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
@@ -135,47 +135,54 @@ public class NcclCommunicator internal constructor(
     /** Runs each operation's native part on the device's thread; a failure is delivered through the operation's result. */
     private val scope = CoroutineScope(SupervisorJob() + dispatcher)
 
-    /** The operations from their call to their end, timed by the core's [DeadlineWatchdog] off the native thread. */
+    /**
+     * The operations from [start] to their end, so that [deadlinePassed] finds a point-to-point call
+     * or an own operation (which have no front [Call]) by its flight record.
+     */
     private val live = java.util.concurrent.ConcurrentLinkedQueue<Op>()
 
     /**
-     * The deadline check: on the watchdog's thread, so it fires while the native thread is blocked
-     * in a library call. An operation past its deadline is failed with [CommunicationTimeoutException]
-     * and the communicator aborted ([abort]: `ncclCommAbort`, from another thread if the native one
-     * does not take it, whose abort flag makes NCCL's blocked calls return).
+     * The front's deadline ([CommunicatorFront], timed from the call on the core's `DeadlineWatchdog`
+     * thread, so it fires while the native thread is blocked in a library call): the operation is
+     * failed with [CommunicationTimeoutException] and the communicator aborted ([abort]:
+     * `ncclCommAbort`, from another thread if the native one does not take it, whose abort flag
+     * makes NCCL's blocked calls return). The caller is released now, also when the operation never
+     * reached the native thread (queued behind a call blocked in the library).
      */
-    private val watched = DeadlineWatchdog.Watched { now -> checkDeadlines(now) }
-
-    /** Weak: a communicator its user forgot to close is not kept alive by the watchdog ([watched] lives as long as this). */
-    private val deadlineWatch: DeadlineWatchdog.Registration =
-        DeadlineWatchdog.register(watched, DeadlineWatchdog.periodFor(config.timeout.inWholeMilliseconds), weak = true)
-
-    private fun checkDeadlines(now: Long) {
-        for (op in live) {
-            if (op.state.get() != OP_ATTACHED) {
-                // A reserved operation whose call did not come by its deadline gives up its place; a caller
-                // still waiting for its allocation (the native thread never took it) is failed, and aborts.
-                if (now - op.deadline > 0 && op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
-                    val a = op.allocation!!
-                    if (!a.done.isCompleted) {
-                        val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), op.name, CommunicationErrors.NO_SEQUENCE)
-                        a.done.completeExceptionally(e)
-                        abort(e)
-                    }
-                    wake()
-                }
-                continue
-            }
-            if (op.timedOut == null && now - op.deadline > 0) {
-                val e = timeoutError(op)
-                op.timedOut = e
-                if (op.issued) op.output?.disarm()
-                // The caller is released now, even when the operation never reached the native thread
-                // (queued behind a call blocked in the library): the deadline runs from the call.
-                op.result.completeExceptionally(e)
-                abort(e)
-            }
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+        val op = (call?.state as? Op) ?: live.firstOrNull { it.entry === entry }
+        if (op == null) {
+            // Recorded, but not yet handed to the engine (its caller was held between the front's record and
+            // [start]): marked here, so that [start] ends the operation with this timeout when it comes.
+            val e = exceptionOf(OperationFailure(OperationFailure.TIMEOUT, notStartedMessage()), entry.operation, entry.sequence)
+            entry.fail(e)
+            expiredEarly[entry] = e
+            abort(e)
+            // [start] may have taken it meanwhile, before the mark: whichever side removes the mark ends it.
+            val late = live.firstOrNull { it.entry === entry } ?: return
+            if (expiredEarly.remove(entry) != null) expire(late, e)
+            return
         }
+        if (op.timedOut != null) return
+        expire(op, timeoutError(op))
+    }
+
+    /** Timed-out flight records whose operation [start] had not taken yet (see [deadlinePassed]). */
+    private val expiredEarly = java.util.concurrent.ConcurrentHashMap<FlightRecorder.Entry, CommunicationException>()
+
+    /** Ends [op] with its timeout [e]: the communicator is marked aborted first, then the caller released. */
+    private fun expire(op: Op, e: CommunicationException) {
+        op.timedOut = e
+        abort(e)
+        if (op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
+            // An allocating call that never attached (its caller still waits for the allocation, which
+            // the native thread has not taken, or has not issued yet): it gives up its place.
+            op.allocation!!.done.completeExceptionally(e)
+            wake()
+            return
+        }
+        if (op.issued) op.output?.disarm()
+        op.result.completeExceptionally(e)
     }
 
     // Touched on the native thread only.
@@ -235,22 +242,24 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Device memory for an output of [operation]. The call takes its place in the device's issue
-     * order here, at the call (docs/nccl-semantics.md N17: one launch order per device, the order of
-     * the calls; a call issued after this one, even without waiting for it, is issued after it): an
-     * operation is queued on the native thread now, which allocates (`cudaMallocAsync` on this
-     * communicator's stream) and then holds its place until the front issues the call ([issue]
-     * attaches it). The caller waits for the allocation only; its deadline runs from here. The
-     * memory is freed when the tensor becomes unreachable ([DeviceFree]), unless the call failed
-     * after it was issued (the device may still write it).
+     * Device memory for the output of the allocating collective [call]. The call takes its place in
+     * the device's issue order here, at the call (docs/nccl-semantics.md N17: one launch order per
+     * device, the order of the calls; a call issued after this one, even without waiting for it, is
+     * issued after it): an operation ([Call.state]) is queued on the native thread now, which
+     * allocates (`cudaMallocAsync` on this communicator's stream) and then holds its place until the
+     * front issues the call ([issue] attaches it). The caller waits for the allocation only; its
+     * deadline is the front's, from the call, which recorded it before ([deadlinePassed] releases a
+     * caller still waiting). The memory is freed when the tensor becomes unreachable ([DeviceFree]),
+     * unless the call failed after it was issued (the device may still write it).
      */
-    override suspend fun allocate(operation: String, dtype: DType, shape: List<Int>): Tensor {
-        refusal(operation, collective = true)?.let { throw exceptionOf(it, operation, CommunicationErrors.NO_SEQUENCE) }
+    override suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor {
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-        val o = Op(operation, System.nanoTime() + timeoutNanos, producerStream)
+        val o = Op(call.entry, producerStream)
+        o.call = call
         val a = Allocation(bytes, currentCoroutineContext()[Job])
         o.allocation = a
         o.state.set(OP_RESERVED)
+        call.state = o
         start(o, null)
         val ptr = try {
             a.done.await()
@@ -258,27 +267,35 @@ public class NcclCommunicator internal constructor(
             if (o.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
             throw c
         }
+        // The memory is the caller's output from here, unless the native thread took it back first (given up meanwhile).
+        if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
         val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
         val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
         CLEANER.register(t, free)
         o.output = free
-        o.outputTensor = java.lang.ref.WeakReference(t)
-        reserved[ptr] = o
-        a.tensorMade = true
         return t
     }
+
+    /**
+     * Why the reserved operation [o] was given up before its call attached: its deadline passed
+     * ([deadlinePassed]), the communicator failed or was closed, or its caller was cancelled.
+     */
+    private fun givenUp(o: Op): Throwable =
+        o.timedOut
+            ?: refusal(o.name, collective = true)?.let { OperationFailedSignal(it) }
+            ?: CancellationException("${o.name} was cancelled before it was issued")
 
     /** The output allocation of a reserved operation (see [allocate]). */
     private class Allocation(val bytes: Long, val caller: Job?) {
         /** The device address, or the named exception of a failed (or never taken) allocation. */
         val done = CompletableDeferred<Long>()
         @Volatile var ptr = 0L
-        /** Set once the caller wrapped the memory in its output (whose [DeviceFree] then owns it). */
-        @Volatile var tensorMade = false
+        /**
+         * Who owns the memory, set once: the caller, which wraps it in its output (whose [DeviceFree]
+         * then frees it), or the native thread, which frees it when the operation was given up first.
+         */
+        val owned = AtomicBoolean(false)
     }
-
-    /** Operations [allocate] queued whose call was not issued yet, by output address: [issue] attaches the call to its own. */
-    private val reserved = java.util.concurrent.ConcurrentHashMap<Long, Op>()
 
     /** Wakes the native thread's progress loop (a reserved operation polls for its call). */
     private fun wake() {
@@ -297,7 +314,7 @@ public class NcclCommunicator internal constructor(
             val code = runtime.mallocAsync(p, a.bytes.coerceAtLeast(1), stream)
             if (code != DeviceRuntime.SUCCESS) {
                 o.state.set(OP_ABANDONED)
-                val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, CommunicationErrors.NO_SEQUENCE)
+                val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, o.entry.sequence)
                 abort(e)
                 a.done.completeExceptionally(e)
                 return null
@@ -309,10 +326,7 @@ public class NcclCommunicator internal constructor(
             o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
-        if (a.ptr != 0L) {
-            reserved.remove(a.ptr, o)
-            if (!a.tensorMade) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
-        }
+        if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
         return null
     }
 
@@ -322,8 +336,7 @@ public class NcclCommunicator internal constructor(
      * [allocate] queued for it); the caller waits in [await].
      */
     override fun issue(call: Call): Any? {
-        val out = call.output
-        val own = if (out != null && out !== call.input) reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } else null
+        val own = call.state as? Op // the operation [allocate] queued for it, if any
         val body = try {
             nativePart(call)
         } catch (t: Throwable) {
@@ -331,23 +344,15 @@ public class NcclCommunicator internal constructor(
             throw t
         }
         if (own != null) {
-            own.entry = call.entry
-            own.call = call
             own.body = body
             if (!own.state.compareAndSet(OP_RESERVED, OP_ATTACHED)) {
-                // Given up meanwhile: the communicator failed or closed, the caller was cancelled, or the deadline passed.
-                refusal(call.name, collective = true)?.let { throw OperationFailedSignal(it) }
-                own.allocation!!.caller?.let { if (it.isCancelled) throw CancellationException("${call.name} was cancelled before it was issued") }
-                val e = timeoutError(own)
-                abort(e)
-                throw e
+                // Given up meanwhile: the deadline passed ([deadlinePassed] aborted), the communicator failed or closed, or the caller was cancelled.
+                throw givenUp(own)
             }
             wake()
-            call.state = own
             return PENDING
         }
-        val o = Op(call.name, System.nanoTime() + timeoutNanos, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
-        o.entry = call.entry
+        val o = Op(call.entry, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
         o.call = call
         call.state = o
         start(o, body)
@@ -356,8 +361,7 @@ public class NcclCommunicator internal constructor(
 
     /** The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up its place at once. */
     override fun notIssued(call: Call) {
-        val out = call.output ?: return
-        val own = reserved.remove(out.address)?.takeIf { it.outputTensor?.get() === out } ?: return
+        val own = call.state as? Op ?: return
         if (own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
     }
 
@@ -670,16 +674,14 @@ public class NcclCommunicator internal constructor(
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
         checkP2p(dst, tag, entry.operation, sending = true)
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
-        o.entry = entry
+        val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
         finish(o)
     }
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
         checkP2p(src, tag, entry.operation, sending = false)
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, p2p = true)
-        o.entry = entry
+        val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
         finish(o)
         return MessageInfo(src, 0, tensor.byteSize)
@@ -723,8 +725,7 @@ public class NcclCommunicator internal constructor(
         try {
             for (o in ops) { o.tensor.retain("sendRecv"); held++ }
             recorded(entry) {
-                val op = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream)
-                op.entry = entry
+                val op = Op(entry, producerStream)
                 start(op) {
                     thread.p2pOwner?.endP2pWindow()
                     group {
@@ -770,7 +771,7 @@ public class NcclCommunicator internal constructor(
     override fun close() {
         if (!closed.compareAndSet(false, true)) return
         recorder.close()
-        deadlineWatch.close()
+        stopDeadlines()
         val done = CountDownLatch(1)
         val task = Runnable {
             try {
@@ -798,20 +799,20 @@ public class NcclCommunicator internal constructor(
 
     /**
      * One operation, from the call to its completion: its flight record [entry] (made by the front,
-     * queued until the native thread starts it), its [deadline], the producer stream of the moment,
+     * queued until the native thread starts it), the producer stream of the moment,
      * whether it ends with an event on the stream ([onStream]), the front's [call] (collectives: its
      * signature, for checkConsistency), and whether it is a point-to-point call that joins the
      * thread's window ([p2p]). Created on the caller's thread; the rest is touched on the native thread.
      */
     private inner class Op(
-        val name: String,
-        val deadline: Long,
+        /** The flight record (the front's), by which [deadlinePassed] finds an operation without a [Call]. */
+        val entry: FlightRecorder.Entry,
         val producer: Long,
         val onStream: Boolean = true,
         val p2p: Boolean = false,
     ) {
-        /** The flight record (the front's, set before the operation is started or attached). */
-        lateinit var entry: FlightRecorder.Entry
+        /** The operation's name, as the flight record and exceptions show it. */
+        val name: String get() = entry.operation
         /** The front's call, for a collective (its signature, for checkConsistency). */
         var call: Call? = null
         /** [OP_ATTACHED], or for an operation [allocate] queued before its call: [OP_RESERVED] until attached, [OP_ABANDONED] when it never will be. */
@@ -820,8 +821,6 @@ public class NcclCommunicator internal constructor(
         var allocation: Allocation? = null
         /** A reserved operation's native part, set by [issue] before it attaches it. */
         var body: (Op.() -> Any?)? = null
-        /** A reserved operation's output, to tell it from another tensor at the same address. */
-        var outputTensor: java.lang.ref.WeakReference<Tensor>? = null
         /** Completed once this operation issued its library calls (or gave up): the next one of the device may issue. */
         var issuedSignal: CompletableDeferred<Unit>? = null
 
@@ -837,7 +836,7 @@ public class NcclCommunicator internal constructor(
         /** The free of the output [allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
         var output: DeviceFree? = null
 
-        /** Set by the watchdog ([checkDeadlines]) when the deadline passed; the native thread throws it at its next poll. */
+        /** Set on the watchdog's thread ([deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
         @Volatile var timedOut: CommunicationException? = null
 
         fun nccl(code: Int, call: String) {
@@ -1230,12 +1229,13 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Queues [o]'s native part ([onNative] running [issue]) on the device's thread and has the
-     * watchdog time it from now (docs/gpu.md, "Deadlines": also while it waits for the native thread;
-     * the watchdog releases its caller at the deadline).
+     * Queues [o]'s native part ([onNative] running [issue]) on the device's thread. Its deadline is
+     * the front's, from the call (docs/gpu.md, "Deadlines": also while it waits for the native thread;
+     * [deadlinePassed] releases its caller at the deadline).
      */
     private fun start(o: Op, issue: (Op.() -> Any?)?) {
         live.add(o)
+        if (expiredEarly.isNotEmpty()) expiredEarly.remove(o.entry)?.let { e -> expire(o, e) }
         o.native = scope.launch {
             o.job = coroutineContext[Job]
             // Its place in the device's issue order: the order the native thread takes operations in,
@@ -1284,8 +1284,7 @@ public class NcclCommunicator internal constructor(
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
     private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
-        val o = Op(entry.operation, System.nanoTime() + timeoutNanos, producerStream, onStream)
-        o.entry = entry
+        val o = Op(entry, producerStream, onStream)
         start(o, issue)
         @Suppress("UNCHECKED_CAST")
         finish(o) as T
@@ -1426,7 +1425,7 @@ public class NcclCommunicator internal constructor(
                     throw fail(op, ncclError(state, call, op))
                 }
             }
-            // The deadline is the watchdog's (checkDeadlines): op.timedOut above.
+            // The deadline is the front's ([deadlinePassed]): op.timedOut above.
             backoff.idle()
         }
     }
