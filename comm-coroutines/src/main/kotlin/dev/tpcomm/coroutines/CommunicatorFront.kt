@@ -199,8 +199,8 @@ public abstract class CommunicatorFront(
      * call's [Call.output] is still null). By default [allocate]; a backend whose allocation can fail
      * or wait (device memory, allocated on a device thread) overrides this one, may keep what it
      * prepared in [Call.state] (which [deadlinePassed], [notIssued] and [issue] then see), and names
-     * [call] in its exception. When it throws, the front fails the call's record with it and issues
-     * nothing; [notIssued] is not called: what the allocation prepared is the backend's to let go.
+     * [call] in its exception. When it throws, the front fails the call's record with it, issues
+     * nothing, and tells the backend with [notIssued] (its peers cannot complete that number).
      */
     protected open suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
 
@@ -219,11 +219,12 @@ public abstract class CommunicatorFront(
     protected open val queuesCalls: Boolean get() = false
 
     /**
-     * Called when the front gives up on [call] after it was numbered and recorded and its output (if
-     * any) allocated, before [issue] (its tensors could not be retained): a backend that prepared
-     * something for it ([allocate]) lets it go. Must not block.
+     * Called when the front gives up on [call] after it was numbered and recorded, before [issue],
+     * because of [cause]: its output could not be allocated, or its tensors could not be retained. A backend that
+     * prepared something for it ([allocate]) lets it go (perhaps a second time: idempotent), and
+     * one whose peers would otherwise wait for that number ends them. Must not block.
      */
-    protected open fun notIssued(call: Call) {}
+    protected open fun notIssued(call: Call, cause: Throwable) {}
 
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
@@ -453,7 +454,9 @@ public abstract class CommunicatorFront(
         val output = try {
             allocate(call, input.dtype, shape)
         } catch (t: Throwable) {
-            throw failure(call.entry, t)
+            val e = failure(call.entry, t)
+            notIssued(call, e)
+            throw e
         }
         call.output = output
         return issueBegun(call, output)
@@ -468,7 +471,7 @@ public abstract class CommunicatorFront(
         } catch (t: Throwable) {
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)
-            notIssued(call)
+            notIssued(call, t)
             throw t
         }
         val r = try {

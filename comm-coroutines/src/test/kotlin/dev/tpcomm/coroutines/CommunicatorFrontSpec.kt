@@ -62,7 +62,7 @@ class CommunicatorFrontSpec : FunSpec({
             return Tensor.zeros(dtype, shape).also { onAllocate() }
         }
 
-        override fun notIssued(call: Call) {
+        override fun notIssued(call: Call, cause: Throwable) {
             log += "not issued ${call.name} #${call.sequence}"
         }
         var pending: CompletableDeferred<Any?>? = null
@@ -251,13 +251,13 @@ class CommunicatorFrontSpec : FunSpec({
         (took < 1_500.milliseconds) shouldBe true
         seenOutput shouldBe null
         b.deadlines.single() shouldContain "allGather record=1 call=1 on tpcomm-watchdog"
-        // Nothing issued, and a failed allocation is the backend's own: no notIssued.
-        b.log.shouldBeEmpty()
+        // Nothing issued; the backend is told the numbered call was given up (its peers cannot complete it).
+        b.log shouldBe listOf("not issued allGather #1")
         b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
         // The next collective is numbered after it.
         b.allocGate = null
         runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
-        b.log shouldBe listOf("issue allReduce #2 record=2 inFlight=true")
+        b.log shouldBe listOf("not issued allGather #1", "issue allReduce #2 record=2 inFlight=true")
     }
 
     test("no deadline with an infinite timeout: nothing is tracked") {

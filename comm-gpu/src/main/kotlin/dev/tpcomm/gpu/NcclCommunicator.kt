@@ -360,7 +360,7 @@ public class NcclCommunicator internal constructor(
     }
 
     /** The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up its place at once. */
-    override fun notIssued(call: Call) {
+    override fun notIssued(call: Call, cause: Throwable) {
         val own = call.state as? Op ?: return
         if (own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
     }

@@ -107,14 +107,16 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     }
 
     /**
-     * A numbered collective this rank gives up before it arrives (a tensor was closed meanwhile):
-     * its peers could never complete that number, so the world aborts now instead of at the deadline.
+     * A numbered collective this rank gives up before it arrives ([cause]: its output could not be
+     * allocated, or a tensor was closed meanwhile): its peers could never complete that number, so
+     * the world aborts now instead of at the deadline.
      */
-    override fun notIssued(call: Call) {
+    override fun notIssued(call: Call, cause: Throwable) {
         world.abort(
             exceptionOf(
                 OperationFailure.ABORTED, call.name, call.entry.sequence,
-                "rank $rank gave up ${call.name} #${call.sequence} before issuing it (a tensor it passes was closed meanwhile); the collective cannot complete without it",
+                "rank $rank gave up ${call.name} #${call.sequence} before issuing it ($cause); the collective cannot complete without it",
+                cause,
             ),
         )
     }
