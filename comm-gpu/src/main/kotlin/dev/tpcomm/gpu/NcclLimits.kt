@@ -26,11 +26,13 @@ internal class NcclLimits(
         reductionRefusal = ::reductionRefusal,
         pointToPointLimits = PointToPointLimits(
             rank, backendName,
-            // ncclSend/ncclRecv take no tag: messages between two ranks match in the order they were issued
-            // (NVIDIA/nccl src/nccl.h.in, ncclSend/ncclRecv; docs/userguide/source/usage/p2p.rst).
+            // ncclSend(sendbuff, count, datatype, peer, comm, stream) and ncclRecv take a peer rank and no tag
+            // (NVIDIA/nccl docs/userguide/source/api/p2p.rst; src/nccl.h.in): messages between two ranks
+            // match in the order they were issued, and a receive names its sender (no wildcard source).
             untaggedReason = "NCCL matches messages between two ranks by order only",
-            // ncclRecv names its peer; there is no wildcard source.
             noAnySourceReason = "NCCL needs the sender's rank",
+            // The engine issues a lone send as its own group, which a send to oneself cannot complete
+            // without the matching receive in the same group (today's refusal, unchanged).
             noSelfMessageReason = "a lone ncclSend to oneself never completes",
         ),
     )
