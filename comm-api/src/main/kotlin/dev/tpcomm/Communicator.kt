@@ -321,7 +321,7 @@ public interface Communicator : AutoCloseable {
      * call throws the serializer's exception. Bad arguments, failure and cancellation as for [send].
      */
     public suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
-        ObjectProtocol.send(this, HostObjectTransport(this), value, dst, tag, serializer)
+        ObjectProtocol.send(this, HostObjectTransport(this), dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false), value, dst, tag, serializer)
     }
 
     /**
@@ -330,7 +330,7 @@ public interface Communicator : AutoCloseable {
      * [CommunicationException] naming the sender; bad arguments, failure and cancellation as for [recv].
      */
     public suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
-        ObjectProtocol.recv(this, HostObjectTransport(this), src, tag, serializer)
+        ObjectProtocol.recv(this, HostObjectTransport(this), dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false), src, tag, serializer)
 
     public companion object {
         /** Source wildcard for [recv] and [probe]. */

@@ -23,7 +23,10 @@ import dev.tpcomm.Tensor
  * read-only where the call writes them, over host memory that was freed (an `Arena` closed under a
  * `Tensor.wrap`), and, when [nativeMemory] is set (the backend hands host addresses to native
  * code), backed by a Java heap array, whose address native code cannot use. Tags above [maxTag]
- * (MPI's `MPI_TAG_UB`) are refused.
+ * (MPI's `MPI_TAG_UB`) are refused. What the backend's library cannot reduce ([reductionRefusal])
+ * or send ([pointToPointLimits]) is refused here too, never by the backend after the call was
+ * recorded: a refused call leaves nothing in the flight recorder and takes no sequence number, on
+ * every backend.
  *
  * Immutable and thread-safe.
  */
@@ -56,6 +59,22 @@ public class CollectiveValidator(
      * change. Checked for every tensor; must be thread-safe and cheap. Null: every dtype is moved.
      */
     public val dtypeRefusal: ((DType) -> String?)? = null,
+    /**
+     * Why this backend's library cannot reduce with a [ReduceOp] on a [DType] that the core accepts
+     * (NCCL: no bitwise reductions, no int16 type, FP8 only in its OCP formats from 2.24, Avg from
+     * 2.10), or null when it can: the refusal's text after `"operation: "`, saying what to change.
+     * Called after the core's own check of the op and dtype ([CollectiveChecks.op]) wherever an
+     * operation reduces (allReduce, reduce, reduceScatter and reduceScatterV with their `Into`
+     * forms), before anything is recorded; must be thread-safe and cheap. Null: every op the core
+     * accepts is reduced.
+     */
+    public val reductionRefusal: ((ReduceOp, DType) -> String?)? = null,
+    /**
+     * What the backend's library cannot do with messages (tags, [Communicator.ANY_SOURCE], messages
+     * to oneself), refused by [send], [recv], every element of [sendRecv], [sendObject] and
+     * [recvObject] (after their other checks) with the texts [PointToPointLimits] states. Null: no limits.
+     */
+    public val pointToPointLimits: PointToPointLimits? = null,
 ) {
     /**
      * [tensor] as the [role] of [operation]: open, on [device] (or on any GPU device when
@@ -88,7 +107,7 @@ public class CollectiveValidator(
     /** [Communicator.allReduce]. */
     public fun allReduce(tensor: Tensor, op: ReduceOp) {
         tensor(tensor, "allReduce", "tensor", written = true)
-        CollectiveChecks.op(op, tensor.dtype, "allReduce")
+        reduction(op, tensor.dtype, "allReduce")
     }
 
     /** [Communicator.broadcast]: [tensor] is written on every rank but the root; it is checked as written everywhere so every rank refuses alike. */
@@ -101,7 +120,7 @@ public class CollectiveValidator(
     public fun reduce(tensor: Tensor, root: Int, op: ReduceOp) {
         CollectiveChecks.root(root, worldSize, "reduce")
         tensor(tensor, "reduce", "tensor", written = true)
-        CollectiveChecks.op(op, tensor.dtype, "reduce")
+        reduction(op, tensor.dtype, "reduce")
     }
 
     /** The shape [Communicator.allGather] returns, after checking [input] and [dim]. Returns the shape. */
@@ -127,7 +146,7 @@ public class CollectiveValidator(
     public fun reduceScatterShape(input: Tensor, op: ReduceOp, dim: Int): List<Int> {
         val name = "reduceScatter"
         tensor(input, name, "input", written = false)
-        CollectiveChecks.op(op, input.dtype, name)
+        reduction(op, input.dtype, name)
         val d = dim(input, dim, name)
         CollectiveChecks.divisible(input, d, worldSize, name)
         return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
@@ -221,7 +240,7 @@ public class CollectiveValidator(
     public fun reduceScatterVShape(input: Tensor, sizes: List<Int>, op: ReduceOp, rank: Int): List<Int> {
         val name = "reduceScatterV"
         tensor(input, name, "input", written = false)
-        CollectiveChecks.op(op, input.dtype, name)
+        reduction(op, input.dtype, name)
         CollectiveChecks.dim(input, 0, name)
         val total = sizes(sizes, "sizes", name)
         require(total == input.shape[0].toLong()) {
@@ -301,6 +320,7 @@ public class CollectiveValidator(
         CollectiveChecks.peer(dst, worldSize, "send", allowAny = false)
         tag(tag, "send", allowAny = false)
         tensor(tensor, "send", "tensor", written = false)
+        messageLimits(dst, tag, "send", sending = true, tensor = true)
     }
 
     /** [Communicator.recv]. */
@@ -308,6 +328,23 @@ public class CollectiveValidator(
         CollectiveChecks.peer(src, worldSize, "recv", allowAny = true)
         tag(tag, "recv", allowAny = true)
         tensor(tensor, "recv", "tensor", written = true)
+        messageLimits(src, tag, "recv", sending = false, tensor = true)
+    }
+
+    /** [Communicator.sendObject]'s destination and tag, as [send] checks them. */
+    public fun sendObject(dst: Int, tag: Int) {
+        val name = "sendObject"
+        CollectiveChecks.peer(dst, worldSize, name, allowAny = false)
+        tag(tag, name, allowAny = false)
+        messageLimits(dst, tag, name, sending = true, tensor = false)
+    }
+
+    /** [Communicator.recvObject]'s source and tag, as [recv] checks them. */
+    public fun recvObject(src: Int, tag: Int) {
+        val name = "recvObject"
+        CollectiveChecks.peer(src, worldSize, name, allowAny = true)
+        tag(tag, name, allowAny = true)
+        messageLimits(src, tag, name, sending = false, tensor = false)
     }
 
     /**
@@ -321,6 +358,7 @@ public class CollectiveValidator(
             CollectiveChecks.peer(o.peer, worldSize, name, allowAny = !o.isSend)
             tag(o.tag, name, allowAny = !o.isSend)
             tensor(o.tensor, name, "tensor", written = !o.isSend)
+            messageLimits(o.peer, o.tag, name, sending = o.isSend, tensor = true)
         }
         for ((i, o) in ops.withIndex()) {
             if (o.isSend) continue
@@ -334,7 +372,7 @@ public class CollectiveValidator(
         }
     }
 
-    /** [Communicator.probe]. */
+    /** [Communicator.probe] (without [pointToPointLimits]: see there). */
     public fun probe(src: Int, tag: Int) {
         CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
         tag(tag, "probe", allowAny = true)
@@ -359,6 +397,41 @@ public class CollectiveValidator(
         CollectiveChecks.tag(tag, operation, allowAny)
         require(tag <= maxTag) {
             "$operation: tag $tag is above the largest tag this backend's library accepts ($maxTag, its MPI_TAG_UB); pass a tag in 0..$maxTag"
+        }
+    }
+
+    /** [op] on [dtype] as the core defines it ([CollectiveChecks.op]), then as the library reduces it ([reductionRefusal]). */
+    private fun reduction(op: ReduceOp, dtype: DType, operation: String) {
+        CollectiveChecks.op(op, dtype, operation)
+        reductionRefusal?.invoke(op, dtype)?.let { throw IllegalArgumentException("$operation: $it") }
+    }
+
+    /**
+     * What [pointToPointLimits] refuses of a message to or from [peer] with [tag] ([sending]: a send);
+     * [tensor]: a tensor message (the object messages have no device copy to suggest).
+     */
+    private fun messageLimits(peer: Int, tag: Int, operation: String, sending: Boolean, tensor: Boolean) {
+        val limits = pointToPointLimits ?: return
+        val backend = limits.backendName
+        if (!sending) {
+            limits.noAnySourceReason?.let { why ->
+                require(peer != Communicator.ANY_SOURCE) { "$operation: $backend cannot receive from ANY_SOURCE ($why); pass the sender's rank" }
+            }
+        }
+        limits.untaggedReason?.let { why ->
+            require(tag == 0 || (!sending && tag == Communicator.ANY_TAG)) {
+                "$operation: tag $tag is not supported by $backend: $why; pass tag 0" + if (!sending && tensor) " or ANY_TAG" else ""
+            }
+        }
+        limits.noSelfMessageReason?.let { why ->
+            require(peer != limits.rank) {
+                val copy = if (device.isGpu) "copy on the device instead" else "copy the tensor instead"
+                when {
+                    !tensor -> "$operation: rank ${limits.rank} cannot ${if (sending) "send to" else "receive from"} itself on $backend"
+                    sending -> "$operation: rank ${limits.rank} cannot send to itself on $backend ($why); $copy"
+                    else -> "$operation: rank ${limits.rank} cannot receive from itself on $backend; $copy"
+                }
+            }
         }
     }
 

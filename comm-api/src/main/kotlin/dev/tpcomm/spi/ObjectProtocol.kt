@@ -153,11 +153,16 @@ public object ObjectProtocol {
         return decode(comm, op, "the root rank $root", mine, lengths[comm.rank].toInt(), serializer)
     }
 
-    /** [Communicator.sendObject]: the length (or a marker when the encoding failed), then the bytes. */
-    public suspend fun <T> send(comm: Communicator, transport: ObjectTransport, value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+    /**
+     * [Communicator.sendObject]: [dst] and [tag] checked by [validator] (the backend's, with its
+     * [PointToPointLimits]) before anything moves, then the length (or a marker when the encoding
+     * failed), then the bytes.
+     */
+    public suspend fun <T> send(
+        comm: Communicator, transport: ObjectTransport, validator: CollectiveValidator, value: T, dst: Int, tag: Int, serializer: KSerializer<T>,
+    ) {
         val op = "sendObject"
-        CollectiveChecks.peer(dst, comm.worldSize, op, allowAny = false)
-        CollectiveChecks.tag(tag, op, allowAny = false)
+        validator.sendObject(dst, tag)
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
         transport.sendLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED, dst, tag)
@@ -165,11 +170,15 @@ public object ObjectProtocol {
         transport.send(op, bytes, dst, tag)
     }
 
-    /** [Communicator.recvObject]: the length, then exactly that many bytes from the same rank with the same tag. */
-    public suspend fun <T> recv(comm: Communicator, transport: ObjectTransport, src: Int, tag: Int, serializer: KSerializer<T>): T {
+    /**
+     * [Communicator.recvObject]: [src] and [tag] checked by [validator] as for [send], then the
+     * length, then exactly that many bytes from the same rank with the same tag.
+     */
+    public suspend fun <T> recv(
+        comm: Communicator, transport: ObjectTransport, validator: CollectiveValidator, src: Int, tag: Int, serializer: KSerializer<T>,
+    ): T {
         val op = "recvObject"
-        CollectiveChecks.peer(src, comm.worldSize, op, allowAny = true)
-        CollectiveChecks.tag(tag, op, allowAny = true)
+        validator.recvObject(src, tag)
         val (announced, info) = transport.recvLength(op, src, tag)
         val who = "rank ${info.source}"
         checkLength(comm, op, who, announced)

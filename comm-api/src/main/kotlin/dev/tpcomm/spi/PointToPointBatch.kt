@@ -26,10 +26,35 @@ import kotlinx.coroutines.coroutineScope
  */
 @InternalTpcommApi
 public object PointToPointBatch {
-    /** Issues [ops] on [comm] concurrently, in order, and returns one [MessageInfo] per element. */
-    public suspend fun run(comm: Communicator, ops: List<PointToPoint>): List<MessageInfo> {
+    /**
+     * Issues [ops] on [comm] concurrently, in order, each element through [Communicator.send] or
+     * [Communicator.recv] (which check it again: for a communicator that has no other entry points),
+     * and returns one [MessageInfo] per element.
+     */
+    public suspend fun run(comm: Communicator, ops: List<PointToPoint>): List<MessageInfo> =
+        run(ops, { o -> comm.send(o.tensor, o.peer, o.tag) }, { o -> comm.recv(o.tensor, o.peer, o.tag) })
+
+    /**
+     * Issues [ops] concurrently, in order, each send through [send] and each receive through [recv]
+     * (a send or receive of arguments the caller already checked, recorded as its own operation;
+     * [recv] returns what [Communicator.recv] returns), and returns one [MessageInfo] per element (for
+     * a send its destination, tag and byte size). The batch semantics are those of the other [run].
+     */
+    public suspend fun run(
+        ops: List<PointToPoint>,
+        send: suspend (PointToPoint) -> Unit,
+        recv: suspend (PointToPoint) -> MessageInfo,
+    ): List<MessageInfo> {
+        val issue: suspend (PointToPoint) -> MessageInfo = { o ->
+            if (o.isSend) {
+                send(o)
+                MessageInfo(o.peer, o.tag, o.tensor.byteSize)
+            } else {
+                recv(o)
+            }
+        }
         if (ops.isEmpty()) return emptyList()
-        if (ops.size == 1) return listOf(one(comm, ops[0]))
+        if (ops.size == 1) return listOf(issue(ops[0]))
         return coroutineScope {
             val started = ArrayList<Deferred<MessageInfo>>(ops.size)
             for ((i, o) in ops.withIndex()) {
@@ -41,7 +66,7 @@ public object PointToPointBatch {
                 // UNDISPATCHED: each element is issued before the next one is, in the caller's thread.
                 started += async(start = CoroutineStart.UNDISPATCHED) {
                     for (d in before) d.await()
-                    one(comm, o)
+                    issue(o)
                 }
             }
             started.awaitAll()
@@ -51,12 +76,4 @@ public object PointToPointBatch {
     private fun mayTakeSameMessage(a: PointToPoint, b: PointToPoint): Boolean =
         (a.peer == b.peer || a.peer == Communicator.ANY_SOURCE || b.peer == Communicator.ANY_SOURCE) &&
             (a.tag == b.tag || a.tag == Communicator.ANY_TAG || b.tag == Communicator.ANY_TAG)
-
-    private suspend fun one(comm: Communicator, o: PointToPoint): MessageInfo =
-        if (o.isSend) {
-            comm.send(o.tensor, o.peer, o.tag)
-            MessageInfo(o.peer, o.tag, o.tensor.byteSize)
-        } else {
-            comm.recv(o.tensor, o.peer, o.tag)
-        }
 }

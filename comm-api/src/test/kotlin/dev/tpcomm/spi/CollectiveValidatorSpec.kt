@@ -148,6 +148,69 @@ class CollectiveValidatorSpec : FunSpec({
         shouldNotThrowAny { v.broadcast(Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Float16, 4), 0) }
     }
 
+    test("reductionRefusal: an op the library cannot reduce is refused by every reducing operation, after the core's op check, with the backend's words") {
+        val v = CollectiveValidator(2, Device.Cuda(0), nativeMemory = false, reductionRefusal = { op, dtype ->
+            if (op == ReduceOp.BitwiseAnd || dtype == DType.Int16) "lib cannot reduce $op on $dtype" else null
+        })
+        fun t(dtype: DType, vararg shape: Int) = Tensor.wrapDevice(Device.Cuda(0), 4096, dtype, *shape)
+        fun out(dtype: DType, vararg shape: Int) = Tensor.wrapDevice(Device.Cuda(0), 1 shl 20, dtype, *shape)
+        val ints = t(DType.Int32, 4)
+        val and = ReduceOp.BitwiseAnd
+        shouldThrow<IllegalArgumentException> { v.allReduce(ints, and) }.message shouldBe "allReduce: lib cannot reduce BitwiseAnd on Int32"
+        shouldThrow<IllegalArgumentException> { v.reduce(ints, 1, and) }.message shouldBe "reduce: lib cannot reduce BitwiseAnd on Int32"
+        shouldThrow<IllegalArgumentException> { v.reduceScatterShape(ints, and, 0) }.message shouldBe "reduceScatter: lib cannot reduce BitwiseAnd on Int32"
+        shouldThrow<IllegalArgumentException> { v.reduceScatterInto(out(DType.Int32, 2), ints, and, 0) }.message shouldBe "reduceScatter: lib cannot reduce BitwiseAnd on Int32"
+        shouldThrow<IllegalArgumentException> { v.reduceScatterVShape(t(DType.Int16, 4), listOf(2, 2), ReduceOp.Sum, 0) }.message shouldBe
+            "reduceScatterV: lib cannot reduce Sum on Int16"
+        shouldThrow<IllegalArgumentException> { v.reduceScatterVInto(out(DType.Int32, 2), ints, listOf(2, 2), and, 0) }.message shouldBe
+            "reduceScatterV: lib cannot reduce BitwiseAnd on Int32"
+        // The core's own refusal comes first (a bitwise op on floats), and data movement never asks.
+        shouldThrow<IllegalArgumentException> { v.allReduce(t(DType.Float32, 4), and) }.message!! shouldContain "integer dtypes and Bool only"
+        shouldNotThrowAny { v.broadcast(t(DType.Int16, 4), 0) }
+        shouldNotThrowAny { v.allReduce(ints, ReduceOp.BitwiseOr) }
+    }
+
+    test("pointToPointLimits: tags, ANY_SOURCE and messages to oneself are refused on send, recv, every sendRecv element and the object messages") {
+        val limits = PointToPointLimits(
+            rank = 1, backendName = "lib", untaggedReason = "lib matches by order only",
+            noAnySourceReason = "lib needs the sender's rank", noSelfMessageReason = "lib never completes it",
+        )
+        val v = CollectiveValidator(3, Device.Cuda(0), nativeMemory = false, pointToPointLimits = limits)
+        val t = Tensor.wrapDevice(Device.Cuda(0), 4096, DType.Float32, 4)
+        val u = Tensor.wrapDevice(Device.Cuda(0), 8192, DType.Float32, 4)
+        val any = dev.tpcomm.Communicator.ANY_SOURCE
+        val anyTag = dev.tpcomm.Communicator.ANY_TAG
+        fun refused(block: () -> Unit) = shouldThrow<IllegalArgumentException>(block).message
+        // Tags.
+        refused { v.send(t, 2, 3) } shouldBe "send: tag 3 is not supported by lib: lib matches by order only; pass tag 0"
+        refused { v.recv(t, 2, 3) } shouldBe "recv: tag 3 is not supported by lib: lib matches by order only; pass tag 0 or ANY_TAG"
+        refused { v.sendObject(2, 3) } shouldBe "sendObject: tag 3 is not supported by lib: lib matches by order only; pass tag 0"
+        refused { v.recvObject(2, 3) } shouldBe "recvObject: tag 3 is not supported by lib: lib matches by order only; pass tag 0"
+        refused { v.sendRecv(listOf(dev.tpcomm.PointToPoint.recv(u, 2), dev.tpcomm.PointToPoint.send(t, 2, 3))) } shouldBe
+            "sendRecv (element 1, a send): tag 3 is not supported by lib: lib matches by order only; pass tag 0"
+        shouldNotThrowAny { v.recv(t, 2, anyTag); v.recvObject(2, anyTag); v.send(t, 2, 0); v.sendObject(2, 0) }
+        // ANY_SOURCE.
+        refused { v.recv(t, any, 0) } shouldBe "recv: lib cannot receive from ANY_SOURCE (lib needs the sender's rank); pass the sender's rank"
+        refused { v.recvObject(any, 0) } shouldBe "recvObject: lib cannot receive from ANY_SOURCE (lib needs the sender's rank); pass the sender's rank"
+        refused { v.sendRecv(listOf(dev.tpcomm.PointToPoint.recv(u, any))) } shouldBe
+            "sendRecv (element 0, a receive): lib cannot receive from ANY_SOURCE (lib needs the sender's rank); pass the sender's rank"
+        // Oneself.
+        refused { v.send(t, 1, 0) } shouldBe "send: rank 1 cannot send to itself on lib (lib never completes it); copy on the device instead"
+        refused { v.recv(t, 1, 0) } shouldBe "recv: rank 1 cannot receive from itself on lib; copy on the device instead"
+        refused { v.sendObject(1, 0) } shouldBe "sendObject: rank 1 cannot send to itself on lib"
+        refused { v.recvObject(1, 0) } shouldBe "recvObject: rank 1 cannot receive from itself on lib"
+        refused { v.sendRecv(listOf(dev.tpcomm.PointToPoint.send(t, 0), dev.tpcomm.PointToPoint.send(t, 1))) } shouldBe
+            "sendRecv (element 1, a send): rank 1 cannot send to itself on lib (lib never completes it); copy on the device instead"
+        // Without limits (and on a validator that declares only some), the same calls pass.
+        val free = CollectiveValidator(3, Device.Cuda(0), nativeMemory = false)
+        shouldNotThrowAny { free.send(t, 1, 3); free.recv(t, any, 3); free.sendObject(1, 3); free.recvObject(any, 3) }
+        val tagsOnly = CollectiveValidator(3, Device.Cuda(0), nativeMemory = false, pointToPointLimits = PointToPointLimits(1, "lib", untaggedReason = "order only"))
+        shouldNotThrowAny { tagsOnly.send(t, 1, 0); tagsOnly.recv(t, any, 0) }
+        // The core's checks come first.
+        refused { v.sendObject(3, 0) } shouldBe "sendObject: peer rank 3 is out of range; pass a rank in 0 until 3"
+        refused { v.recvObject(0, -5) } shouldBe "recvObject: tag -5 is invalid; pass a tag >= 0 or Communicator.ANY_TAG"
+    }
+
     test("a tensor over memory whose Arena was closed is refused before native code gets the freed address") {
         val arena = java.lang.foreign.Arena.ofShared()
         val t = Tensor.wrap(arena.allocate(16), DType.Float32, 4)

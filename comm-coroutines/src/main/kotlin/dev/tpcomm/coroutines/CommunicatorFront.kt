@@ -206,10 +206,12 @@ public abstract class CommunicatorFront(
 
     /**
      * Issues a batch of point-to-point operations whose every element the front already checked
-     * ([CollectiveValidator.sendRecv]). By default each element as its own [send] or [recv], all at
-     * once ([PointToPointBatch]); a backend with a grouped issue (NCCL's group) overrides it.
+     * ([CollectiveValidator.sendRecv]). By default each element as its own send or receive (recorded
+     * as [send] and [recv] record them, not checked again), all at once ([PointToPointBatch]); a
+     * backend with a grouped issue (NCCL's group) overrides it.
      */
-    protected open suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> = PointToPointBatch.run(this, ops)
+    protected open suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> =
+        PointToPointBatch.run(ops, { o -> sendChecked(o.tensor, o.peer, o.tag) }, { o -> recvChecked(o.tensor, o.peer, o.tag) })
 
     /**
      * True when a call may wait in the backend's queue before it starts (a device thread shared by
@@ -553,6 +555,11 @@ public abstract class CommunicatorFront(
 
     final override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         validator.send(tensor, dst, tag)
+        sendChecked(tensor, dst, tag)
+    }
+
+    /** [send] of arguments the validator already accepted: record, retain, [issueSend], complete or fail, release. */
+    private suspend fun sendChecked(tensor: Tensor, dst: Int, tag: Int) {
         val entry = beginPointToPoint("send", tensor, dst, tag)
         tensor.retain("send")
         try {
@@ -564,6 +571,11 @@ public abstract class CommunicatorFront(
 
     final override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         validator.recv(tensor, src, tag)
+        return recvChecked(tensor, src, tag)
+    }
+
+    /** [recv] of arguments the validator already accepted: record, retain, [issueRecv], complete or fail, release. */
+    private suspend fun recvChecked(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         val entry = beginPointToPoint("recv", tensor, src, tag)
         // A receive buffer closed while the receive is posted stays allocated until it completes or is withdrawn.
         tensor.retain("recv")

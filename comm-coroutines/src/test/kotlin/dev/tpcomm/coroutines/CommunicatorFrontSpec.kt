@@ -35,9 +35,11 @@ import kotlin.time.TimeSource
  */
 class CommunicatorFrontSpec : FunSpec({
     /** A one-rank backend that runs [script] for every collective and logs what it saw. */
-    class Scripted(var refuse: OperationFailure? = null, timeout: Duration = 1.minutes) : CommunicatorFront(
-        0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), CollectiveValidator(2, Device.Host, nativeMemory = true), timeout,
-    ) {
+    class Scripted(
+        var refuse: OperationFailure? = null,
+        timeout: Duration = 1.minutes,
+        validator: CollectiveValidator = CollectiveValidator(2, Device.Host, nativeMemory = true),
+    ) : CommunicatorFront(0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), validator, timeout) {
         /** What [deadlinePassed] was called with, and from which thread. */
         val deadlines = java.util.concurrent.CopyOnWriteArrayList<String>()
         var onDeadline: (FlightRecorder.Entry, Call?) -> Unit = { _, _ -> }
@@ -102,6 +104,20 @@ class CommunicatorFrontSpec : FunSpec({
         e.message shouldContain "Java heap array"
         b.log.shouldBeEmpty()
         b.flightRecorder.snapshot().shouldBeEmpty()
+    }
+
+    test("a sendRecv batch is checked once: its elements are issued without a second check, each recorded as its own send or recv") {
+        // dtypeRefusal runs once per tensor check: it counts how often the elements are validated.
+        val checks = java.util.concurrent.atomic.AtomicInteger()
+        val b = Scripted(validator = CollectiveValidator(2, Device.Host, nativeMemory = true, dtypeRefusal = { checks.incrementAndGet(); null }))
+        val out = Tensor.zeros(DType.Float32, 2)
+        val into = Tensor.zeros(DType.Float32, 2)
+        val infos = runBlocking { b.sendRecv(listOf(dev.tpcomm.PointToPoint.send(out, 1, 5), dev.tpcomm.PointToPoint.recv(into, 1, 5))) }
+        checks.get() shouldBe 2
+        infos shouldBe listOf(MessageInfo(1, 5, 8), MessageInfo(1, 5, 8))
+        b.log shouldBe listOf("send to 1")
+        b.flightRecorder.snapshot().map { it.operation to it.state } shouldBe
+            listOf("send" to FlightRecorder.State.Completed, "recv" to FlightRecorder.State.Completed)
     }
 
     test("an unusable communicator refuses the call by name, records it failed, and never issues it") {

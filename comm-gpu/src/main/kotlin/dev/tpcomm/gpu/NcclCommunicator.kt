@@ -20,10 +20,8 @@ import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
 import dev.tpcomm.coroutines.OperationFailedSignal
 import dev.tpcomm.coroutines.OperationFailure
-import dev.tpcomm.spi.CollectiveChecks
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
-import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
@@ -77,7 +75,8 @@ import kotlinx.serialization.KSerializer
  * dimension other than 0 (with a non-trivial outer size) rearrange data on the device with 2-D
  * async copies through a temporary device buffer.
  *
- * **Library limits, refused with [IllegalArgumentException] before anything runs:** bitwise
+ * **Library limits, refused with [IllegalArgumentException] before anything runs or is recorded**
+ * (declared to the core's validator, [NcclLimits]): bitwise
  * reductions (NCCL and RCCL have none); [ReduceOp.Avg] and bfloat16 on libraries older than 2.10;
  * point-to-point tags other than 0 (NCCL matches messages by order only), [Communicator.ANY_SOURCE],
  * and sends to oneself. [probe] is not available (UnsupportedOperationException).
@@ -113,15 +112,9 @@ public class NcclCommunicator internal constructor(
 ) : CommunicatorFront(
     rank, worldSize, device, backendName,
     FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir),
-    // The core's one argument check, run first by every operation; NCCL/RCCL's dtypes come in as
-    // dtypeRefusal: bfloat16 needs 2.10 (unreachable through NcclConnector, whose minimum is 2.18).
-    CollectiveValidator(worldSize, device, nativeMemory = false, dtypeRefusal = { dtype ->
-        if (dtype == DType.BFloat16 && libraryVersionCode < NcclVersion.AVG_AND_BFLOAT16) {
-            "${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no bfloat16 (needs 2.10 or later); use Float16/Float32 or upgrade"
-        } else {
-            null
-        }
-    }),
+    // The core's one argument check, run first by every operation, with what NCCL/RCCL cannot do
+    // (dtypes, reductions, tags, ANY_SOURCE, messages to oneself) declared as its capabilities.
+    NcclLimits(api, backendName, libraryVersionCode).validator(worldSize, rank, device),
     config.timeout,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
@@ -372,12 +365,11 @@ public class NcclCommunicator internal constructor(
 
     /** What [call] runs on the native thread (null as a result: the front returns the operation's own value). */
     private fun nativePart(call: Call): Op.() -> Any? {
-        val name = call.name
         return when (call.op) {
             CollectiveOp.AllReduce -> {
                 val t = call.input!!
                 val op = call.reduceOp!!
-                val red = checkOp(op, t.dtype, name)
+                val red = redOp(op, t.dtype)
                 onDevice { withRedOp(op, t, red) { r -> nccl(api.allReduce(t.address, t.address, t.numel, dt(t), r, comm, stream), "ncclAllReduce") }; null }
             }
             CollectiveOp.Broadcast -> {
@@ -392,7 +384,7 @@ public class NcclCommunicator internal constructor(
             CollectiveOp.Reduce -> {
                 val t = call.input!!
                 val op = call.reduceOp!!
-                val red = checkOp(op, t.dtype, name)
+                val red = redOp(op, t.dtype)
                 val root = call.root
                 onDevice { withRedOp(op, t, red) { r -> nccl(api.reduce(t.address, t.address, t.numel, dt(t), r, root, comm, stream), "ncclReduce") }; null }
             }
@@ -405,7 +397,7 @@ public class NcclCommunicator internal constructor(
             CollectiveOp.ReduceScatter -> {
                 val input = call.input!!
                 val op = call.reduceOp!!
-                val red = checkOp(op, input.dtype, name)
+                val red = redOp(op, input.dtype)
                 val out = call.output!!
                 val dim = call.dim
                 onDevice { withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }; null }
@@ -442,7 +434,7 @@ public class NcclCommunicator internal constructor(
             CollectiveOp.ReduceScatterV -> {
                 val input = call.input!!
                 val op = call.reduceOp!!
-                val red = checkOp(op, input.dtype, name)
+                val red = redOp(op, input.dtype)
                 val out = call.output!!
                 val sizes = call.sizes!!
                 onDevice { withRedOp(op, input, red) { r -> issueReduceScatterV(out, input, sizes, r) }; null }
@@ -509,12 +501,12 @@ public class NcclCommunicator internal constructor(
      * between two ranks (one sends first, the other receives first).
      */
     override suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
-        ObjectProtocol.send(this, objects, value, dst, tag, serializer)
+        ObjectProtocol.send(this, objects, validator, value, dst, tag, serializer)
     }
 
     /** Receives what [sendObject] sent from [src] (tag 0 or ANY_TAG; no ANY_SOURCE); see there. */
     override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
-        ObjectProtocol.recv(this, objects, src, tag, serializer)
+        ObjectProtocol.recv(this, objects, validator, src, tag, serializer)
 
     /**
      * The core's [MonitoredBarrier] over the staged object messages ([objects]' `sendLength`/`recvLength`,
@@ -608,7 +600,6 @@ public class NcclCommunicator internal constructor(
         }
 
         override suspend fun send(operation: String, bytes: ByteArray, dst: Int, tag: Int) {
-            checkObjectPeer(operation, dst, tag, sending = true)
             own(beginPointToPoint(operation, null, dst, tag)) {
                 thread.p2pOwner?.endP2pWindow()
                 val n = bytes.size.toLong()
@@ -622,7 +613,6 @@ public class NcclCommunicator internal constructor(
         }
 
         override suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo> {
-            checkObjectPeer(operation, src, tag, sending = false)
             val bytes = own(beginPointToPoint(operation, null, src, tag)) {
                 thread.p2pOwner?.endP2pWindow()
                 val n = size.toLong()
@@ -661,26 +651,15 @@ public class NcclCommunicator internal constructor(
         seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
     }
 
-    /** What [checkP2p] refuses of a peer and tag, for the object messages (which have no tensor). */
-    private fun checkObjectPeer(operation: String, peer: Int, tag: Int, sending: Boolean) {
-        require(tag == 0 || (!sending && tag == Communicator.ANY_TAG)) {
-            "$operation: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0"
-        }
-        require(peer != Communicator.ANY_SOURCE) { "$operation: $backendName cannot receive from ANY_SOURCE (NCCL needs the sender's rank); pass the sender's rank" }
-        require(peer != rank) { "$operation: rank $rank cannot ${if (sending) "send to" else "receive from"} itself on $backendName" }
-    }
-
     // ---------------------------------------------------------------- point to point
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
-        checkP2p(dst, tag, entry.operation, sending = true)
         val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
         finish(o)
     }
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        checkP2p(src, tag, entry.operation, sending = false)
         val o = Op(entry, producerStream, p2p = true)
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
         finish(o)
@@ -711,13 +690,12 @@ public class NcclCommunicator internal constructor(
      * transfers must progress together, as PyTorch's `batch_isend_irecv`. Separate [send]/[recv]
      * calls are only grouped when they arrive within a few milliseconds of each other (docs/gpu.md);
      * a batch does not depend on timing. Tags must be 0 (a receive may say [Communicator.ANY_TAG]),
-     * peers explicit ranks other than this one: each element is checked as [send] or [recv] checks it
-     * ([IllegalArgumentException], nothing issued) after the front's common checks; the whole batch
+     * peers explicit ranks other than this one: the front's validator checks each element as [send] or
+     * [recv] checks it ([IllegalArgumentException], nothing issued or recorded); the whole batch
      * is one `sendRecv` operation in the flight record, its tensors retained until it ends; failure
      * and cancellation as for a collective.
      */
     override suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> {
-        for ((i, o) in ops.withIndex()) checkP2p(o.peer, o.tag, CollectiveValidator.sendRecvElement(i, o), sending = o.isSend)
         if (ops.isEmpty()) return emptyList()
         val first = ops.first()
         val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
@@ -860,7 +838,7 @@ public class NcclCommunicator internal constructor(
         }
 
         /**
-         * Runs [body] with the `ncclRedOp_t` of [op] for [tensor]'s dtype: [builtin] ([checkOp]'s code) as
+         * Runs [body] with the `ncclRedOp_t` of [op] for [tensor]'s dtype: [builtin] ([redOp]'s code) as
          * it is; for [ReduceOp.PreMulSum] an operator made now from this rank's factor in the dtype
          * (`ncclRedOpCreatePreMulSum` with `ncclScalarHostImmediate`: NCCL copies the scalar before it
          * returns) and destroyed with `ncclRedOpDestroy` once [body] returned or threw, as PyTorch's
@@ -1557,61 +1535,16 @@ public class NcclCommunicator internal constructor(
 
     // ---------------------------------------------------------------- validation and errors
 
-    /** What NCCL/RCCL refuse of a point-to-point call beyond the front's checks (tags, ANY_SOURCE, oneself). */
-    private fun checkP2p(peer: Int, tag: Int, name: String, sending: Boolean) {
-        if (sending) {
-            require(tag == 0) { "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0" }
-            require(peer != rank) { "$name: rank $rank cannot send to itself on $backendName (a lone ncclSend to oneself never completes); copy on the device instead" }
-        } else {
-            require(peer != Communicator.ANY_SOURCE) { "$name: $backendName cannot receive from ANY_SOURCE (NCCL needs the sender's rank); pass the sender's rank" }
-            require(tag == 0 || tag == Communicator.ANY_TAG) {
-                "$name: tag $tag is not supported by $backendName: NCCL matches messages between two ranks by order only; pass tag 0 or ANY_TAG"
-            }
-            require(peer != rank) { "$name: rank $rank cannot receive from itself on $backendName; copy on the device instead" }
-        }
-    }
-
     /**
-     * What NCCL/RCCL reduce, checked before any data moves; returns the `ncclRedOp_t` code. Bool is
-     * reduced as uint8 with max (Sum, Max: a logical or) and min (Product, Min: a logical and), as
-     * PyTorch's `getNcclReduceOp` does; Int16 has no NCCL type; FP8 needs NCCL 2.24 and the OCP
-     * formats (not RCCL's FNUZ ones).
-     * Returns -1 for [ReduceOp.PreMulSum], whose operator [Op.withRedOp] creates per call on the
-     * native thread (after the same dtype checks).
+     * The `ncclRedOp_t` code of [op] on [dtype], which the validator accepted ([NcclLimits.reductionRefusal]):
+     * Bool is reduced as uint8 with max (Sum, Max: a logical or) and min (Product, Min: a logical and), as
+     * PyTorch's `getNcclReduceOp` does. Returns -1 for [ReduceOp.PreMulSum], whose operator [Op.withRedOp]
+     * creates per call on the native thread.
      */
-    private fun checkOp(op: ReduceOp, dtype: DType, operation: String): Int {
-        CollectiveChecks.op(op, dtype, operation)
-        if (op is ReduceOp.PreMulSum) return -1
-        val code = NcclRedOp.of(op)
-        requireNotNull(code) {
-            "$operation: $op is not supported by $backendName: ${api.libraryName} has no bitwise reductions; " +
-                "use the mpi or local backend for bitwise ops, or Sum/Product/Min/Max/Avg" +
-                (if (dtype == DType.Bool) " (on Bool, Sum or Max is a logical or, Product or Min a logical and)" else "")
-        }
-        require(NcclDataType.of(dtype) != null) {
-            "$operation: $backendName cannot reduce $dtype: ${api.libraryName} has no ${dtype.name.lowercase()} type; " +
-                "convert the tensor to Int32 (exact for every $dtype value) and reduce that, or use the mpi or local backend " +
-                "(data movement such as broadcast and allGather carries $dtype as it is)"
-        }
-        if (dtype == DType.Float8E4M3 || dtype == DType.Float8E5M2) {
-            require(api.float8IsOcp) {
-                "$operation: $backendName cannot reduce $dtype: ${api.libraryName}'s 8-bit float types are not the OCP formats tpcomm's $dtype holds " +
-                    "(RCCL's are AMD's FNUZ variants on MI300); convert to Float16 or BFloat16 and reduce, or use the mpi or local backend"
-            }
-            require(libraryVersionCode >= NcclDataType.FLOAT8_VERSION) {
-                "$operation: $backendName cannot reduce $dtype: ${api.libraryName} ${NcclVersion.format(libraryVersionCode)} has no " +
-                    "8-bit float types (ncclFloat8e4m3/ncclFloat8e5m2 need NCCL 2.24 or later); convert to Float16 or BFloat16 and reduce, or upgrade"
-            }
-        }
-        if (dtype == DType.Bool) {
-            return if (op == ReduceOp.Product || op == ReduceOp.Min) NcclRedOp.MIN else NcclRedOp.MAX
-        }
-        if (op == ReduceOp.Avg) {
-            require(libraryVersionCode >= NcclVersion.AVG_AND_BFLOAT16) {
-                "$operation: Avg needs ${api.libraryName} 2.10 or later, this is ${NcclVersion.format(libraryVersionCode)}; use Sum and divide, or upgrade"
-            }
-        }
-        return code
+    private fun redOp(op: ReduceOp, dtype: DType): Int = when {
+        op is ReduceOp.PreMulSum -> -1
+        dtype == DType.Bool -> if (op == ReduceOp.Product || op == ReduceOp.Min) NcclRedOp.MIN else NcclRedOp.MAX
+        else -> NcclRedOp.of(op) ?: throw IllegalStateException("$op on $dtype passed the argument checks but NCCL has no code for it")
     }
 
     // The failures below fail the flight record first, so that the dump the exception carries shows it failed.
@@ -1656,8 +1589,8 @@ public class NcclCommunicator internal constructor(
     }
 
 
-    /** The `ncclDataType_t` a reduction of [t] uses; [checkOp] refused the dtypes without one. */
-    private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype) ?: throw IllegalStateException("${t.dtype} has no NCCL type; checkOp refuses it")
+    /** The `ncclDataType_t` a reduction of [t] uses; the validator refused the dtypes without one ([NcclLimits.reductionRefusal]). */
+    private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype) ?: throw IllegalStateException("${t.dtype} has no NCCL type; the validator refuses it")
 
     /** The type data movement uses: [t]'s own where this library has it, else bytes ([moveCount] then counts bytes). */
     private fun moveType(t: Tensor): Int =
