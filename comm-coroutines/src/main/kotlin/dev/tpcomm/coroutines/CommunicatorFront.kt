@@ -73,7 +73,7 @@ public abstract class CommunicatorFront(
     final override val flightRecorder: FlightRecorder get() = recorder
 
     /** The one builder of this communicator's exceptions (rank, backend, operation, sequence, flight-recorder dump). */
-    public val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
+    protected val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
 
     private val issueLock = Any()
     private var collectiveSeq = 0L
@@ -284,6 +284,12 @@ public abstract class CommunicatorFront(
     /** [exceptionOf] a failure of [kind] (one of [OperationFailure]'s kinds) in [operation], saying [message]. */
     public fun exceptionOf(kind: Int, operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationException =
         exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
+
+    /**
+     * The exception of a communicator its user closed (operation `close`, no sequence number): the
+     * cause a backend records when it closes, which later calls name ([abortedMessage]).
+     */
+    protected fun closedException(): CommunicationException = errors.closed()
 
     /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
     public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)

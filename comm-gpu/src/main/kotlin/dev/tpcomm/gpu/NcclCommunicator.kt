@@ -1511,7 +1511,7 @@ public class NcclCommunicator internal constructor(
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failure.compareAndSet(null, errors.closed()) // the lifecycle's own exception (no operation of the front)
+        failure.compareAndSet(null, closedException()) // the lifecycle's own exception (no operation of the front)
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
