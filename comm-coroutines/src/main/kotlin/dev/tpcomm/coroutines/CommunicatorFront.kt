@@ -255,6 +255,8 @@ public abstract class CommunicatorFront(
         var i = 0
         while (i < expired.size) {
             val entry = expired[i] as FlightRecorder.Entry
+            // A call that ended since it was collected (outside the lock) is not aborted.
+            if (!entry.inFlight) { i += 2; continue }
             try {
                 deadlinePassed(entry, expired[i + 1] as Call?)
             } catch (t: Throwable) {
