@@ -1434,7 +1434,7 @@ public class MpiCommunicator internal constructor(
      * blocked inside a collective that can now never complete, it also prints the exception; the
      * call stays under the watchdog, and the job ends by [from]'s own `MPI_Abort` (which waits
      * for this print and dump: a second `MPI_Abort` from here could end the other peers before
-     * theirs) or, failing that, at this call's deadline ([timedOut]). An idle communicator is only
+     * theirs) or, failing that, at this call's deadline ([deadlinePassed]). An idle communicator is only
      * marked: its next call throws [CommunicatorAbortedException].
      */
     private fun peerAborted(from: Int, reason: Int) {
@@ -1486,18 +1486,16 @@ public class MpiCommunicator internal constructor(
 
     /**
      * The front's deadline for the operation recorded as [entry] (called on the watchdog's thread,
-     * while this communicator's thread may be blocked inside MPI): [timedOut]. A non-blocking
+     * while this communicator's thread may be blocked inside MPI): builds the timeout, breaks the
+     * communicator, prints the diagnostic, and aborts the job if configured. A non-blocking
      * operation then ends with that exception at its next poll ([ensureNotBrokenWhileInFlight]); a
      * blocking one cannot be interrupted, so with [MpiConfig.abortOnTimeout] (the default) the job
      * ends with `MPI_Abort`.
      */
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
         if (closed.get()) return
-        timedOut(entry.operation, entry.sequence)
-    }
-
-    /** Builds the timeout exception, breaks the communicator, prints the diagnostic, aborts if configured. */
-    internal fun timedOut(operation: String, sequence: Long): CommunicationTimeoutException {
+        val operation = entry.operation
+        val sequence = entry.sequence
         val e = exceptionOf(
             OperationFailure.TIMEOUT,
             operation, sequence,
@@ -1510,7 +1508,6 @@ public class MpiCommunicator internal constructor(
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
-        return e
     }
 
     internal fun recordProfile(operation: String, nanos: Long) {

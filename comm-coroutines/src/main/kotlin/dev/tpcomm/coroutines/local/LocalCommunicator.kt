@@ -432,7 +432,8 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         }
     }
 
-    private fun peerName(src: Int): String = if (src == Communicator.ANY_SOURCE) "any rank" else "rank $src"
+    /** How messages name [src]: "rank N", or "any rank" for `ANY_SOURCE`. */
+    fun peerName(src: Int): String = if (src == Communicator.ANY_SOURCE) "any rank" else "rank $src"
 
     private fun tagName(tag: Int): String = if (tag == Communicator.ANY_TAG) "any" else tag.toString()
 

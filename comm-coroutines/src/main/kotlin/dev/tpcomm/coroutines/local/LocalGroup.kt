@@ -131,15 +131,14 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      */
     fun pointToPointTimedOut(rank: Int, recorderSeq: Long) {
         mailboxes[rank].postedReceive(recorderSeq)?.let { late ->
-            val from = if (late.source == dev.tpcomm.Communicator.ANY_SOURCE) "any rank" else "rank ${late.source}"
+            val from = communicators[rank].peerName(late.source)
             val tag = if (late.tag == dev.tpcomm.Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
             val msg = "${late.operation} timed out after ${world.config.timeout}: rank $rank of $description waited for a message from $from with $tag"
             timedOut(rank, late.operation, recorderSeq, msg, late)
             return
         }
         val late = mailboxes.flatMap { box -> box.waitingSends().map { box.owner to it } }
-        if (late.none { (_, m) -> m.source == rank && m.recorderSeq == recorderSeq }) return
-        val (dst, first) = late.first { (_, m) -> m.source == rank && m.recorderSeq == recorderSeq }
+        val (dst, first) = late.firstOrNull { (_, m) -> m.source == rank && m.recorderSeq == recorderSeq } ?: return
         val pairs = late.joinToString(", ") { (to, m) -> "${m.source}->$to" }
         val msg = "send timed out after ${world.config.timeout}: rank(s) ${late.map { it.second.source }.distinct().sorted()} of $description " +
             "waited for their receivers to post a matching receive (sender->receiver: $pairs). " + mailboxes[dst].rendezvousAdvice(first.byteSize, dst)
