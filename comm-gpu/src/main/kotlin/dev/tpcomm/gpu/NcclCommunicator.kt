@@ -352,10 +352,32 @@ public class NcclCommunicator internal constructor(
         return PENDING
     }
 
-    /** The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up its place at once. */
+    /**
+     * The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up
+     * its place at once, and the communicator is aborted ([abortNotIssued]).
+     */
     override fun notIssued(call: Call, cause: Throwable) {
-        val own = call.state as? Op ?: return
-        if (own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+        val own = call.state as? Op
+        if (own != null && own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+        abortNotIssued(call.entry, cause)
+    }
+
+    /**
+     * The operation of [entry] was numbered but will never be issued ([cause]: its caller was
+     * cancelled while it waited for the device's thread or for its output, or a tensor was closed
+     * meanwhile). NCCL pairs the ranks' calls by their order on a communicator: each collective takes
+     * the communicator's next operation count (NVIDIA/nccl `src/enqueue.cc`, where a collective's
+     * proxy operations get `opCount = collOpCount++`; p2p operations likewise per peer), and no tag
+     * or number travels with the data. The peers' call of that number would meet this rank's next
+     * call and mix their data (with checkConsistency off, the default, silently). So the communicator
+     * is aborted, unless it already failed or closed or has no peers, as MPI's is for a call
+     * cancelled before it started.
+     */
+    private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable) {
+        if (worldSize == 1 || failedWith() != null || closed.get()) return
+        val message = "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); NCCL pairs the ranks' " +
+            "calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call: the communicator was aborted"
+        abort(exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), entry.operation, entry.sequence))
     }
 
     override suspend fun await(call: Call): Any? = finish(call.state as Op)
@@ -719,7 +741,10 @@ public class NcclCommunicator internal constructor(
                 finish(op)
             }
         } catch (t: Throwable) {
-            if (held < ops.size) entry.fail(t) // a tensor closed before the batch was issued
+            if (held < ops.size) { // a tensor closed before the batch was issued: its peers' counterparts have no partner
+                entry.fail(t)
+                abortNotIssued(entry, t)
+            }
             throw t
         } finally {
             for (i in 0 until held) ops[i].tensor.release()
@@ -735,7 +760,7 @@ public class NcclCommunicator internal constructor(
      */
     public suspend fun waitEvent(event: Long) {
         require(event != 0L) { "waitEvent: pass a recorded event, got NULL" }
-        own(beginOwnCollective("waitEvent"), onStream = false) {
+        own(beginOwnCollective("waitEvent"), onStream = false, paired = false) {
             cuda(runtime.streamWaitEvent(stream, event), "streamWaitEvent")
         }
     }
@@ -788,6 +813,8 @@ public class NcclCommunicator internal constructor(
         val producer: Long,
         val onStream: Boolean = true,
         val p2p: Boolean = false,
+        /** Whether the peers issue a counterpart that NCCL pairs with it by order (every operation but [waitEvent]). */
+        val paired: Boolean = true,
     ) {
         /** The operation's name, as the flight record and exceptions show it. */
         val name: String get() = entry.operation
@@ -1242,7 +1269,9 @@ public class NcclCommunicator internal constructor(
 
     /**
      * Waits for [o]'s result. A caller cancelled while it waits leaves at once; when the operation
-     * was already issued, its peers cannot finish it without this rank, so the communicator aborts.
+     * was already issued, its peers cannot finish it without this rank, and when it was still queued
+     * it will never be issued ([abortNotIssued]): either way the communicator aborts (but for an
+     * operation no peer pairs with, [Op.paired]).
      */
     private suspend fun finish(o: Op): Any? {
         try {
@@ -1255,14 +1284,17 @@ public class NcclCommunicator internal constructor(
             if (o.issued && !o.finished) {
                 o.output?.disarm()
                 abortForCancellation(o, e)
+            } else if (!o.issued && o.paired) {
+                // Still queued: it will never be issued, and its peers' call of its number has no partner.
+                abortNotIssued(o.entry, e)
             }
             throw e
         }
     }
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
-    private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
-        val o = Op(entry, producerStream, onStream)
+    private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, paired: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
+        val o = Op(entry, producerStream, onStream, paired = paired)
         start(o, issue)
         @Suppress("UNCHECKED_CAST")
         finish(o) as T

@@ -237,7 +237,7 @@ class NcclFailureTest : FunSpec({
         c.close()
     }
 
-    test("an allocating call whose caller is cancelled while it waits for its allocation issues nothing and gives up its place") {
+    test("one rank: an allocating call whose caller is cancelled while it waits for its allocation issues nothing and gives up its place") {
         val p = MockPlatform()
         val c = p.connect(timeout = 30.seconds)
         val blocked = java.util.concurrent.CountDownLatch(1)
@@ -262,7 +262,7 @@ class NcclFailureTest : FunSpec({
         c.close()
     }
 
-    test("an allocating call whose input is closed while its output is allocated is given up at once: the next call runs") {
+    test("one rank: an allocating call whose input is closed while its output is allocated is given up at once; the next call runs (no peer pairs with it)") {
         val p = MockPlatform()
         val c = p.connect(timeout = 30.seconds)
         val input = dev(A, DType.Float32, 4)
