@@ -39,6 +39,7 @@ import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReference
 import kotlin.coroutines.EmptyCoroutineContext
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
@@ -371,13 +372,20 @@ public class NcclCommunicator internal constructor(
      * or number travels with the data. The peers' call of that number would meet this rank's next
      * call and mix their data (with checkConsistency off, the default, silently). So the communicator
      * is aborted, unless it already failed or closed or has no peers, as MPI's is for a call
-     * cancelled before it started.
+     * cancelled before it started. A caller's deadline is a [CommunicationTimeoutException], as for
+     * [abortForCancellation]; returns the exception when it became the communicator's failure.
      */
-    private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable) {
-        if (worldSize == 1 || failedWith() != null || closed.get()) return
-        val message = "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); NCCL pairs the ranks' " +
-            "calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call: the communicator was aborted"
-        abort(exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), entry.operation, entry.sequence))
+    private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? {
+        if (worldSize == 1 || failedWith() != null || closed.get()) return null
+        val why = "NCCL pairs the ranks' calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call"
+        val reason = if (cause is TimeoutCancellationException) {
+            cancellationReason(entry.operation, entry.sequence, cause, "before it was issued ($why)")
+        } else {
+            val message = "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); $why: the communicator was aborted"
+            exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), entry.operation, entry.sequence)
+        }
+        abort(reason)
+        return reason.takeIf { failedWith() === it }
     }
 
     override suspend fun await(call: Call): Any? = finish(call.state as Op)
@@ -1281,13 +1289,17 @@ public class NcclCommunicator internal constructor(
             if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
             o.native?.cancel(e)
             live.remove(o)
-            if (o.issued && !o.finished) {
-                o.output?.disarm()
-                abortForCancellation(o, e)
-            } else if (!o.issued && o.paired) {
+            val reason = when {
+                o.issued && !o.finished -> {
+                    o.output?.disarm()
+                    abortForCancellation(o, e)
+                }
                 // Still queued: it will never be issued, and its peers' call of its number has no partner.
-                abortNotIssued(o.entry, e)
+                !o.issued && o.paired -> abortNotIssued(o.entry, e)
+                else -> null
             }
+            // The caller's own deadline (withTimeout) that aborted the communicator is a timeout, as on every backend (README).
+            if (reason is CommunicationTimeoutException) throw reason
             throw e
         }
     }
@@ -1470,11 +1482,22 @@ public class NcclCommunicator internal constructor(
         return e[0]
     }
 
-    /** A call [o] in flight was cancelled: its peers cannot finish it without this rank, so the communicator is aborted (unless it already failed). */
-    private fun abortForCancellation(o: Op, cause: CancellationException) {
-        if (failedWith() != null) return
-        val message = "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted"
-        abort(exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), o.name, o.entry.sequence))
+    /**
+     * A call [o] in flight was cancelled: its peers cannot finish it without this rank, so the
+     * communicator is aborted (unless it already failed). A caller's deadline (`withTimeout`) is a
+     * [CommunicationTimeoutException] ([cancellationReason]), any other cancellation an abort.
+     * Returns the exception when it became the communicator's failure, else null.
+     */
+    private fun abortForCancellation(o: Op, cause: CancellationException): CommunicationException? {
+        if (failedWith() != null) return null
+        val reason = if (cause is TimeoutCancellationException) {
+            cancellationReason(o.name, o.entry.sequence, cause, "while in flight (the other ranks cannot finish it without this one)")
+        } else {
+            val message = "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted"
+            exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), o.name, o.entry.sequence)
+        }
+        abort(reason)
+        return reason.takeIf { failedWith() === it }
     }
 
     /** Marks [op] failed with [error], aborts the communicator, and returns [error] for throwing. */

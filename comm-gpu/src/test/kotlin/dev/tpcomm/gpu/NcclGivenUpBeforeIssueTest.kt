@@ -4,6 +4,7 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.Tensor
@@ -19,12 +20,12 @@ import io.kotest.matchers.string.shouldContain
 import io.kotest.matchers.types.shouldBeInstanceOf
 import io.mockk.every
 import io.mockk.verify
+import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.withTimeout
-import kotlinx.coroutines.withTimeoutOrNull
 import kotlinx.serialization.builtins.serializer
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
@@ -64,8 +65,11 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         coroutineScope {
             val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
             d.blocked.await()
-            // The user's own guard: give up the step after 200 ms.
-            withTimeoutOrNull(200.milliseconds) { c.allReduce(dev(A, DType.Float32, 4)) } shouldBe null
+            // The user's own guard: give up the step after 200 ms. As on every backend, the caller's
+            // deadline that aborts the communicator is a CommunicationTimeoutException (README).
+            val own = shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c.allReduce(dev(A, DType.Float32, 4)) } }
+            own.message!! shouldContain "caller's deadline"
+            own.message!! shouldContain "before it was issued"
             hung.await()
         }
         c.isAborted shouldBe true
@@ -86,11 +90,15 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         coroutineScope {
             val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
             d.blocked.await()
-            withTimeoutOrNull(200.milliseconds) { c.allGather(dev(A, DType.Float32, 4)) } shouldBe null
+            // Cancelled by its scope (a sibling failed), not by a deadline: the abort says it was given up.
+            val job = async { c.allGather(dev(A, DType.Float32, 4)) }
+            delay(200)
+            job.cancel()
+            shouldThrow<CancellationException> { job.await() }
             hung.await()
         }
         c.isAborted shouldBe true
-        shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }.message!! shouldContain "allGather #1"
+        shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }.message!! shouldContain "allGather #1 was given up before it was issued"
         verify(exactly = 0) { d.p.api.allGather(any(), any(), any(), any(), COMM, any()) }
         c.close()
         stuck.close()
@@ -115,7 +123,7 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         coroutineScope {
             val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
             d.blocked.await()
-            withTimeoutOrNull(200.milliseconds) { c.send(dev(A, DType.Float32, 4), 1) } shouldBe null
+            shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c.send(dev(A, DType.Float32, 4), 1) } }
             hung.await()
         }
         c.isAborted shouldBe true
@@ -123,6 +131,23 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         verify(exactly = 0) { d.p.api.send(any(), any(), any(), any(), COMM, any()) }
         c.close()
         stuck.close()
+    }
+
+    test("simulator: a caller's withTimeout around a collective in flight is a CommunicationTimeoutException, as on every backend") {
+        val platform = SimulatedGpuPlatform()
+        val world = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 30.seconds))
+        try {
+            // Rank 1 never calls: rank 0's all-reduce is issued and waits for it.
+            val e = shouldThrow<CommunicationTimeoutException> {
+                withTimeout(300.milliseconds) { world[0].allReduce(platform.upload(Tensor.of(floatArrayOf(1f)), world[0].device)) }
+            }
+            e.message!! shouldContain "caller's deadline"
+            e.operation shouldBe "allReduce"
+            world[0].isAborted shouldBe true
+            shouldThrow<CommunicatorAbortedException> { world[0].barrier() }.cause shouldBe e
+        } finally {
+            world.forEach { it.close() }
+        }
     }
 
     test("simulator, a user's loop: a step given up before it was issued never mixes its peers' data into the next step") {
@@ -144,8 +169,8 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
                         platform.download(s1).toFloatArray()[0] to platform.download(s2).toFloatArray()[0]
                     }
                 }
-                val step1 = withTimeoutOrNull(200.milliseconds) { world[0].allReduce(platform.upload(Tensor.of(floatArrayOf(2f)), world[0].device)) }
-                step1 shouldBe null
+                val step1 = runCatching { withTimeout(200.milliseconds) { world[0].allReduce(platform.upload(Tensor.of(floatArrayOf(2f)), world[0].device)) } }
+                step1.exceptionOrNull().shouldBeInstanceOf<CommunicationTimeoutException>()
                 platform.stall(0, false)
                 busy.forEach { it.await() }
                 val step2 = runCatching {

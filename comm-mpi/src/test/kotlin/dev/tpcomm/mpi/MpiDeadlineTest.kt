@@ -2,19 +2,23 @@ package dev.tpcomm.mpi
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Tensor
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
 import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
 import io.mockk.every
 import io.mockk.mockk
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
+import kotlinx.coroutines.withTimeout
 import java.util.Collections
 import java.util.concurrent.CountDownLatch
 import kotlin.concurrent.thread
 import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
 
 /**
  * Deadlines run from the moment of the call (README "Semantics every backend keeps"), on a mocked
@@ -47,6 +51,26 @@ class MpiDeadlineTest : FunSpec({
         println("MpiDeadlineTest: the queued call ended after $tookMillis ms (timeout 300 ms; the thread was held 3,000 ms)")
         hog.join()
         comm.isAborted shouldBe true
+        comm.close()
+    }
+
+    test("a call its caller gives up while it is queued for the communicator's thread never reaches MPI and aborts the communicator") {
+        val calls = Collections.synchronizedList(ArrayList<String>())
+        val b = mockk<MpiBinding>(relaxed = true).also { b ->
+            every { b.abi } returns MpichAbi
+            every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
+        }
+        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 30.seconds))
+        val busy = CountDownLatch(1)
+        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(1_000) } } }
+        busy.await()
+        // MPI pairs the ranks' collectives by order: a numbered call that never starts must not leave the next one to meet the peers' previous.
+        // The caller's deadline that aborts the communicator is a CommunicationTimeoutException (README).
+        shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(200.milliseconds) { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }
+        hog.join()
+        comm.isAborted shouldBe true
+        shouldThrow<CommunicatorAbortedException> { runBlocking { comm.allReduce(Tensor.of(floatArrayOf(2f))) } }.message!! shouldContain "allReduce #1"
+        calls.shouldBeEmpty()
         comm.close()
     }
 })
