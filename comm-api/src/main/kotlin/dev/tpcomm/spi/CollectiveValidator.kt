@@ -372,10 +372,22 @@ public class CollectiveValidator(
         }
     }
 
-    /** [Communicator.probe] (without [pointToPointLimits]: see there). */
+    /**
+     * [Communicator.probe]: the peer and tag, then [PointToPointLimits.noProbeReason]
+     * ([UnsupportedOperationException] where the library cannot probe); the other limits do not
+     * apply to a probe.
+     */
     public fun probe(src: Int, tag: Int) {
         CollectiveChecks.peer(src, worldSize, "probe", allowAny = true)
         tag(tag, "probe", allowAny = true)
+        pointToPointLimits?.let { limits ->
+            limits.noProbeReason?.let { why ->
+                throw UnsupportedOperationException(
+                    "probe: ${limits.backendName} cannot inspect a message before receiving it ($why); " +
+                        "send the size first (e.g. a one-element Int64 tensor), then the payload",
+                )
+            }
+        }
     }
 
     /**

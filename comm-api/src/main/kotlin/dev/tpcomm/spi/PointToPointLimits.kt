@@ -10,8 +10,8 @@ import dev.tpcomm.InternalTpcommApi
  * the reason its refusal gives. A backend that declares a limit gets the refusal from the
  * validator, before the call is recorded or numbered, on every path that moves a message:
  * [Communicator.send], [Communicator.recv], every element of [Communicator.sendRecv],
- * [Communicator.sendObject] and [Communicator.recvObject]. Not [Communicator.probe]: the libraries
- * with limits (NCCL, RCCL) cannot probe at all, which their backend says instead.
+ * [Communicator.sendObject] and [Communicator.recvObject]; a library that cannot probe at all
+ * ([noProbeReason]) gets [Communicator.probe] refused the same way.
  *
  * Immutable and thread-safe.
  */
@@ -43,4 +43,11 @@ public class PointToPointLimits(
      * an object message with `"operation: rank R cannot send to itself on <backend>"` (or `receive from`).
      */
     public val noSelfMessageReason: String? = null,
+    /**
+     * Null where the library can probe for a message without receiving it. Otherwise why it cannot
+     * (NCCL: "NCCL has no probe"): [Communicator.probe] is refused with [UnsupportedOperationException]
+     * `"probe: <backend> cannot inspect a message before receiving it (<this>); send the size first
+     * (e.g. a one-element Int64 tensor), then the payload"`.
+     */
+    public val noProbeReason: String? = null,
 )

@@ -697,10 +697,9 @@ public class NcclCommunicator internal constructor(
     }
 
     /** Not available: NCCL and RCCL cannot look at a message before receiving it. Always throws [UnsupportedOperationException]. */
+    /** Never called: NCCL has no probe, so the front's validator refuses every probe first ([NcclLimits]). */
     override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo =
-        throw UnsupportedOperationException(
-            "probe: $backendName cannot inspect a message before receiving it; send the size first (e.g. a one-element Int64 tensor), then the payload",
-        )
+        throw IllegalStateException("probe reached the $backendName engine although its validator refuses it (NcclLimits.noProbeReason)")
 
     /**
      * Sends [send] to [dst] and receives [recv] from [src] as **one** NCCL group

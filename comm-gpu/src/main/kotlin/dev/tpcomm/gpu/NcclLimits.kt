@@ -34,6 +34,8 @@ internal class NcclLimits(
             // The engine issues a lone send as its own group, which a send to oneself cannot complete
             // without the matching receive in the same group (today's refusal, unchanged).
             noSelfMessageReason = "a lone ncclSend to oneself never completes",
+            // nccl.h declares no probe: a receive must name its buffer and size before any byte arrives.
+            noProbeReason = "NCCL has no probe",
         ),
     )
 

@@ -89,7 +89,12 @@ class NcclRefusalsUnrecordedSimTest : FunSpec({
                 shouldThrow<IllegalArgumentException> { call() }.message shouldBe message
                 c.flightRecorder.snapshot().drop(before).takeIf { it.isNotEmpty() }?.let { "$message -> ${it.map { e -> "${e.operation} #${e.sequence} ${e.state}" }}" }
             }
-            recorded.shouldBeEmpty()
+            // NCCL cannot probe at all: refused as unsupported, also before anything is recorded.
+            val before = c.flightRecorder.snapshot().size
+            shouldThrow<UnsupportedOperationException> { c.probe(peer) }.message shouldBe
+                "probe: nccl cannot inspect a message before receiving it (NCCL has no probe); send the size first (e.g. a one-element Int64 tensor), then the payload"
+            val probed = c.flightRecorder.snapshot().drop(before).map { e -> "probe -> ${e.operation} #${e.sequence} ${e.state}" }
+            (recorded + probed).shouldBeEmpty()
             c.isAborted shouldBe false
             // The next collective is the first this rank records and numbers, on every rank alike.
             val x = platform.upload(Tensor.of(floatArrayOf(1f)), dev)
