@@ -6,7 +6,7 @@ import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
-import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.coroutines.CommunicatorCreation
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 
@@ -64,6 +64,8 @@ public object NcclConnector {
                 "See docs/gpu.md, 'Blocking or non-blocking communicators'"
         }
         requireNonBlockingEnvironment(api)
+        // The creation's deadline runs from here, the call; its failures are named by the core.
+        val creation = CommunicatorCreation(config.rank, backendName, config.timeout)
         val index = deviceIndex(device)
         // One native thread per device in this process (docs/nccl-semantics.md N17): a second world on
         // the same device shares the first one's thread.
@@ -72,19 +74,19 @@ public object NcclConnector {
         var stream = 0L
         try {
             val version = dispatcher.execute {
-                check(runtime.setDevice(index), "setDevice($index)", runtime, backendName, config)
+                check(runtime.setDevice(index), "setDevice($index)", runtime, creation)
                 val v = IntArray(1)
-                checkNccl(api.getVersion(v), "ncclGetVersion", api, backendName, config)
+                checkNccl(api.getVersion(v), "ncclGetVersion", api, creation)
                 NcclVersion.requireSupported(api.libraryName, v[0], backendName)
                 val s = LongArray(1)
-                check(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags", runtime, backendName, config)
+                check(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags", runtime, creation)
                 stream = s[0]
                 v[0]
             }
             val ownId = if (config.rank == 0) {
                 dispatcher.execute {
                     val id = ByteArray(UNIQUE_ID_BYTES)
-                    checkNccl(api.getUniqueId(id), "ncclGetUniqueId", api, backendName, config)
+                    checkNccl(api.getUniqueId(id), "ncclGetUniqueId", api, creation)
                     id
                 }
             } else {
@@ -92,7 +94,7 @@ public object NcclConnector {
             }
             val id = if (config.worldSize == 1) ownId!! else bootstrap.shareUniqueId(config.rank, ownId)
             require(id.size == UNIQUE_ID_BYTES) { "the bootstrap returned ${id.size} bytes; an ncclUniqueId has $UNIQUE_ID_BYTES" }
-            val comm = initRank(api, dispatcher, config, id, commConfig, backendName)
+            val comm = initRank(api, dispatcher, config, id, commConfig, creation)
             return NcclCommunicator(
                 api, runtime, thread, comm, stream, config.rank, config.worldSize, device, backendName,
                 config, version, commConfig, onClose,
@@ -124,9 +126,9 @@ public object NcclConnector {
     /**
      * `ncclCommInitRankConfig`, then polls `ncclCommGetAsyncError` from the native thread's progress
      * loop (other communicators of the device keep issuing meanwhile) until every rank joined, or
-     * [CommConfig.timeout] passed: then `ncclCommAbort` and [CommunicationTimeoutException].
+     * the [creation]'s deadline passed: then `ncclCommAbort` and [CommunicationTimeoutException].
      */
-    private suspend fun initRank(api: NcclApi, dispatcher: NativeDispatcher, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, backend: String): Long {
+    private suspend fun initRank(api: NcclApi, dispatcher: NativeDispatcher, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, creation: CommunicatorCreation): Long {
         // The ncclComm_t* cell outlives the call: NCCL 2.14-2.17's init job reads and writes it after the
         // call returned. It is freed once the communicator is ready, and left allocated (8 bytes) when
         // init fails or times out, since the job may still write it.
@@ -140,12 +142,11 @@ public object NcclConnector {
         if (code != NcclResult.IN_PROGRESS) {
             if (code != NcclResult.SUCCESS) {
                 if (comm != 0L) dispatcher.execute { api.commAbort(comm) }
-                checkNccl(code, "ncclCommInitRankConfig", api, backend, config)
+                checkNccl(code, "ncclCommInitRankConfig", api, creation)
             }
             cell.close()
             return comm
         }
-        val deadline = System.nanoTime() + config.timeout.inWholeNanoseconds
         val status = IntArray(1)
         dispatcher.await(NativeRequest {
             val state = api.asyncState(comm, status)
@@ -153,13 +154,12 @@ public object NcclConnector {
                 state == NcclResult.SUCCESS -> true
                 state != NcclResult.IN_PROGRESS -> {
                     api.commAbort(comm)
-                    checkNccl(state, "ncclCommInitRankConfig", api, backend, config)
+                    checkNccl(state, "ncclCommInitRankConfig", api, creation)
                     true
                 }
-                System.nanoTime() - deadline > 0 -> {
+                creation.deadlinePassed() -> {
                     api.commAbort(comm)
-                    throw CommunicationErrors(config.rank, backend).timeout(
-                        CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
+                    throw creation.timedOut(
                         "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
                             "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
                     )
@@ -171,20 +171,16 @@ public object NcclConnector {
         return comm
     }
 
-    internal fun checkNccl(code: Int, call: String, api: NcclApi, backend: String, config: CommConfig) {
+    private fun checkNccl(code: Int, call: String, api: NcclApi, creation: CommunicatorCreation) {
         if (code == NcclResult.SUCCESS) return
         val text = runCatching { api.getErrorString(code) }.getOrNull()
-        throw CommunicationErrors(config.rank, backend).nativeError(
-            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.", code,
-        )
+        throw creation.nativeFailure("$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + ". ${NcclResult.hint(code)}.", code)
     }
 
-    private fun check(code: Int, call: String, runtime: DeviceRuntime, backend: String, config: CommConfig) {
+    private fun check(code: Int, call: String, runtime: DeviceRuntime, creation: CommunicatorCreation) {
         if (code == DeviceRuntime.SUCCESS) return
         val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        throw CommunicationErrors(config.rank, backend).nativeError(
-            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""), code, isRuntimeError = true,
-        )
+        throw creation.nativeFailure("${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: ""), code, isRuntimeError = true)
     }
 
 }

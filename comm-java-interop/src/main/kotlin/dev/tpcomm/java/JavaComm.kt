@@ -6,7 +6,7 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.coroutines.LocalWorld
-import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.coroutines.CommunicatorCreation
 import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.DelicateCoroutinesApi
@@ -60,7 +60,7 @@ public object JavaComm {
             runBlocking { JavaCommunicator(Comm.create(backend, config)) }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
-            throw CommunicationErrors(config.rank, backend).aborted(CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE, "interrupted while creating the communicator", e)
+            throw CommunicatorCreation(config.rank, backend, config.timeout).interrupted("interrupted while creating the communicator", e)
         }
 
     /**

@@ -5,10 +5,7 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
-import dev.tpcomm.spi.CommunicationErrors
-import kotlinx.coroutines.CompletableDeferred
-import kotlinx.coroutines.runBlocking
-import kotlinx.coroutines.withTimeoutOrNull
+import dev.tpcomm.coroutines.CommunicatorCreation
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
@@ -60,39 +57,31 @@ public class MpiBackendFactory @JvmOverloads constructor(
      */
     override suspend fun create(config: CommConfig): Communicator {
         val mpiConfig = MpiConfig.from(config.options, env)
+        val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
         // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open
         // MPI's init ends in a PMIx fence, MPICH's in a PMI barrier): run them on a helper thread
         // and wait at most the timeout, so a rank that never starts cannot hold this one forever.
-        val started = CompletableDeferred<MpiCommunicator>()
-        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-create").start {
-            try {
-                started.complete(runBlocking {
-                    val runtime = MpiRuntime.initialize(mpiConfig, env)
-                    wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
-                })
-            } catch (t: Throwable) {
-                started.completeExceptionally(t)
-            }
+        return CommunicatorCreation(rank, "mpi", config.timeout).onOwnThread(
+            "tpcomm-mpi-create",
+            lateMessage = {
+                "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
+                    "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
+                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else ""
+            },
+            beforeThrow = { e ->
+                System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
+                System.err.flush()
+                if (mpiConfig.abortOnTimeout) {
+                    // MPI is not (fully) initialised, so MPI_Abort is not allowed: end the process; the
+                    // launcher sees a rank exit non-zero and ends the others (Open MPI and MPICH alike).
+                    System.out.flush()
+                    haltProcess(MpiCommunicator.ABORT_CODE)
+                }
+            },
+        ) {
+            val runtime = MpiRuntime.initialize(mpiConfig, env)
+            wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
         }
-        val comm = withTimeoutOrNull(config.timeout) { started.await() }
-        if (comm != null) return comm
-        started.cancel() // a communicator made after the deadline is not handed to anyone
-        val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
-        val e = CommunicationErrors(rank, "mpi").timeout(
-            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
-            "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
-                "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
-                if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else "",
-        )
-        System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
-        System.err.flush()
-        if (mpiConfig.abortOnTimeout) {
-            // MPI is not (fully) initialised, so MPI_Abort is not allowed: end the process; the
-            // launcher sees a rank exit non-zero and ends the others (Open MPI and MPICH alike).
-            System.out.flush()
-            haltProcess(MpiCommunicator.ABORT_CODE)
-        }
-        throw e
     }
 
     /**
@@ -127,25 +116,16 @@ public class MpiBackendFactory @JvmOverloads constructor(
         val mpiConfig = MpiConfig.from(config.options, env)
         val abi = MpiLibrary.load(mpiConfig.library, env).abi
         require(handle != abi.commNull) { "wrap: the handle is MPI_COMM_NULL; pass a communicator this rank belongs to" }
-        val made = CompletableDeferred<MpiCommunicator>()
-        Thread.ofPlatform().daemon(true).name("tpcomm-mpi-wrap").start {
-            try {
-                made.complete(runBlocking {
-                    val runtime = MpiRuntime.initialize(mpiConfig, env)
-                    wrap(runtime, runtime.binding, 0L, config, mpiConfig, "wrapped", duplicateOf = handle)
-                })
-            } catch (t: Throwable) {
-                made.completeExceptionally(t)
-            }
+        return CommunicatorCreation(config.rank, "mpi", config.timeout).onOwnThread(
+            "tpcomm-mpi-wrap",
+            lateMessage = {
+                "wrap: MPI_Comm_dup of the given communicator did not complete within ${config.timeout}: it is collective, and a rank of " +
+                    "that communicator has not called wrap (it starts late, is stuck, or died)"
+            },
+        ) {
+            val runtime = MpiRuntime.initialize(mpiConfig, env)
+            wrap(runtime, runtime.binding, 0L, config, mpiConfig, "wrapped", duplicateOf = handle)
         }
-        val comm = withTimeoutOrNull(config.timeout) { made.await() }
-        if (comm != null) return comm
-        made.cancel()
-        throw CommunicationErrors(config.rank, "mpi").timeout(
-            CommunicationErrors.CREATE, CommunicationErrors.NO_SEQUENCE,
-            "wrap: MPI_Comm_dup of the given communicator did not complete within ${config.timeout}: it is collective, and a rank of " +
-                "that communicator has not called wrap (it starts late, is stuck, or died)",
-        )
     }
 
     /**
