@@ -22,14 +22,10 @@ import io.kotest.matchers.string.shouldContain
 import io.kotest.matchers.types.shouldBeInstanceOf
 import io.mockk.every
 import io.mockk.verify
-import kotlinx.coroutines.Dispatchers
-import kotlinx.coroutines.async
-import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.withTimeout
 import kotlinx.serialization.builtins.serializer
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
-import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
 
@@ -85,60 +81,29 @@ class NcclDeadlinesTest : FunSpec({
         }
     }
 
-    /**
-     * Two communicators on one device share its native thread: [stuck]'s first event record blocks
-     * that thread for 3 s (a driver call stuck), whatever abort does; its own deadline is 30 s.
-     */
-    class BlockedDevice(val p: MockPlatform = MockPlatform()) {
-        val blocked = CountDownLatch(1)
-        private val first = AtomicInteger()
-
-        init {
-            every { p.runtime.eventRecord(any(), any()) } answers {
-                if (first.getAndIncrement() == 0) { blocked.countDown(); CountDownLatch(1).await(3, TimeUnit.SECONDS) }
-                0
-            }
-        }
-    }
-
     test("a point-to-point call queued behind another communicator's call blocked in the library is released at its deadline") {
-        val d = BlockedDevice()
-        val stuck = d.p.connect(timeout = 30.seconds)
-        val c = d.p.connect(worldSize = 2, timeout = 500.milliseconds)
-        coroutineScope {
-            val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
-            d.blocked.await()
+        BlockedDevice().whileStuck(worldSize = 2, timeout = 500.milliseconds) { c ->
             val (e, ms) = timed { c.send(dev(A, DType.Float32, 4), 1) }
             e.shouldBeInstanceOf<CommunicationTimeoutException>()
             e.operation shouldBe "send"
             e.message!! shouldContain "did not start within 500ms"
             ms shouldBeLessThan 2_000 // its deadline is 0.5 s after the call; the thread is stuck for 3 s
             c.isAborted shouldBe true
-            hung.await()
         }
-        c.close()
-        stuck.close()
     }
 
     test("an allocating collective whose allocation waits behind another communicator's call blocked in the library is released at its deadline") {
         val d = BlockedDevice()
-        val stuck = d.p.connect(timeout = 30.seconds)
-        val c = d.p.connect(timeout = 500.milliseconds)
-        coroutineScope {
-            val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
-            d.blocked.await()
+        d.whileStuck(worldSize = 1, timeout = 500.milliseconds) { c ->
             val (e, ms) = timed { c.allGather(dev(A, DType.Float32, 4)) }
             e.shouldBeInstanceOf<CommunicationTimeoutException>()
             e.operation shouldBe "allGather"
             e.message!! shouldContain "did not start within 500ms"
             ms shouldBeLessThan 2_000 // the native thread never took its allocation: it is stuck for 3 s
-            hung.await()
+            c.flightRecorder.snapshot().single { it.operation == "allGather" }.state shouldBe FlightRecorder.State.Failed
+            c.isAborted shouldBe true
         }
-        c.flightRecorder.snapshot().single { it.operation == "allGather" }.state shouldBe FlightRecorder.State.Failed
         verify(exactly = 0) { d.p.api.allGather(any(), any(), any(), any(), any(), any()) }
-        c.isAborted shouldBe true
-        c.close()
-        stuck.close()
     }
 
     test("an allocating collective alone on a blocked device: its call is timed even before the engine reserved its place") {

@@ -27,9 +27,6 @@ import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.withTimeout
 import kotlinx.serialization.builtins.serializer
-import java.util.concurrent.CountDownLatch
-import java.util.concurrent.TimeUnit
-import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
 
@@ -45,63 +42,36 @@ import kotlin.time.Duration.Companion.seconds
  * does for a call cancelled before it started.
  */
 class NcclGivenUpBeforeIssueTest : FunSpec({
-    /** Two communicators on one device share its native thread: [stuck]'s first event record blocks that thread for [ms]. */
-    class BlockedDevice(ms: Long, val p: MockPlatform = MockPlatform()) {
-        val blocked = CountDownLatch(1)
-        private val first = AtomicInteger()
-
-        init {
-            every { p.runtime.eventRecord(any(), any()) } answers {
-                if (first.getAndIncrement() == 0) { blocked.countDown(); CountDownLatch(1).await(ms, TimeUnit.MILLISECONDS) }
-                0
-            }
-        }
-    }
-
     test("a collective whose caller gave up while it waited for the device thread aborts the communicator; the next call is refused") {
         val d = BlockedDevice(1_000)
-        val stuck = d.p.connect(timeout = 30.seconds)
-        val c = d.p.connect(worldSize = 2, timeout = 30.seconds)
-        coroutineScope {
-            val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
-            d.blocked.await()
+        d.whileStuck(worldSize = 2, timeout = 30.seconds) { c ->
             // The user's own guard: give up the step after 200 ms. As on every backend, the caller's
             // deadline that aborts the communicator is a CommunicationTimeoutException (README).
             val own = shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c.allReduce(dev(A, DType.Float32, 4)) } }
             own.message!! shouldContain "caller's deadline"
             own.message!! shouldContain "before it was issued"
-            hung.await()
+            c.isAborted shouldBe true
+            val next = shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }
+            next.message!! shouldContain "allReduce #1"
+            next.message!! shouldContain "before it was issued"
         }
-        c.isAborted shouldBe true
-        val next = shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }
-        next.message!! shouldContain "allReduce #1"
-        next.message!! shouldContain "before it was issued"
         eventuallyVerified { verify(exactly = 1) { d.p.api.commAbort(COMM) } }
         // Both communicators of the mock have the handle COMM: the one all-reduce issued is the stuck one's.
         verify(exactly = 1) { d.p.api.allReduce(any(), any(), any(), any(), any(), COMM, any()) }
-        c.close()
-        stuck.close()
     }
 
     test("an allocating collective whose caller gave up while its output waited for the device thread aborts the communicator") {
         val d = BlockedDevice(1_000)
-        val stuck = d.p.connect(timeout = 30.seconds)
-        val c = d.p.connect(worldSize = 2, timeout = 30.seconds)
-        coroutineScope {
-            val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
-            d.blocked.await()
+        d.whileStuck(worldSize = 2, timeout = 30.seconds) { c ->
             // Cancelled by its scope (a sibling failed), not by a deadline: the abort says it was given up.
             val job = async { c.allGather(dev(A, DType.Float32, 4)) }
             delay(200)
             job.cancel()
             shouldThrow<CancellationException> { job.await() }
-            hung.await()
+            c.isAborted shouldBe true
+            shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }.message!! shouldContain "allGather #1 was given up before it was issued"
         }
-        c.isAborted shouldBe true
-        shouldThrow<CommunicatorAbortedException> { c.allReduce(dev(A, DType.Float32, 4)) }.message!! shouldContain "allGather #1 was given up before it was issued"
         verify(exactly = 0) { d.p.api.allGather(any(), any(), any(), any(), COMM, any()) }
-        c.close()
-        stuck.close()
     }
 
     test("an allocating collective whose input is closed while its output is allocated aborts the communicator") {
@@ -118,19 +88,12 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
 
     test("a send whose caller gave up while it waited for the device thread aborts the communicator") {
         val d = BlockedDevice(1_000)
-        val stuck = d.p.connect(timeout = 30.seconds)
-        val c = d.p.connect(worldSize = 2, timeout = 30.seconds)
-        coroutineScope {
-            val hung = async(Dispatchers.Default) { runCatching { stuck.allReduce(dev(A, DType.Float32, 4)) } }
-            d.blocked.await()
+        d.whileStuck(worldSize = 2, timeout = 30.seconds) { c ->
             shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c.send(dev(A, DType.Float32, 4), 1) } }
-            hung.await()
+            c.isAborted shouldBe true
+            shouldThrow<CommunicatorAbortedException> { c.send(dev(A, DType.Float32, 4), 1) }.message!! shouldContain "send"
         }
-        c.isAborted shouldBe true
-        shouldThrow<CommunicatorAbortedException> { c.send(dev(A, DType.Float32, 4), 1) }.message!! shouldContain "send"
         verify(exactly = 0) { d.p.api.send(any(), any(), any(), any(), COMM, any()) }
-        c.close()
-        stuck.close()
     }
 
     test("simulator: a caller's withTimeout around a collective in flight is a CommunicationTimeoutException, as on every backend") {

@@ -28,6 +28,7 @@ import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
@@ -918,7 +919,7 @@ public class MpiCommunicator internal constructor(
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
             // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
-            onThread {
+            onThread(entry) {
                 ensureUsable(name, entry.sequence)
                 if (sig != null) exchangeSignatureBlocking(sig, name, entry)
                 val out = scratchAddress + OFF_HANDLE
@@ -963,7 +964,7 @@ public class MpiCommunicator internal constructor(
         val entry = beginOwnCollective(name)
         val newHandle = recordingFailures(entry, null) {
             ensureUsable(name, entry.sequence)
-            onThread {
+            onThread(entry) {
                 ensureUsable(name, entry.sequence)
                 val out = scratchAddress + OFF_HANDLE
                 runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
@@ -1105,7 +1106,7 @@ public class MpiCommunicator internal constructor(
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val holds = MpiTensorHolds.retain(keepAlive, operation)
-            val pending = onThread {
+            val pending = onThread(entry) {
                 var handedOver = false
                 try {
                 ensureUsable(operation, entry.sequence)
@@ -1148,21 +1149,35 @@ public class MpiCommunicator internal constructor(
      * Unlike `withContext`, the caller does not wait for a block that is running when its coroutine
      * is cancelled (its `withTimeout` expired, its handle was cancelled): it is resumed at once,
      * while the blocking MPI call goes on under the watchdog (the communicator is aborted by the
-     * caller's failure, see [recordingFailures]). A block cancelled before it started never starts.
+     * caller's failure, see [recordingFailures]). A block cancelled before it started never starts,
+     * nor does one whose deadline passed while it was queued: its caller is released then with the
+     * [CommunicationTimeoutException] ([deadlinePassed]), whatever holds the thread.
      *
      * @throws NativeDispatcherClosedException when the thread is closed.
      */
-    private suspend fun <T> onThread(block: () -> T): T {
+    private suspend fun <T> onThread(entry: FlightRecorder.Entry, block: () -> T): T {
         if (dispatcher.isNativeThread) return block()
         if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
         if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS, block)
         return suspendCancellableCoroutine { cont ->
+            queuedCallers[entry] = cont
+            cont.invokeOnCancellation { queuedCallers.remove(entry, cont) }
             dispatcher.dispatch(EmptyCoroutineContext, Runnable {
-                // A call cancelled while queued must not start: the other ranks are told by the abort.
+                // Started: from here its deadline is the job policy's ([deadlinePassed]), not a release.
+                queuedCallers.remove(entry, cont)
+                // A call cancelled (or released at its deadline) while queued must not start: the other ranks are told by the abort.
                 if (cont.isActive) cont.resumeWith(runCatching(block))
             })
         }
     }
+
+    /**
+     * The callers whose block [onThread] queued for the communicator's thread and that has not
+     * started: [deadlinePassed] releases one at its deadline with its [CommunicationTimeoutException]
+     * (its block then never starts), whatever holds the thread (a user's long block on
+     * [nativeDispatcher], an earlier call still inside MPI).
+     */
+    private val queuedCallers = ConcurrentHashMap<FlightRecorder.Entry, CancellableContinuation<*>>()
 
     /**
      * Receives that still probe for their message, in issue order (MPI thread only). A receive
@@ -1505,6 +1520,8 @@ public class MpiCommunicator internal constructor(
         val dump = e.flightRecorderDump
         timeouts[sequence] = e
         markBroken(e, reason = MpiAbortNotices.REASON_TIMEOUT, now = mpiConfig.abortOnTimeout)
+        // A caller still queued for the communicator's thread is released now; its call never starts.
+        queuedCallers.remove(entry)?.cancel(e)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)

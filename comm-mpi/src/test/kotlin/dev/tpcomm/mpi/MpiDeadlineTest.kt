@@ -7,6 +7,7 @@ import dev.tpcomm.Tensor
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
+import io.kotest.matchers.longs.shouldBeLessThan
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
 import io.mockk.every
@@ -28,12 +29,15 @@ import kotlin.time.Duration.Companion.seconds
 class MpiDeadlineTest : FunSpec({
     timeout = 60_000
 
+    /** A mocked MPICH whose `MPI_Allreduce` only notes that it was called, in [calls]. */
+    fun recordingMpi(calls: MutableList<String>): MpiBinding = mockk<MpiBinding>(relaxed = true).also { b ->
+        every { b.abi } returns MpichAbi
+        every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
+    }
+
     test("a call queued behind work on the communicator's thread is timed from its call and never reaches MPI") {
         val calls = Collections.synchronizedList(ArrayList<String>())
-        val b = mockk<MpiBinding>(relaxed = true).also { b ->
-            every { b.abi } returns MpichAbi
-            every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
-        }
+        val b = recordingMpi(calls)
         // Default MpiConfig: Blocking progress and abortOnTimeout (the mocked MPI_Abort returns).
         val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds))
         val busy = CountDownLatch(1)
@@ -49,17 +53,37 @@ class MpiDeadlineTest : FunSpec({
         e.sequenceNumber shouldBe 1L
         calls.shouldBeEmpty() // the call never reached MPI: the communicator broke at its deadline
         println("MpiDeadlineTest: the queued call ended after $tookMillis ms (timeout 300 ms; the thread was held 3,000 ms)")
+        tookMillis shouldBeLessThan 1_500L // released at its deadline (before: 463 or 3,021 ms, whenever the thread freed)
         hog.join()
         comm.isAborted shouldBe true
         comm.close()
     }
 
+    test("with abortOnTimeout = false, a call queued behind a user's block on the communicator's thread is released at its deadline, not when the thread frees") {
+        val calls = Collections.synchronizedList(ArrayList<String>())
+        val b = recordingMpi(calls)
+        val comm = mockCommunicator(
+            b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds), MpiConfig(abortOnTimeout = false),
+        )
+        val busy = CountDownLatch(1)
+        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(3_000) } } }
+        busy.await()
+        var result: Result<Any>? = null
+        val began = System.nanoTime()
+        thread(name = "user-main") { result = runCatching { runBlocking { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }.join()
+        val tookMillis = (System.nanoTime() - began) / 1_000_000
+        val e = shouldThrow<CommunicationTimeoutException> { result!!.getOrThrow() }
+        e.operation shouldBe "allReduce"
+        tookMillis shouldBeLessThan 1_500L // its deadline is 0.3 s (plus up to two watchdog periods); the thread is held 3 s
+        comm.isAborted shouldBe true
+        hog.join()
+        calls.shouldBeEmpty() // released while queued: it never starts, also once the thread frees
+        comm.close()
+    }
+
     test("a call its caller gives up while it is queued for the communicator's thread never reaches MPI and aborts the communicator") {
         val calls = Collections.synchronizedList(ArrayList<String>())
-        val b = mockk<MpiBinding>(relaxed = true).also { b ->
-            every { b.abi } returns MpichAbi
-            every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
-        }
+        val b = recordingMpi(calls)
         val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 30.seconds))
         val busy = CountDownLatch(1)
         val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(1_000) } } }

@@ -12,6 +12,7 @@ import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
+import kotlinx.coroutines.withTimeout
 import kotlin.time.Duration
 
 /**
@@ -124,6 +125,29 @@ internal object FailureCases {
                 delay(timeout(ctx) / 2)
                 val r = attempt { comm.allReduce(t) }
                 expectFailure(ctx, "allReduce on rank ${comm.rank} after rank 0 cancelled its call", r, timeout(ctx), "CommunicationException") { it is CommunicationException }
+            }
+        },
+        failure("failure: a caller's withTimeout around an in-flight call", 2) { comm, ctx ->
+            val t = floats(ctx, 1f, 2f, 3f)
+            if (comm.rank == 0) {
+                // The caller's own deadline passes while the others have not called yet: a named
+                // timeout for this call (README "Semantics every backend keeps"), not a bare
+                // TimeoutCancellationException, and the communicator aborted.
+                val r = attempt { withTimeout(timeout(ctx) / 4) { comm.allReduce(t) } }
+                expectFailure(ctx, "allReduce on rank 0 inside withTimeout(${timeout(ctx) / 4}) before the others called", r, timeout(ctx), "CommunicationTimeoutException") { e ->
+                    e is CommunicationTimeoutException && e.operation == "allReduce"
+                }
+                diagnostics(ctx, "allReduce on rank 0 inside withTimeout", comm, r.error)
+                laterCallFails(comm, ctx, "the caller's deadline")
+            } else {
+                delay(timeout(ctx) / 2)
+                // Rank 0's call may still be inside a blocking MPI call that completes this one
+                // (docs/mpi.md); otherwise it ends with a CommunicationException.
+                val r = attempt { comm.allReduce(t) }
+                ctx.expect(r.error == null || r.error is CommunicationException) {
+                    "allReduce on rank ${comm.rank} after rank 0's caller gave up: expected it to complete or a CommunicationException, got ${r.error?.describe()}"
+                }
+                ctx.expect(r.elapsedMillis <= 2 * timeout(ctx).inWholeMilliseconds) { "allReduce on rank ${comm.rank} after rank 0's caller gave up took ${r.elapsedMillis} ms" }
             }
         },
         failure("failure: use after close", 1) { comm, ctx ->
