@@ -1151,7 +1151,8 @@ public class MpiCommunicator internal constructor(
      * while the blocking MPI call goes on under the watchdog (the communicator is aborted by the
      * caller's failure, see [recordingFailures]). A block cancelled before it started never starts,
      * nor does one whose deadline passed while it was queued: its caller is released then with the
-     * [CommunicationTimeoutException] ([deadlinePassed]), whatever holds the thread.
+     * [CommunicationTimeoutException] ([deadlinePassed]), whatever holds the thread (not with the
+     * opt-in spinning hand-off, `TPCOMM_MPI_HANDOFF_SPIN_US`, whose caller waits for the thread).
      *
      * @throws NativeDispatcherClosedException when the thread is closed.
      */
