@@ -75,7 +75,21 @@ public class CollectiveValidator(
      * [recvObject] (after their other checks) with the texts [PointToPointLimits] states. Null: no limits.
      */
     public val pointToPointLimits: PointToPointLimits? = null,
+    /**
+     * Why this backend runs the uneven collectives (allGatherV, reduceScatterV, allToAllV and their
+     * `Into` forms) on host tensors only although [anyDevice] lets its other operations take device
+     * tensors (MPI: it neither stages them nor hands them to a CUDA-aware library), or null when it
+     * does not: the refusal's text after `"operation: "` for a tensor on [Device] (the argument),
+     * saying what to change. Checked on each of their tensors on a GPU, before anything is recorded.
+     */
+    public val unevenDeviceRefusal: ((Device) -> String)? = null,
 ) {
+    /** [unevenDeviceRefusal] for [tensor] of the uneven collective [operation]. */
+    private fun unevenOnDevice(tensor: Tensor, operation: String) {
+        val refusal = unevenDeviceRefusal ?: return
+        if (tensor.device.isGpu) throw IllegalArgumentException("$operation: ${refusal(tensor.device)}")
+    }
+
     /**
      * [tensor] as the [role] of [operation]: open, on [device] (or on any GPU device when
      * [anyDevice]), of a dtype the library moves, addressable, writable if [written], and of at
@@ -214,6 +228,7 @@ public class CollectiveValidator(
     public fun allGatherVShape(input: Tensor, sizes: List<Int>, rank: Int): List<Int> {
         val name = "allGatherV"
         tensor(input, name, "input", written = false)
+        unevenOnDevice(input, name)
         CollectiveChecks.dim(input, 0, name)
         val total = sizes(sizes, "sizes", name)
         require(sizes[rank] == input.shape[0]) {
@@ -228,6 +243,7 @@ public class CollectiveValidator(
         val name = "allGatherV"
         val expected = allGatherVShape(input, sizes, rank)
         tensor(output, name, "output", written = true)
+        unevenOnDevice(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, expected, "output", name)
         disjoint(output, input, name)
@@ -240,6 +256,7 @@ public class CollectiveValidator(
     public fun reduceScatterVShape(input: Tensor, sizes: List<Int>, op: ReduceOp, rank: Int): List<Int> {
         val name = "reduceScatterV"
         tensor(input, name, "input", written = false)
+        unevenOnDevice(input, name)
         reduction(op, input.dtype, name)
         CollectiveChecks.dim(input, 0, name)
         val total = sizes(sizes, "sizes", name)
@@ -255,6 +272,7 @@ public class CollectiveValidator(
         val name = "reduceScatterV"
         val expected = reduceScatterVShape(input, sizes, op, rank)
         tensor(output, name, "output", written = true)
+        unevenOnDevice(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, expected, "output", name)
         disjoint(output, input, name)
@@ -267,6 +285,7 @@ public class CollectiveValidator(
     public fun allToAllVShape(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): List<Int> {
         val name = "allToAllV"
         tensor(input, name, "input", written = false)
+        unevenOnDevice(input, name)
         CollectiveChecks.dim(input, 0, name)
         val sent = sizes(inputSplits, "inputSplits", name)
         require(sent == input.shape[0].toLong()) {
@@ -282,6 +301,7 @@ public class CollectiveValidator(
         val name = "allToAllV"
         val expected = allToAllVShape(input, inputSplits, outputSplits)
         tensor(output, name, "output", written = true)
+        unevenOnDevice(output, name)
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, expected, "output", name)
         disjoint(output, input, name)

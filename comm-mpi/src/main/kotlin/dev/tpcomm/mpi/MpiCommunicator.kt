@@ -130,7 +130,14 @@ public class MpiCommunicator internal constructor(
     // the same mistake with the same message: heap, read-only (written), freed or closed tensors and
     // views of closed ones, sizes in Long past MPI's int count, tags past tagUpperBound, aliased
     // input and output. The run* bodies and MpiDeviceStaging check nothing of their own.
-    CollectiveValidator(worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong(), anyDevice = true),
+    CollectiveValidator(
+        worldSize, Device.Host, nativeMemory = true, maxTag = tagUpperBound, maxCount = Int.MAX_VALUE.toLong(), anyDevice = true,
+        // No device staging for the uneven collectives, and their counts and displacements are not given to a CUDA-aware MPI.
+        unevenDeviceRefusal = { device ->
+            "the MPI backend runs the uneven collectives on host tensors only, but a tensor is on $device; " +
+                "copy it to the host first, or use the NCCL/RCCL backend"
+        },
+    ),
     config.timeout,
 ) {
     internal val abi: MpiAbi = binding.abi
@@ -317,18 +324,10 @@ public class MpiCommunicator internal constructor(
                 if (staged) staging.scatter(call, output!!, input, call.root, call.dim) else runScatter(call, output!!, input, call.root, call.dim)
             CollectiveOp.AllToAll ->
                 if (staging.needed(input)) staging.allToAll(call, input!!, call.dim, output!!) else runAllToAll(call, input!!, call.dim, output!!)
-            CollectiveOp.AllGatherV -> {
-                unevenOnHost(call.name, output!!, input!!)
-                runAllGatherV(call, output, input, call.sizes!!)
-            }
-            CollectiveOp.ReduceScatterV -> {
-                unevenOnHost(call.name, output!!, input!!)
-                runReduceScatterV(call, output, input, call.sizes!!, call.reduceOp!!)
-            }
-            CollectiveOp.AllToAllV -> {
-                unevenOnHost(call.name, output!!, input!!)
-                runAllToAllV(call, output, input, call.sizes!!, call.outputSizes!!)
-            }
+            // Host tensors only: the validator refuses device ones (unevenDeviceRefusal).
+            CollectiveOp.AllGatherV -> runAllGatherV(call, output!!, input!!, call.sizes!!)
+            CollectiveOp.ReduceScatterV -> runReduceScatterV(call, output!!, input!!, call.sizes!!, call.reduceOp!!)
+            CollectiveOp.AllToAllV -> runAllToAllV(call, output!!, input!!, call.sizes!!, call.outputSizes!!)
             CollectiveOp.Barrier -> runBarrier(call)
             CollectiveOp.Split -> {
                 val e = call.extra as IntArray
@@ -612,16 +611,6 @@ public class MpiCommunicator internal constructor(
     // elements ("64-bit counts"): every count and displacement (at most the output's or input's
     // element count) then fits MPI's int. Host tensors only (no device staging for these three).
 
-    /** Refuses device tensors, which the uneven collectives neither stage nor give MPI (checked after the validator). */
-    private fun unevenOnHost(operation: String, output: Tensor, input: Tensor) {
-        for (t in listOf(input, output)) {
-            require(!t.device.isGpu) {
-                "$operation: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on ${t.device}; " +
-                    "copy it to the host first, or use the NCCL/RCCL backend"
-            }
-        }
-    }
-
     /** `int[]` arrays for MPI in one native tensor, kept alive with the call: [values] in order. */
     private fun intArrays(vararg values: IntArray): Tensor {
         val all = IntArray(values.sumOf { it.size })
@@ -641,7 +630,6 @@ public class MpiCommunicator internal constructor(
 
     private suspend fun runAllGatherV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         val name = "allGatherV"
-        unevenOnHost(name, output, input)
         val (counts, displs) = elementCounts(sizes, input.stride(0))
         val meta = intArrays(counts, displs)
         val n = mpiCount(input)
@@ -658,7 +646,6 @@ public class MpiCommunicator internal constructor(
 
     private suspend fun runReduceScatterV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = "reduceScatterV"
-        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (counts, displs) = elementCounts(sizes, rowElements)
         val n = mpiCount(output)
@@ -706,7 +693,6 @@ public class MpiCommunicator internal constructor(
 
     private suspend fun runAllToAllV(call: Call, output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = "allToAllV"
-        unevenOnHost(name, output, input)
         val rowElements = input.stride(0)
         val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
         val (recvCounts, recvDispls) = elementCounts(outputSplits, rowElements)

@@ -47,6 +47,12 @@ class MpiDeviceValidationTest : FunSpec({
                 val uneven = shouldThrow<IllegalArgumentException> { comm.allGatherVInto(onDevice(host(4)), onDevice(host(2)), listOf(2, 2)) }.message
                 uneven shouldBe "allGatherV: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on Cuda(index=0); " +
                     "copy it to the host first, or use the NCCL/RCCL backend"
+                // Refused as every other bad argument: before the call is recorded or numbered (as for reduceScatterV and allToAllV).
+                shouldThrow<IllegalArgumentException> { comm.reduceScatterV(onDevice(host(4)), listOf(2, 2)) }.message shouldBe
+                    "reduceScatterV: the MPI backend runs the uneven collectives on host tensors only, but a tensor is on Cuda(index=0); " +
+                    "copy it to the host first, or use the NCCL/RCCL backend"
+                shouldThrow<IllegalArgumentException> { comm.allToAllVInto(host(4), onDevice(host(4)), listOf(2, 2), listOf(2, 2)) }
+                withClue("flight records of the refused uneven calls") { comm.flightRecorder.snapshot().map { "${it.operation} #${it.sequence} ${it.state}" } shouldBe emptyList() }
                 withClue("copies between device and host") { staging.counts shouldBe (0 to 0) }
             }
             verify(exactly = 0) { b.scatter(any(), any(), any(), any(), any(), any(), any(), any()) }
