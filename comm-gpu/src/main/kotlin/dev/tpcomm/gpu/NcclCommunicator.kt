@@ -39,11 +39,11 @@ import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReference
 import kotlin.coroutines.EmptyCoroutineContext
 import kotlinx.coroutines.CancellationException
-import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.withTimeoutOrNull
@@ -696,7 +696,6 @@ public class NcclCommunicator internal constructor(
         return MessageInfo(src, 0, tensor.byteSize)
     }
 
-    /** Not available: NCCL and RCCL cannot look at a message before receiving it. Always throws [UnsupportedOperationException]. */
     /** Never called: NCCL has no probe, so the front's validator refuses every probe first ([NcclLimits]). */
     override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo =
         throw IllegalStateException("probe reached the $backendName engine although its validator refuses it (NcclLimits.noProbeReason)")
