@@ -71,10 +71,4 @@ public enum class CollectiveOp(
     public val isUneven: Boolean get() = this == AllGatherV || this == ReduceScatterV || this == AllToAllV
 
     override fun toString(): String = apiName
-
-    public companion object {
-        /** The operation named [apiName], or null. */
-        @JvmStatic
-        public fun byApiName(apiName: String): CollectiveOp? = entries.firstOrNull { it.apiName == apiName }
-    }
 }
