@@ -83,7 +83,28 @@ public class CollectiveValidator(
      * saying what to change. Checked on each of their tensors on a GPU, before anything is recorded.
      */
     public val unevenDeviceRefusal: ((Device) -> String)? = null,
+    /**
+     * Why this backend cannot run an operation on a device tensor it would give its library
+     * directly, or null when it can: MPI with a CUDA-aware library does some of its work on the
+     * host (a reduction the library cannot do, PreMulSum's scaling, Avg's division, a rearrangement
+     * along a dim other than 0), which a device pointer does not allow. Called with the
+     * [CollectiveOp], the tensor, the [ReduceOp] (null where none) and the normalised dim (0 where
+     * none) for each tensor on a GPU of allReduce, reduce, allGather, reduceScatter (and their
+     * `Into` forms), gather, scatter and allToAll, after their other checks and before anything is
+     * recorded. Returns the refusal's text after `"operation: "`, saying what to change; must be
+     * thread-safe and cheap.
+     */
+    public val deviceRefusal: ((CollectiveOp, Tensor, ReduceOp?, Int) -> String?)? = null,
 ) {
+    /** [deviceRefusal] for each of [tensors] on a GPU (nulls skipped), as [op] with [reduceOp] along the normalised dim [d]. */
+    private fun onDevice(op: CollectiveOp, reduceOp: ReduceOp?, d: Int, vararg tensors: Tensor?) {
+        val refusal = deviceRefusal ?: return
+        for (t in tensors) {
+            if (t == null || !t.device.isGpu) continue
+            refusal(op, t, reduceOp, d)?.let { throw IllegalArgumentException("${op.apiName}: $it") }
+        }
+    }
+
     /** [unevenDeviceRefusal] for [tensor] of the uneven collective [operation]. */
     private fun unevenOnDevice(tensor: Tensor, operation: String) {
         val refusal = unevenDeviceRefusal ?: return
@@ -122,6 +143,7 @@ public class CollectiveValidator(
     public fun allReduce(tensor: Tensor, op: ReduceOp) {
         tensor(tensor, "allReduce", "tensor", written = true)
         reduction(op, tensor.dtype, "allReduce")
+        onDevice(CollectiveOp.AllReduce, op, 0, tensor)
     }
 
     /** [Communicator.broadcast]: [tensor] is written on every rank but the root; it is checked as written everywhere so every rank refuses alike. */
@@ -135,13 +157,16 @@ public class CollectiveValidator(
         CollectiveChecks.root(root, worldSize, "reduce")
         tensor(tensor, "reduce", "tensor", written = true)
         reduction(op, tensor.dtype, "reduce")
+        onDevice(CollectiveOp.Reduce, op, 0, tensor)
     }
 
     /** The shape [Communicator.allGather] returns, after checking [input] and [dim]. Returns the shape. */
     public fun allGatherShape(input: Tensor, dim: Int, operation: String = "allGather"): List<Int> {
         tensor(input, operation, "input", written = false)
         val d = dim(input, dim, operation)
-        return gatheredShape(input, d, operation)
+        val shape = gatheredShape(input, d, operation)
+        onDevice(if (operation == CollectiveOp.Gather.apiName) CollectiveOp.Gather else CollectiveOp.AllGather, null, d, input)
+        return shape
     }
 
     /** [Communicator.allGatherInto]. Returns the normalised dim. */
@@ -153,6 +178,7 @@ public class CollectiveValidator(
         CollectiveChecks.sameDtype(input, output, op)
         CollectiveChecks.shape(output, gatheredShape(input, d, op), "output", op)
         disjoint(output, input, op)
+        onDevice(CollectiveOp.AllGather, null, d, input, output)
         return d
     }
 
@@ -163,6 +189,7 @@ public class CollectiveValidator(
         reduction(op, input.dtype, name)
         val d = dim(input, dim, name)
         CollectiveChecks.divisible(input, d, worldSize, name)
+        onDevice(CollectiveOp.ReduceScatter, op, d, input)
         return input.shape.toMutableList().also { it[d] = it[d] / worldSize }
     }
 
@@ -174,7 +201,9 @@ public class CollectiveValidator(
         CollectiveChecks.sameDtype(input, output, name)
         CollectiveChecks.shape(output, expected, "output", name)
         disjoint(output, input, name)
-        return normalise(input, dim)
+        val d = normalise(input, dim)
+        onDevice(CollectiveOp.ReduceScatter, op, d, output)
+        return d
     }
 
     /** [Communicator.gather]. Returns the normalised dim; the root's output shape is [gatherShape]'s. */
@@ -209,6 +238,7 @@ public class CollectiveValidator(
             CollectiveChecks.shape(input, expected, "the root's input", name)
             disjoint(output, input, name)
         }
+        onDevice(CollectiveOp.Scatter, null, d, if (rank == root) input else null, output)
         return d
     }
 
@@ -218,6 +248,7 @@ public class CollectiveValidator(
         tensor(input, name, "input", written = false)
         val d = dim(input, dim, name)
         CollectiveChecks.divisible(input, d, worldSize, name)
+        onDevice(CollectiveOp.AllToAll, null, d, input)
         return d
     }
 

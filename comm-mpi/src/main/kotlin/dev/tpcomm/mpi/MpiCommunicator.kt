@@ -137,6 +137,8 @@ public class MpiCommunicator internal constructor(
             "the MPI backend runs the uneven collectives on host tensors only, but a tensor is on $device; " +
                 "copy it to the host first, or use the NCCL/RCCL backend"
         },
+        // A device pointer given to a CUDA-aware MPI allows no host work around the call.
+        deviceRefusal = hostWorkOf(binding, mpiConfig, runtime)::refusal,
     ),
     config.timeout,
 ) {
@@ -154,15 +156,14 @@ public class MpiCommunicator internal constructor(
     private val digestOp: Long = abi.op(ReduceOp.Max)
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
-    private val deviceTensors: Boolean = when (mpiConfig.cudaAware) {
-        CudaAwareMode.Enabled -> true
-        CudaAwareMode.Disabled -> false
-        CudaAwareMode.Auto -> runtime.cudaSupport == 1
-    }
+    private val deviceTensors: Boolean = passesDevicePointers(mpiConfig, runtime)
 
     private val staging = MpiDeviceStaging(this, deviceTensors)
 
     private val workarounds = MpiWorkarounds(binding.abi)
+
+    /** What runs on the host around MPI calls, for the run paths' guard (the validator refuses it first, see the constructor). */
+    private val hostWork = MpiHostWork(workarounds, deviceTensors)
 
 
     /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */
@@ -354,10 +355,9 @@ public class MpiCommunicator internal constructor(
     internal suspend fun runAllReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor {
         val name = "allReduce"
         if (workarounds.hostReduced(tensor.dtype, op)) {
-            if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
+            hostWork.guard(CollectiveOp.AllReduce, op, 0, tensor)
             // The tensor is allReduce's output: PreMulSum scales it in place.
             val pre = preMul(op, tensor, inPlace = true)
-            checkHost(tensor, name, "this reduction runs on the host")
             val n = mpiCount(tensor)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
@@ -387,9 +387,7 @@ public class MpiCommunicator internal constructor(
      * the count, MPI's datatype and op.
      */
     private inline fun reduceInPlace(tensor: Tensor, op: ReduceOp, call: (pre: PreMul?, n: Int, type: Long, mpiOp: Long) -> Unit) {
-        val name = "allReduce"
-        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
-        if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
+        hostWork.guard(CollectiveOp.AllReduce, op, 0, tensor)
         // The tensor is allReduce's output: PreMulSum scales it in place.
         val pre = preMul(op, tensor, inPlace = true)
         val n = mpiCount(tensor)
@@ -436,14 +434,13 @@ public class MpiCommunicator internal constructor(
     /** [reduce] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         val name = "reduce"
-        if (op is ReduceOp.PreMulSum) checkHost(tensor, name, PRE_MUL_ON_HOST)
+        hostWork.guard(CollectiveOp.Reduce, op, 0, tensor)
         val n = mpiCount(tensor)
         val t = abi.datatype(tensor.dtype)
         val sig = sig(call)
         // The root's tensor is the output (scaled in place); the other ranks' must stay unchanged.
         val pre = preMul(op, tensor, inPlace = rank == root)
         if (workarounds.hostReduced(tensor.dtype, op)) {
-            checkHost(tensor, name, "this reduction runs on the host")
             val stagingCount = blocksCount(n, name, "the host reduction's staging buffer")
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
             val entry = call.entry
@@ -455,7 +452,6 @@ public class MpiCommunicator internal constructor(
             if (staging != null) HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
             return tensor
         }
-        if (op == ReduceOp.Avg) checkHost(tensor, name, "Avg divides on the host after the MPI sum")
         val entry = call.entry
         val buf = addr(tensor); val o = abi.op(op, tensor.dtype)
         val send = if (rank == root) abi.inPlace else addr(pre?.target ?: tensor)
@@ -480,7 +476,8 @@ public class MpiCommunicator internal constructor(
         val name = "allGather"
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
-        if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
+        hostWork.guard(CollectiveOp.AllGather, null, d, input)
+        hostWork.guard(CollectiveOp.AllGather, null, d, output, layout = input)
         val staging = if (direct) output else Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the staging buffer")))
         val entry = call.entry
         val t = abi.datatype(input.dtype)
@@ -503,13 +500,8 @@ public class MpiCommunicator internal constructor(
         val n = mpiCount(output)
         val direct = contiguousAlong(input, d)
         val half = workarounds.hostReduced(input.dtype, op)
-        if (!direct || half || op == ReduceOp.Avg || op is ReduceOp.PreMulSum) {
-            checkHost(input, name, when {
-                half -> "this reduction runs on the host"
-                op is ReduceOp.PreMulSum -> PRE_MUL_ON_HOST
-                else -> "this reduce-scatter finishes on the host"
-            })
-        }
+        hostWork.guard(CollectiveOp.ReduceScatter, op, d, input)
+        hostWork.guard(CollectiveOp.ReduceScatter, op, d, output, layout = input)
         val gathered = if (direct) input else gatherBlocksAlong(input, d)
         // The input is not the output: PreMulSum scales into a staging buffer (or the rearranged copy, ours).
         val pre = preMul(op, gathered, inPlace = gathered !== input)
@@ -551,7 +543,7 @@ public class MpiCommunicator internal constructor(
         val name = "gather"
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
-        if (!direct) checkHost(input, name, "gathering along dim $d rearranges on the host")
+        hostWork.guard(CollectiveOp.Gather, null, d, input)
         val stagingCount = blocksCount(n, name, "the staging buffer")
         val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
         val entry = call.entry
@@ -571,10 +563,8 @@ public class MpiCommunicator internal constructor(
         val name = "scatter"
         val n = mpiCount(output)
         val direct = contiguousAlong(output, d)
-        if (!direct) {
-            if (input != null) checkHost(input, name, "scattering along dim $d rearranges on the host")
-            checkHost(output, name, "scattering along dim $d rearranges on the host")
-        }
+        if (input != null) hostWork.guard(CollectiveOp.Scatter, null, d, input, layout = output)
+        hostWork.guard(CollectiveOp.Scatter, null, d, output)
         val send = if (input == null) null else if (direct) input else gatherBlocksAlong(input, d)
         val entry = call.entry
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
@@ -589,7 +579,7 @@ public class MpiCommunicator internal constructor(
         val total = mpiCount(input)
         val n = total / worldSize
         val direct = contiguousAlong(input, d)
-        if (!direct) checkHost(input, name, "all-to-all along dim $d rearranges on the host")
+        hostWork.guard(CollectiveOp.AllToAll, null, d, input)
         val send = if (direct) input else gatherBlocksAlong(input, d)
         val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
         val entry = call.entry
@@ -1559,20 +1549,12 @@ public class MpiCommunicator internal constructor(
         return PreMul(input, target, op.factorIn(input.dtype))
     }
 
-    private fun checkHost(t: Tensor, operation: String, why: String) {
-        require(!t.device.isGpu) {
-            "$operation: $why, which needs a host tensor, but the tensor is on ${t.device}; copy it to the host first, " +
-                "or set mpi.cudaAware=Disabled to have device tensors staged through host memory (docs/mpi.md)"
-        }
-    }
-
     private fun addr(t: Tensor): Long = if (t.device.isGpu) t.address else t.segment.address()
 
     /** [t]'s element count as MPI's `int` count: the validator's `maxCount` (`Int.MAX_VALUE`) refused larger tensors. */
     private fun mpiCount(t: Tensor): Int = Math.toIntExact(t.numel)
 
-    /** True when chunks along [d] are contiguous (every dimension before [d] has size 1). */
-    private fun contiguousAlong(t: Tensor, d: Int): Boolean = (0 until d).all { t.shape[it] == 1 }
+    private fun contiguousAlong(t: Tensor, d: Int): Boolean = MpiHostWork.contiguousAlong(t, d)
 
     /** Rearranges [input]'s `worldSize` chunks along [d] into one dim-0 staging buffer (chunk r contiguous). */
     private fun gatherBlocksAlong(input: Tensor, d: Int): Tensor {
@@ -1589,9 +1571,17 @@ public class MpiCommunicator internal constructor(
 
     internal companion object {
         const val ABORT_CODE: Int = 14
-        /** Why PreMulSum needs a host tensor (MPI has no scaled sum: the factor is applied on the host first). */
-        private const val PRE_MUL_ON_HOST: String = "PreMulSum scales on the host before the MPI sum"
 
+        /** Whether MPI is given CUDA device pointers ([passesDevicePointers]) under [mpiConfig] on [runtime]. */
+        fun passesDevicePointers(mpiConfig: MpiConfig, runtime: MpiRuntime): Boolean = when (mpiConfig.cudaAware) {
+            CudaAwareMode.Enabled -> true
+            CudaAwareMode.Disabled -> false
+            CudaAwareMode.Auto -> runtime.cudaSupport == 1
+        }
+
+        /** What a communicator over [binding]'s library under [mpiConfig] on [runtime] does on the host ([MpiHostWork]). */
+        fun hostWorkOf(binding: MpiBinding, mpiConfig: MpiConfig, runtime: MpiRuntime): MpiHostWork =
+            MpiHostWork(MpiWorkarounds(binding.abi), passesDevicePointers(mpiConfig, runtime))
 
         /** The operation named by the abort of a communicator whose process's program failed ([MpiRuntime.programFailed]). */
         private const val PROGRAM_FAILED: String = "program"

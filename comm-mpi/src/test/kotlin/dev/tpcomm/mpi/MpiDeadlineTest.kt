@@ -35,48 +35,47 @@ class MpiDeadlineTest : FunSpec({
         every { b.allreduce(any(), any(), any(), any(), any(), any()) } answers { calls += "allreduce"; 0 }
     }
 
-    test("a call queued behind work on the communicator's thread is timed from its call and never reaches MPI") {
-        val calls = Collections.synchronizedList(ArrayList<String>())
-        val b = recordingMpi(calls)
-        // Default MpiConfig: Blocking progress and abortOnTimeout (the mocked MPI_Abort returns).
-        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds))
+    /**
+     * The user's own code holds [comm]'s thread for [holdMillis] (a long host loop in
+     * `withContext(nativeDispatcher)`) while a plain thread's `runBlocking` calls `allReduce` on a
+     * fresh tensor; returns what that call ended with and how long it took, in ms, once the hold ended.
+     */
+    fun allReduceQueuedBehindUserBlock(comm: MpiCommunicator, holdMillis: Long): Pair<Result<Any>, Long> {
         val busy = CountDownLatch(1)
-        // The user's own code holds the communicator's thread for 3 s (a long host loop in withContext(nativeDispatcher)).
-        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(3_000) } } }
+        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(holdMillis) } } }
         busy.await()
         var result: Result<Any>? = null
         val began = System.nanoTime()
         thread(name = "user-main") { result = runCatching { runBlocking { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }.join()
         val tookMillis = (System.nanoTime() - began) / 1_000_000
-        val e = shouldThrow<CommunicationTimeoutException> { result!!.getOrThrow() }
+        hog.join()
+        return result!! to tookMillis
+    }
+
+    test("a call queued behind work on the communicator's thread is timed from its call and never reaches MPI") {
+        val calls = Collections.synchronizedList(ArrayList<String>())
+        // Default MpiConfig: Blocking progress and abortOnTimeout (the mocked MPI_Abort returns).
+        val comm = mockCommunicator(recordingMpi(calls), CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds))
+        val (result, tookMillis) = allReduceQueuedBehindUserBlock(comm, 3_000)
+        val e = shouldThrow<CommunicationTimeoutException> { result.getOrThrow() }
         e.operation shouldBe "allReduce"
         e.sequenceNumber shouldBe 1L
         calls.shouldBeEmpty() // the call never reached MPI: the communicator broke at its deadline
         println("MpiDeadlineTest: the queued call ended after $tookMillis ms (timeout 300 ms; the thread was held 3,000 ms)")
         tookMillis shouldBeLessThan 1_500L // released at its deadline (before: 463 or 3,021 ms, whenever the thread freed)
-        hog.join()
         comm.isAborted shouldBe true
         comm.close()
     }
 
     test("with abortOnTimeout = false, a call queued behind a user's block on the communicator's thread is released at its deadline, not when the thread frees") {
         val calls = Collections.synchronizedList(ArrayList<String>())
-        val b = recordingMpi(calls)
         val comm = mockCommunicator(
-            b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds), MpiConfig(abortOnTimeout = false),
+            recordingMpi(calls), CommConfig(worldSize = 2, rank = 0, checkConsistency = false, timeout = 300.milliseconds), MpiConfig(abortOnTimeout = false),
         )
-        val busy = CountDownLatch(1)
-        val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(3_000) } } }
-        busy.await()
-        var result: Result<Any>? = null
-        val began = System.nanoTime()
-        thread(name = "user-main") { result = runCatching { runBlocking { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }.join()
-        val tookMillis = (System.nanoTime() - began) / 1_000_000
-        val e = shouldThrow<CommunicationTimeoutException> { result!!.getOrThrow() }
-        e.operation shouldBe "allReduce"
+        val (result, tookMillis) = allReduceQueuedBehindUserBlock(comm, 3_000)
+        shouldThrow<CommunicationTimeoutException> { result.getOrThrow() }.operation shouldBe "allReduce"
         tookMillis shouldBeLessThan 1_500L // its deadline is 0.3 s (plus up to two watchdog periods); the thread is held 3 s
         comm.isAborted shouldBe true
-        hog.join()
         calls.shouldBeEmpty() // released while queued: it never starts, also once the thread frees
         comm.close()
     }

@@ -1,6 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.DType
+import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.mpi.HostBackedStaging.Companion.onDevice
 import dev.tpcomm.spi.DeviceStagingRegistry
@@ -62,5 +63,40 @@ class MpiDeviceValidationTest : FunSpec({
             comm.isAborted shouldBe false
             comm.close()
         }
+    }
+
+    test("mpi.cudaAware=Enabled: an operation that works on the host around MPI is refused on a device pointer before it is recorded; along dim 0 it goes to MPI") {
+        val keep = ArrayList<Tensor>() // the host memory behind the "device" tensors
+        fun dev(vararg shape: Int, dtype: DType = DType.Float32): Tensor = onDevice(Tensor.zeros(dtype, *shape).also { keep += it })
+        val suffix = ", which needs a host tensor, but the tensor is on Cuda(index=0); copy it to the host first, " +
+            "or set mpi.cudaAware=Disabled to have device tensors staged through host memory (docs/mpi.md)"
+        val b = mockk<MpiBinding>(relaxed = true).also { every { it.abi } returns MpichAbi }
+        val comm = mockCommunicator(b, mpi = MpiConfig(cudaAware = CudaAwareMode.Enabled))
+        val cases: List<Pair<String, suspend () -> Unit>> = listOf(
+            "allReduce: PreMulSum scales on the host before the MPI sum" to { comm.allReduce(dev(4), ReduceOp.PreMulSum(0.5)) },
+            "allReduce: Avg divides on the host after the MPI sum" to { comm.allReduce(dev(4), ReduceOp.Avg) },
+            "allReduce: this reduction runs on the host" to { comm.allReduce(dev(4, dtype = DType.Float16)) },
+            "reduce: PreMulSum scales on the host before the MPI sum" to { comm.reduce(dev(4), 0, ReduceOp.PreMulSum(0.5)) },
+            "reduce: Avg divides on the host after the MPI sum" to { comm.reduce(dev(4), 0, ReduceOp.Avg) },
+            "allGather: gathering along dim 1 rearranges on the host" to { comm.allGather(dev(2, 2), dim = 1) },
+            "allGather: gathering along dim 1 rearranges on the host" to { comm.allGatherInto(dev(2, 4), dev(2, 2), dim = 1) },
+            "reduceScatter: this reduce-scatter finishes on the host" to { comm.reduceScatter(dev(2, 4), dim = 1) },
+            "reduceScatter: this reduction runs on the host" to { comm.reduceScatter(dev(4, dtype = DType.BFloat16)) },
+            "gather: gathering along dim 1 rearranges on the host" to { comm.gather(dev(2, 2), 0, dim = 1) },
+            "scatter: scattering along dim 1 rearranges on the host" to { comm.scatter(dev(2, 2), dev(2, 4), 0, dim = 1) },
+            "allToAll: all-to-all along dim 1 rearranges on the host" to { comm.allToAll(dev(2, 4), dim = 1) },
+        )
+        for ((message, call) in cases) {
+            withClue(message) { shouldThrow<IllegalArgumentException> { call() }.message shouldBe message + suffix }
+        }
+        // Refused as every other bad argument: nothing recorded, no number taken, nothing given to MPI.
+        comm.flightRecorder.snapshot().map { "${it.operation} #${it.sequence} ${it.state}" } shouldBe emptyList()
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.allgather(any(), any(), any(), any(), any(), any(), any()) }
+        // The same operations along dim 0, or without host work, go to MPI as device pointers.
+        comm.allReduce(dev(4))
+        comm.allGather(dev(2, 2))
+        comm.flightRecorder.snapshot().map { "${it.operation} #${it.sequence} ${it.state}" } shouldBe listOf("allReduce #1 Completed", "allGather #2 Completed")
+        comm.close()
     }
 })

@@ -14,6 +14,7 @@ import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.MonitoredBarrierChannel
 import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
@@ -125,7 +126,18 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
         val value = try {
             withTimeoutOrNull(config.timeout) { call.result.await() }
         } catch (e: CancellationException) {
-            if (!call.result.isCompleted) abort(e)
+            if (!call.result.isCompleted) {
+                // A caller's own deadline (withTimeout) is a named timeout that aborts the world (README).
+                if (e is TimeoutCancellationException) {
+                    val t = CommunicationTimeoutException(
+                        "${call.operation} did not complete before the caller's deadline (${e.message})", call.rank, BACKEND, call.operation, seq, e,
+                        dump(call.rank, seq, call.operation),
+                    )
+                    abort(t)
+                    throw t
+                }
+                abort(e)
+            }
             throw e
         }
         if (value == null && !call.result.isCompleted) {
