@@ -1285,8 +1285,8 @@ public class NcclCommunicator internal constructor(
         } catch (e: CancellationException) {
             // The operation itself may end in a CancellationException (its thread closed): only the caller's own cancellation aborts here.
             if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
-            o.native?.cancel(e)
-            live.remove(o)
+            // The caller's reason aborts first: cancelling the native job hands it the same exception,
+            // and its own abort would otherwise race this one.
             val reason = when {
                 o.issued && !o.finished -> {
                     o.output?.disarm()
@@ -1296,8 +1296,13 @@ public class NcclCommunicator internal constructor(
                 !o.issued && o.paired -> abortNotIssued(o.entry, e)
                 else -> null
             }
-            // The caller's own deadline (withTimeout) that aborted the communicator is a timeout, as on every backend (README).
-            if (reason is CommunicationTimeoutException) throw reason
+            o.native?.cancel(e)
+            live.remove(o)
+            // The caller's own deadline (withTimeout) that aborted the communicator is a timeout, as on
+            // every backend (README), also when the native side's abort for the same cancellation won.
+            val timeout = reason as? CommunicationTimeoutException
+                ?: (failedWith() as? CommunicationTimeoutException)?.takeIf { it.cause === e }
+            if (timeout != null) throw timeout
             throw e
         }
     }

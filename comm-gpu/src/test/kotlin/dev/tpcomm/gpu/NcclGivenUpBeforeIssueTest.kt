@@ -14,6 +14,7 @@ import dev.tpcomm.gpu.MockPlatform.Companion.dev
 import dev.tpcomm.gpu.sim.SimulatedGpuPlatform
 import dev.tpcomm.gpu.sim.SimulatedWorld
 import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.assertions.withClue
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
@@ -96,20 +97,26 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         verify(exactly = 0) { d.p.api.send(any(), any(), any(), any(), COMM, any()) }
     }
 
-    test("simulator: a caller's withTimeout around a collective in flight is a CommunicationTimeoutException, as on every backend") {
-        val platform = SimulatedGpuPlatform()
-        val world = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 30.seconds))
-        try {
-            // Rank 1 never calls: rank 0's all-reduce is issued and waits for it.
-            val e = shouldThrow<CommunicationTimeoutException> {
-                withTimeout(300.milliseconds) { world[0].allReduce(platform.upload(Tensor.of(floatArrayOf(1f)), world[0].device)) }
+    test("simulator: a caller's withTimeout around a collective in flight is a CommunicationTimeoutException, as on every backend, every time") {
+        // 20 rounds: cancelling the operation's native job hands it the caller's own exception, and
+        // its abort raced the caller's (13 of 40 rounds at 4 ranks got the bare exception before).
+        repeat(20) { round ->
+            val platform = SimulatedGpuPlatform()
+            val world = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 30.seconds))
+            try {
+                // Rank 1 never calls: rank 0's all-reduce is issued and waits for it.
+                val e = withClue("round $round") {
+                    shouldThrow<CommunicationTimeoutException> {
+                        withTimeout(50.milliseconds) { world[0].allReduce(platform.upload(Tensor.of(floatArrayOf(1f)), world[0].device)) }
+                    }
+                }
+                e.message!! shouldContain "caller's deadline"
+                e.operation shouldBe "allReduce"
+                world[0].isAborted shouldBe true
+                shouldThrow<CommunicatorAbortedException> { world[0].barrier() }.cause shouldBe e
+            } finally {
+                world.forEach { it.close() }
             }
-            e.message!! shouldContain "caller's deadline"
-            e.operation shouldBe "allReduce"
-            world[0].isAborted shouldBe true
-            shouldThrow<CommunicatorAbortedException> { world[0].barrier() }.cause shouldBe e
-        } finally {
-            world.forEach { it.close() }
         }
     }
 
