@@ -96,13 +96,14 @@ public class CollectiveValidator(
      */
     public val deviceRefusal: ((CollectiveOp, Tensor, ReduceOp?, Int) -> String?)? = null,
 ) {
-    /** [deviceRefusal] for each of [tensors] on a GPU (nulls skipped), as [op] with [reduceOp] along the normalised dim [d]. */
-    private fun onDevice(op: CollectiveOp, reduceOp: ReduceOp?, d: Int, vararg tensors: Tensor?) {
+    /**
+     * [deviceRefusal] for [t] (skipped when null or not on a GPU), as [op] with [reduceOp] along the
+     * normalised dim [d]. On every call's path: no allocation, two checks when nothing is refused.
+     */
+    private fun onDevice(op: CollectiveOp, reduceOp: ReduceOp?, d: Int, t: Tensor?) {
         val refusal = deviceRefusal ?: return
-        for (t in tensors) {
-            if (t == null || !t.device.isGpu) continue
-            refusal(op, t, reduceOp, d)?.let { throw IllegalArgumentException("${op.apiName}: $it") }
-        }
+        if (t == null || !t.device.isGpu) return
+        refusal(op, t, reduceOp, d)?.let { throw IllegalArgumentException("${op.apiName}: $it") }
     }
 
     /** [unevenDeviceRefusal] for [tensor] of the uneven collective [operation]. */
@@ -178,7 +179,8 @@ public class CollectiveValidator(
         CollectiveChecks.sameDtype(input, output, op)
         CollectiveChecks.shape(output, gatheredShape(input, d, op), "output", op)
         disjoint(output, input, op)
-        onDevice(CollectiveOp.AllGather, null, d, input, output)
+        onDevice(CollectiveOp.AllGather, null, d, input)
+        onDevice(CollectiveOp.AllGather, null, d, output)
         return d
     }
 
@@ -238,7 +240,8 @@ public class CollectiveValidator(
             CollectiveChecks.shape(input, expected, "the root's input", name)
             disjoint(output, input, name)
         }
-        onDevice(CollectiveOp.Scatter, null, d, if (rank == root) input else null, output)
+        if (rank == root) onDevice(CollectiveOp.Scatter, null, d, input)
+        onDevice(CollectiveOp.Scatter, null, d, output)
         return d
     }
 
