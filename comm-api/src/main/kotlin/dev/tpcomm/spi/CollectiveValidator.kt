@@ -162,11 +162,15 @@ public class CollectiveValidator(
     }
 
     /** The shape [Communicator.allGather] returns, after checking [input] and [dim]. Returns the shape. */
-    public fun allGatherShape(input: Tensor, dim: Int, operation: String = "allGather"): List<Int> {
+    public fun allGatherShape(input: Tensor, dim: Int): List<Int> = gatheringShape(input, dim, CollectiveOp.AllGather)
+
+    /** [input] and [dim] of the gathering operation [op] (allGather or gather); returns [input]'s shape with [dim] times the world size. */
+    private fun gatheringShape(input: Tensor, dim: Int, op: CollectiveOp): List<Int> {
+        val operation = op.apiName
         tensor(input, operation, "input", written = false)
         val d = dim(input, dim, operation)
         val shape = gatheredShape(input, d, operation)
-        onDevice(if (operation == CollectiveOp.Gather.apiName) CollectiveOp.Gather else CollectiveOp.AllGather, null, d, input)
+        onDevice(op, null, d, input)
         return shape
     }
 
@@ -217,7 +221,7 @@ public class CollectiveValidator(
     /** [Communicator.gather]'s checks, as [gather]; returns the shape of the root's output ([input]'s with [dim] times the world size). */
     public fun gatherShape(input: Tensor, root: Int, dim: Int): List<Int> {
         CollectiveChecks.root(root, worldSize, "gather")
-        return allGatherShape(input, dim, "gather")
+        return gatheringShape(input, dim, CollectiveOp.Gather)
     }
 
     /**

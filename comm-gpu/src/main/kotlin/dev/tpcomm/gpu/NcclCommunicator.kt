@@ -376,13 +376,26 @@ public class NcclCommunicator internal constructor(
      * [abortForCancellation]; returns the exception when it became the communicator's failure.
      */
     private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? {
-        if (worldSize == 1 || failedWith() != null || closed.get()) return null
+        if (worldSize == 1 || closed.get()) return null
         val why = "NCCL pairs the ranks' calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call"
+        return abortForCaller(
+            entry.operation, entry.sequence, cause, "before it was issued ($why)",
+            "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); $why: the communicator was aborted",
+        )
+    }
+
+    /**
+     * Aborts the communicator because its caller gave up [operation] #[sequence] ([cause]), unless it
+     * already failed: a caller's deadline (`withTimeout`) as a [CommunicationTimeoutException] that
+     * says [where] ([cancellationReason]), anything else as an abort saying [abortedMessage]. Returns
+     * the exception when it became the communicator's failure, else null.
+     */
+    private fun abortForCaller(operation: String, sequence: Long, cause: Throwable, where: String, abortedMessage: String): CommunicationException? {
+        if (failedWith() != null) return null
         val reason = if (cause is TimeoutCancellationException) {
-            cancellationReason(entry.operation, entry.sequence, cause, "before it was issued ($why)")
+            cancellationReason(operation, sequence, cause, where)
         } else {
-            val message = "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); $why: the communicator was aborted"
-            exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), entry.operation, entry.sequence)
+            exceptionOf(OperationFailure(OperationFailure.ABORTED, abortedMessage, cause), operation, sequence)
         }
         abort(reason)
         return reason.takeIf { failedWith() === it }
@@ -1491,17 +1504,11 @@ public class NcclCommunicator internal constructor(
      * [CommunicationTimeoutException] ([cancellationReason]), any other cancellation an abort.
      * Returns the exception when it became the communicator's failure, else null.
      */
-    private fun abortForCancellation(o: Op, cause: CancellationException): CommunicationException? {
-        if (failedWith() != null) return null
-        val reason = if (cause is TimeoutCancellationException) {
-            cancellationReason(o.name, o.entry.sequence, cause, "while in flight (the other ranks cannot finish it without this one)")
-        } else {
-            val message = "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted"
-            exceptionOf(OperationFailure(OperationFailure.ABORTED, message, cause), o.name, o.entry.sequence)
-        }
-        abort(reason)
-        return reason.takeIf { failedWith() === it }
-    }
+    private fun abortForCancellation(o: Op, cause: CancellationException): CommunicationException? =
+        abortForCaller(
+            o.name, o.entry.sequence, cause, "while in flight (the other ranks cannot finish it without this one)",
+            "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
+        )
 
     /** Marks [op] failed with [error], aborts the communicator, and returns [error] for throwing. */
     private fun fail(op: Op, error: CommunicationException): CommunicationException {

@@ -158,12 +158,15 @@ public class MpiCommunicator internal constructor(
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = passesDevicePointers(mpiConfig, runtime)
 
-    private val staging = MpiDeviceStaging(this, deviceTensors)
-
     private val workarounds = MpiWorkarounds(binding.abi)
 
-    /** What runs on the host around MPI calls, for the run paths' guard (the validator refuses it first, see the constructor). */
+    /**
+     * Which device tensors go to MPI directly, and what runs on the host around MPI calls: for
+     * [staging] and the run paths' guard (the validator refuses host work first, see the constructor).
+     */
     private val hostWork = MpiHostWork(workarounds, deviceTensors)
+
+    private val staging = MpiDeviceStaging(this, hostWork)
 
 
     /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */

@@ -26,9 +26,9 @@ import java.lang.foreign.Arena
  * Arguments were checked by [comm]'s validator before any of these functions is called (dims come
  * normalised); they run [comm]'s `run*` bodies on the host temporaries, which check nothing again.
  */
-internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val passesDevicePointers: Boolean) {
-    /** True when [t] is a device tensor MPI is not given directly. */
-    fun needed(t: Tensor?): Boolean = t != null && t.device.isGpu && !(passesDevicePointers && t.device is Device.Cuda)
+internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val hostWork: MpiHostWork) {
+    /** True when [t] is a device tensor MPI is not given directly ([MpiHostWork.direct]). */
+    fun needed(t: Tensor?): Boolean = t != null && t.device.isGpu && !hostWork.direct(t)
 
     suspend fun allReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
         val h = copyIn(tensor)
