@@ -1085,7 +1085,7 @@ public class MpiCommunicator internal constructor(
             ensureUsable(operation, entry.sequence)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val holds = MpiTensorHolds.retain(keepAlive, operation)
-            val pending = onThread(entry) {
+            val pending = try { onThread(entry) {
                 var handedOver = false
                 try {
                 ensureUsable(operation, entry.sequence)
@@ -1117,6 +1117,13 @@ public class MpiCommunicator internal constructor(
                     // it completes (and never when it fails: MPI may still write them).
                     if (!handedOver) holds.release()
                 }
+            } } catch (c: CancellationException) {
+                // The thread can see the caller cancelled (its signature poll, the check above) and end
+                // the block with its own CancellationException before the caller's cancellation reaches
+                // it: the caller's own cause is the one to report (a withTimeout's becomes the named
+                // timeout in recordingFailures).
+                currentCoroutineContext().ensureActive()
+                throw c
             }
             if (pending != null) dispatcher.await(pending)
             entry.complete()
