@@ -152,8 +152,6 @@ public class MpiCommunicator internal constructor(
     /** `CommConfig.checkConsistency`, on unless set to false: each collective's signature digest is all-reduced first. */
     private val checksConsistency: Boolean = config.checkConsistency ?: true
 
-    /** MPI_MAX, for the signature digest pair. */
-    private val digestOp: Long = abi.op(ReduceOp.Max)
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = passesDevicePointers(mpiConfig, runtime)
@@ -374,11 +372,12 @@ public class MpiCommunicator internal constructor(
             allReduceBlocking(call, tensor, op)
             return tensor
         }
-        reduceInPlace(tensor, op) { pre, n, t, o ->
+        reduceInPlace(tensor, op) { pre, n, t, o, payload ->
             val buf = addr(tensor); val inPlace = abi.inPlace
             collective(call.entry, name, sig(call), tensor,
                 { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
-                { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) })
+                { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) },
+                payload = payload)
         }
         return tensor
     }
@@ -389,15 +388,26 @@ public class MpiCommunicator internal constructor(
      * workaround's flip and flip back, and Avg's division after the sum. [call] gets the scaling,
      * the count, MPI's datatype and op.
      */
-    private inline fun reduceInPlace(tensor: Tensor, op: ReduceOp, call: (pre: PreMul?, n: Int, type: Long, mpiOp: Long) -> Unit) {
+    private inline fun reduceInPlace(
+        tensor: Tensor, op: ReduceOp, call: (pre: PreMul?, n: Int, type: Long, mpiOp: Long, payload: MpiSlotPayload?) -> Unit,
+    ) {
         hostWork.guard(CollectiveOp.AllReduce, op, 0, tensor)
         // The tensor is allReduce's output: PreMulSum scales it in place.
         val pre = preMul(op, tensor, inPlace = true)
         val n = mpiCount(tensor)
         val flip = workarounds.flipsUnsignedBytes(tensor, op)
+        val mpiOp = abi.op(op, tensor.dtype)
+        // Small enough to ride in the consistency check's exchange, reduced on the host as MPI would
+        // be asked to (Avg as Sum, divided below); not with PreMulSum's per-rank scaling or the
+        // flipped bytes, which only MPI's own reduction reads right.
+        val payload = if (checksConsistency && pre == null && !flip && MpiSlotPayload.fits(tensor.byteSize)) {
+            MpiSlotPayload.AllReduce(tensor, if (op == ReduceOp.Avg) ReduceOp.Sum else op)
+        } else {
+            null
+        }
         if (flip) workarounds.flipTopBits(tensor)
         try {
-            call(pre, n, workarounds.reduceType(tensor, op), abi.op(op, tensor.dtype))
+            call(pre, n, workarounds.reduceType(tensor, op), mpiOp, payload)
         } finally {
             if (flip) workarounds.flipTopBits(tensor)
         }
@@ -406,9 +416,9 @@ public class MpiCommunicator internal constructor(
 
     /** allReduce as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
     private fun allReduceBlocking(call: Call, tensor: Tensor, op: ReduceOp) {
-        reduceInPlace(tensor, op) { pre, n, t, o ->
+        reduceInPlace(tensor, op) { pre, n, t, o, payload ->
             val buf = addr(tensor); val inPlace = abi.inPlace
-            inlineBlocking(call.entry, "allReduce", tensor, sig(call)) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
+            inlineBlocking(call.entry, "allReduce", tensor, sig(call), payload = payload) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
         }
     }
 
@@ -416,7 +426,7 @@ public class MpiCommunicator internal constructor(
     private fun broadcastBlocking(call: Call, tensor: Tensor, root: Int) {
         val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        inlineBlocking(call.entry, "broadcast", tensor, sig(call)) { binding.bcast(buf, n, t, root, handle) }
+        inlineBlocking(call.entry, "broadcast", tensor, sig(call), payload = broadcastPayload(tensor, root)) { binding.bcast(buf, n, t, root, handle) }
     }
 
     /** [broadcast] of a validated [tensor] MPI takes as it is. */
@@ -430,9 +440,14 @@ public class MpiCommunicator internal constructor(
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         collective(call.entry, name, sig(call), tensor,
             { binding.bcast(buf, n, t, root, handle) },
-            { r -> binding.ibcast(buf, n, t, root, handle, r) })
+            { r -> binding.ibcast(buf, n, t, root, handle, r) },
+            payload = broadcastPayload(tensor, root))
         return tensor
     }
+
+    /** A broadcast small enough to ride in the consistency check's exchange ([MpiSlotPayload.Broadcast]), or null. */
+    private fun broadcastPayload(tensor: Tensor, root: Int): MpiSlotPayload? =
+        if (checksConsistency && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Broadcast(tensor, root, rank) else null
 
     /** [reduce] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
@@ -746,9 +761,11 @@ public class MpiCommunicator internal constructor(
     }
 
     private suspend fun runBarrier(call: Call) {
+        // With the consistency check the exchange itself is the barrier (MpiSlotPayload.Barrier).
         collective(call.entry, "barrier", sig(call), null,
             { binding.barrier(handle) },
-            { r -> binding.ibarrier(handle, r) })
+            { r -> binding.ibarrier(handle, r) },
+            payload = MpiSlotPayload.Barrier)
     }
 
     // ------------------------------------------------------------------ point to point
@@ -997,18 +1014,19 @@ public class MpiCommunicator internal constructor(
 
     /**
      * The small-message fast path: blocking mode and the caller already on this communicator's
-     * thread, so the MPI calls (the signature digest's all-reduce when [checksConsistency], then the
+     * thread, so the MPI calls (the signature exchange when [checksConsistency], then the
      * operation) run right here with no dispatch, lambda or continuation of their own (same
      * semantics as [collective]).
      */
     private fun fastPath(): Boolean = blockingMode && dispatcher.isNativeThread && !dispatcher.isClosed
 
     private inline fun inlineBlocking(
-        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature? = null, call: () -> Int,
+        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature? = null,
+        payload: MpiSlotPayload? = null, call: () -> Int,
     ) {
         try {
             ensureUsable(operation, entry.sequence)
-            checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, call)
+            checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, call)
             entry.complete()
         } catch (e: Throwable) {
             failed(entry, e)
@@ -1018,16 +1036,18 @@ public class MpiCommunicator internal constructor(
 
     /**
      * A blocking collective with its consistency check, on whichever thread owns MPI now: the
-     * pre-signature step ([PreSignature.blocking]), the signature digest's exchange, then the
-     * operation. The digest and the operation are one call: once the peers agreed on the digest they
-     * are entering the operation, so it runs even if the caller was released meanwhile (a cancelled
-     * blocking call may still complete natively; skipping it would leave them waiting).
+     * pre-signature step ([PreSignature.blocking]), the signature's exchange, then the operation,
+     * unless the exchange carried it ([payload], see [MpiSlotPayload]). The exchange and the
+     * operation are one call: once the peers agreed on the digest they are entering the operation,
+     * so it runs even if the caller was released meanwhile (a cancelled blocking call may still
+     * complete natively; skipping it would leave them waiting).
      */
     private inline fun checkedBlockingCall(
-        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature?, call: () -> Int,
+        entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature?,
+        payload: MpiSlotPayload?, call: () -> Int,
     ) {
         if (sig != null && preSignature != null) preSignature.blocking(sig)
-        if (sig != null) exchangeSignatureBlocking(sig, operation, entry)
+        if (sig != null && exchangeSignatureBlocking(sig, operation, entry, payload)) return
         runBlockingCall(operation, entry, keepAlive, call)
     }
 
@@ -1063,6 +1083,7 @@ public class MpiCommunicator internal constructor(
         blocking: () -> Int,
         start: (Long) -> Int,
         preSignature: PreSignature? = null,
+        payload: MpiSlotPayload? = null,
     ) {
         if (callerRuns && largestBuffer(keepAlive) <= mpiConfig.callerRunsLimit) {
             val context = currentCoroutineContext()
@@ -1075,7 +1096,7 @@ public class MpiCommunicator internal constructor(
                 // that returned, or failed, is done with them.
                 val holds = MpiTensorHolds.retain(keepAlive, operation)
                 try {
-                    if (dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, blocking) }) return
+                    if (dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, payload, blocking) }) return
                 } finally {
                     holds.release()
                 }
@@ -1091,16 +1112,19 @@ public class MpiCommunicator internal constructor(
                 ensureUsable(operation, entry.sequence)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
-                    checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, blocking)
+                    checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, blocking)
                     null
                 } else {
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
+                    // When it carried the operation ([payload]), the operation is done.
+                    var finished = false
                     if (sig != null) {
                         if (preSignature != null) preSignature.polling(sig, callerJob)
-                        exchangeSignaturePolling(sig, operation, entry, callerJob)
+                        finished = exchangeSignaturePolling(sig, operation, entry, callerJob, payload)
                         ensureUsable(operation, entry.sequence)
                     }
+                    if (finished) return@onThread null
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
                     val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive)
@@ -1252,28 +1276,45 @@ public class MpiCommunicator internal constructor(
         check(rc, operation, entry)
     }
 
-    private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry) {
-        signatures.load(sig)
+    /**
+     * The consistency check as one blocking `MPI_Allgather` of the ranks' slots ([MpiSignatureProtocol]),
+     * carrying [payload] when there is one: true when the slots finished the operation (nothing is
+     * left to issue), false when it must still be issued. A mismatch fails every rank here.
+     */
+    private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry, payload: MpiSlotPayload? = null): Boolean {
+        signatures.load(sig, payload)
         val t = abi.int64Type
-        val ds = signatures.digestSend.address(); val dr = signatures.digestReceived.address(); val max = digestOp
-        runBlockingCall("$operation(signature)", entry, null) { binding.allreduce(ds, dr, 2, t, max, handle) }
-        if (signatures.digestsAgree()) return
+        val ss = signatures.slotSend.address(); val sr = signatures.slotsReceived.address()
+        runBlockingCall("$operation(signature)", entry, null) { binding.allgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle) }
+        if (signatures.digestsAgree()) return finishFromSlots(payload)
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         val s = signatures.send.address(); val r = signatures.received.address()
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
         failMismatch(operation, entry)
     }
 
-    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
-        signatures.load(sig)
+    /** [exchangeSignatureBlocking] with `MPI_Iallgather`s polled on the communicator's thread ([pollSignature]). */
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?, payload: MpiSlotPayload? = null): Boolean {
+        signatures.load(sig, payload)
         val req = scratchAddress + OFF_REQUEST
-        check(binding.iallreduce(signatures.digestSend.address(), signatures.digestReceived.address(), 2, abi.int64Type, digestOp, handle, req), operation, entry)
+        val t = abi.int64Type
+        check(binding.iallgather(signatures.slotSend.address(), SLOT_LONGS, t, signatures.slotsReceived.address(), SLOT_LONGS, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob)
-        if (signatures.digestsAgree()) return
+        if (signatures.digestsAgree()) return finishFromSlots(payload)
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
-        check(binding.iallgather(signatures.send.address(), SIG_LEN, abi.int64Type, signatures.received.address(), SIG_LEN, abi.int64Type, handle, req), operation, entry)
+        check(binding.iallgather(signatures.send.address(), SIG_LEN, t, signatures.received.address(), SIG_LEN, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob)
         failMismatch(operation, entry)
+    }
+
+    /**
+     * After the digests agreed: finishes the operation from the slots when every rank carried its
+     * part (every rank reads the same flags, so every rank decides the same), true when it did.
+     */
+    private fun finishFromSlots(payload: MpiSlotPayload?): Boolean {
+        if (payload == null || !signatures.allCarried()) return false
+        payload.finish(signatures.payloads)
+        return true
     }
 
     /** Polls the signature request in the scratch slot until done, this call's deadline passes ([deadlinePassed]), or the caller is cancelled. */
@@ -1306,7 +1347,7 @@ public class MpiCommunicator internal constructor(
         throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
     }
 
-    private fun failMismatch(operation: String, entry: FlightRecorder.Entry) {
+    private fun failMismatch(operation: String, entry: FlightRecorder.Entry): Nothing {
         // The digests differed, so the full signatures do (a digest collision the other way round
         // is impossible: equal signatures have equal digests).
         val m = compareSignatures(signatures.all(), entry.sequence, signatures.description)
@@ -1602,6 +1643,7 @@ public class MpiCommunicator internal constructor(
         /** The monitored barrier's tag on the control duplicate (never [MpiAbortNotices.ABORT_TAG]; within the standard's minimum MPI_TAG_UB). */
         const val CONTROL_TAG: Int = 8
         const val SIG_LEN: Int = MpiSignatureProtocol.SIG_LEN
+        const val SLOT_LONGS: Int = MpiSignatureProtocol.SLOT_LONGS
         const val SCRATCH_BYTES: Long = 256
         const val OFF_HANDLE: Long = 0
         const val OFF_REQUEST: Long = 8

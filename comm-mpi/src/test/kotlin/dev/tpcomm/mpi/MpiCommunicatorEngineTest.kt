@@ -22,6 +22,8 @@ import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import kotlin.time.Duration.Companion.milliseconds
 
+private const val SLOT: Long = MpiSignatureProtocol.SLOT_BYTES
+
 /** The engine against a mocked native seam (MPICH ABI): error mapping, checks, timeouts, mismatches. */
 class MpiCommunicatorEngineTest : FunSpec({
     fun binding(): MpiBinding = mockk<MpiBinding>(relaxed = true).also { b ->
@@ -35,9 +37,32 @@ class MpiCommunicatorEngineTest : FunSpec({
     }
 
     // The exact-call tests below are about each operation's own MPI call: the consistency check
-    // (on by default, one digest all-reduce first) is off there and tested on its own further down.
+    // (on by default, one slot all-gather first) is off there and tested on its own further down.
     fun communicator(b: MpiBinding, config: CommConfig = CommConfig(worldSize = 2, rank = 0, checkConsistency = false), mpi: MpiConfig = MpiConfig()): MpiCommunicator =
         mockCommunicator(b, config, mpi)
+
+    /**
+     * Makes the slot all-gather of a 2-rank communicator give rank 1 this rank's slot (the same call,
+     * carried the same way), then lets [peer] edit the gathered slots (rank 1's starts at [SLOT]).
+     * Returns the requests of the polled exchanges.
+     */
+    fun slotExchange(b: MpiBinding, polling: Boolean = false, peer: (MemorySegment) -> Unit): Set<Long> {
+        val requests = java.util.Collections.synchronizedSet(HashSet<Long>())
+        fun gather(send: Long, recv: Long) {
+            val mine = MemorySegment.ofAddress(send).reinterpret(SLOT)
+            val all = MemorySegment.ofAddress(recv).reinterpret(2 * SLOT)
+            MemorySegment.copy(mine, 0, all, 0, SLOT)
+            MemorySegment.copy(mine, 0, all, SLOT, SLOT)
+            peer(all)
+        }
+        val n = MpiCommunicator.SLOT_LONGS
+        if (polling) {
+            every { b.iallgather(any(), n, any(), any(), n, any(), any(), any()) } answers { gather(firstArg(), arg(3)); requests += arg<Long>(7); 0 }
+        } else {
+            every { b.allgather(any(), n, any(), any(), n, any(), any()) } answers { gather(firstArg(), arg(3)); 0 }
+        }
+        return requests
+    }
 
     test("below MPI_THREAD_MULTIPLE every communicator shares one MPI thread, closed with the last communicator") {
         val b = binding()
@@ -131,14 +156,8 @@ class MpiCommunicatorEngineTest : FunSpec({
 
     test("a signature that differs on another rank raises CollectiveMismatchException naming ranks and fields, before the operation reaches MPI") {
         val b = binding()
-        // The digest all-reduce (2 longs, MAX) reports a larger digest elsewhere: rank 1 differs.
-        every { b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any()) } answers {
-            val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(16)
-            val max = MemorySegment.ofAddress(secondArg<Long>()).reinterpret(16)
-            max.set(ValueLayout.JAVA_LONG, 0, Long.MAX_VALUE)
-            max.set(ValueLayout.JAVA_LONG, 8, mine.get(ValueLayout.JAVA_LONG, 8))
-            0
-        }
+        // The slot all-gather: rank 1's digest differs from this rank's, and rank 1 carried its part.
+        slotExchange(b) { all -> all.set(ValueLayout.JAVA_LONG, SLOT, all.get(ValueLayout.JAVA_LONG, 0) xor 1L) }
         every { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), MpiCommunicator.SIG_LEN, any(), any()) } answers {
             val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(8L * MpiCommunicator.SIG_LEN)
             val all = MemorySegment.ofAddress(arg<Long>(3)).reinterpret(16L * MpiCommunicator.SIG_LEN)
@@ -148,33 +167,82 @@ class MpiCommunicatorEngineTest : FunSpec({
             0
         }
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0)) // the default: checked
-        val e = shouldThrow<CollectiveMismatchException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        val t = Tensor.of(floatArrayOf(1f))
+        val e = shouldThrow<CollectiveMismatchException> { comm.allReduce(t) }
         e.ranks shouldBe listOf(1)
         e.fields shouldContain "dtype"
         e.message shouldContain "Int32"
-        verify(exactly = 0) { b.allreduce(any(), any(), 1, any(), any(), any()) } // the user's all-reduce never ran
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) } // the user's all-reduce never ran
+        t.getDouble(0) shouldBe 1.0 // nor was it reduced from the slots
         comm.close()
     }
 
-    test("by default each collective is preceded by one 16-byte digest all-reduce; when the digests agree nothing else moves; false turns it off") {
+    test("by default each collective's check is one all-gather of 64-byte slots; a small all-reduce, broadcast or barrier rides in it; false turns it off") {
         val b = binding()
-        every { b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any()) } answers {
-            MemorySegment.copy(MemorySegment.ofAddress(firstArg<Long>()).reinterpret(16), 0, MemorySegment.ofAddress(secondArg<Long>()).reinterpret(16), 0, 16)
-            0
-        }
+        // Rank 1 called the same; its slot carries 10, 20, 30 where it carries elements.
+        slotExchange(b) { all -> for (i in 0 until 3) all.set(ValueLayout.JAVA_FLOAT, SLOT + 16 + 4L * i, 10f * (i + 1)) }
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0))
-        comm.allReduce(Tensor.of(floatArrayOf(1f, 2f, 3f)))
+        val small = Tensor.of(floatArrayOf(1f, 2f, 3f))
+        comm.allReduce(small)
+        (0 until 3).map { small.getDouble(it.toLong()) } shouldBe listOf(11.0, 22.0, 33.0)
+        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        comm.allReduce(small, ReduceOp.Avg)
+        (0 until 3).map { small.getDouble(it.toLong()) } shouldBe listOf(10.5, 21.0, 31.5) // (11 + 10) / 2, ...
+        val ints = Tensor.of(intArrayOf(7, -3, 5))
+        comm.allReduce(ints, ReduceOp.Max) // rank 1's slot reads 10f's bits as an int: a large positive one
+        ints.getLong(0) shouldBe java.lang.Float.floatToRawIntBits(10f).toLong()
+        comm.broadcast(small, root = 1) // rank 1's slot holds the root's elements
+        (0 until 3).map { small.getDouble(it.toLong()) } shouldBe listOf(10.0, 20.0, 30.0)
+        comm.barrier()
+        verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.bcast(any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.barrier(any()) }
+        verify(exactly = 0) { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), any(), any(), any()) }
+        // 13 floats (52 bytes) do not fit in a slot's 48: the all-reduce follows the check.
+        comm.allReduce(Tensor.zeros(DType.Float32, 13))
         io.mockk.verifyOrder {
-            b.allreduce(any(), any(), 2, MpichAbi.int64Type, MpichAbi.op(ReduceOp.Max), any())
-            b.allreduce(-1L, any(), 3, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any())
+            b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any())
+            b.allreduce(-1L, any(), 13, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any())
         }
-        verify(exactly = 0) { b.allgather(any(), any(), any(), any(), any(), any(), any()) }
+        // PreMulSum scales each rank's input: MPI reduces it, after the check.
+        comm.allReduce(Tensor.of(floatArrayOf(1f)), ReduceOp.PreMulSum(2.0))
+        verify(exactly = 1) { b.allreduce(-1L, any(), 1, any(), any(), any()) }
         comm.close()
         val off = mockk<MpiBinding>(relaxed = true).also { every { it.abi } returns MpichAbi }
         val unchecked = communicator(off, CommConfig(worldSize = 2, rank = 0, checkConsistency = false))
         unchecked.allReduce(Tensor.of(floatArrayOf(1f, 2f, 3f)))
         verify(exactly = 1) { off.allreduce(any(), any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { off.allgather(any(), any(), any(), any(), any(), any(), any()) }
         unchecked.close()
+    }
+
+    test("a rank that cannot carry its part in its slot makes every rank issue the operation") {
+        val b = binding()
+        // Rank 1 agrees on the call but did not carry its part (a CUDA-aware device pointer, say).
+        slotExchange(b) { all -> all.set(ValueLayout.JAVA_LONG, SLOT + 8, 0L) }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0))
+        val t = Tensor.of(floatArrayOf(1f, 2f))
+        comm.allReduce(t)
+        verify(exactly = 1) { b.allreduce(-1L, any(), 2, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any()) }
+        t.getDouble(1) shouldBe 2.0 // the (mocked) MPI call's result: nothing reduced from the slots
+        comm.close()
+    }
+
+    test("non-blocking progress: the slot exchange is polled, and a carried all-reduce issues nothing more") {
+        val b = binding()
+        val requests = slotExchange(b, polling = true) { all -> all.set(ValueLayout.JAVA_FLOAT, SLOT + 16, 5f) }
+        // The exchange's request completes at its first test; the abort notices' receives never do.
+        every { b.test(any(), any(), any()) } answers {
+            MemorySegment.ofAddress(secondArg<Long>()).reinterpret(4).set(ValueLayout.JAVA_INT, 0, if (firstArg<Long>() in requests) 1 else 0); 0
+        }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0), MpiConfig(progress = MpiProgress.NonBlocking))
+        val t = Tensor.of(floatArrayOf(1f))
+        comm.allReduce(t)
+        t.getDouble(0) shouldBe 6.0
+        verify(exactly = 1) { b.iallgather(any(), MpiCommunicator.SLOT_LONGS, any(), any(), MpiCommunicator.SLOT_LONGS, any(), any(), any()) }
+        verify(exactly = 0) { b.iallreduce(any(), any(), any(), any(), any(), any(), any()) }
+        comm.close()
     }
 
     test("UInt8 Min on MPICH reduces as Int8 with the top bit flipped, and restores the input") {

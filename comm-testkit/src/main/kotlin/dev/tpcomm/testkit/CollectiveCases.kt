@@ -61,6 +61,18 @@ internal object CollectiveCases {
                 scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtype, listOf(3, 5), op = op, salt = ctx.random.nextLong()))
             }
         },
+        // What a training loop reduces between steps (a loss, a count, a norm): a backend may move
+        // a few elements another way than large ones (MPI carries up to 48 bytes in its consistency
+        // check's all-gather and reduces them on the host).
+        collective("allReduce and broadcast of a few elements: a scalar, 2 and 3 x 4, every dtype and op") { comm, ctx ->
+            var root = 0
+            for (dtype in dtypes(ctx)) for (shape in listOf(emptyList(), listOf(2), listOf(3, 4))) {
+                for (op in ops(ctx, dtype, comm.worldSize)) {
+                    scenario(comm, ctx, CollectiveScenario(Collective.AllReduce, dtype, shape, op = op, salt = ctx.random.nextLong()))
+                }
+                scenario(comm, ctx, CollectiveScenario(Collective.Broadcast, dtype, shape, root = root++ % comm.worldSize, salt = ctx.random.nextLong()))
+            }
+        },
         collective("broadcast: from every root, every dtype") { comm, ctx ->
             for (dtype in dtypes(ctx)) {
                 scenario(comm, ctx, CollectiveScenario(Collective.Broadcast, dtype, listOf(2, 3, 2), everyRoot = true, salt = ctx.random.nextLong()))
