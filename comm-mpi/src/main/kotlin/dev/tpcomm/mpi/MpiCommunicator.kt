@@ -152,6 +152,16 @@ public class MpiCommunicator internal constructor(
     /** `CommConfig.checkConsistency`, on unless set to false: each collective's signature digest is all-reduced first. */
     private val checksConsistency: Boolean = config.checkConsistency ?: true
 
+    /**
+     * Whether the consistency check's exchange carries small collectives ([MpiSlotPayload]): with
+     * the check, in blocking progress only. There a rank whose exchange is inside MPI finishes its
+     * call whatever its caller does (as it would run the operation after the check), so a peer
+     * that finished from the slots never finished something this rank did not. In non-blocking
+     * progress a cancelled caller abandons its exchange, and its peers must then wait for an
+     * operation it never issues (and learn of its abort), not finish one from its slot.
+     */
+    private val slotsCarry: Boolean = checksConsistency && blockingMode
+
     private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = passesDevicePointers(mpiConfig, runtime)
@@ -400,7 +410,7 @@ public class MpiCommunicator internal constructor(
         // Small enough to ride in the consistency check's exchange, reduced on the host as MPI would
         // be asked to (Avg as Sum, divided below); not with PreMulSum's per-rank scaling or the
         // flipped bytes, which only MPI's own reduction reads right.
-        val payload = if (checksConsistency && pre == null && !flip && MpiSlotPayload.fits(tensor.byteSize)) {
+        val payload = if (slotsCarry && pre == null && !flip && MpiSlotPayload.fits(tensor.byteSize)) {
             MpiSlotPayload.AllReduce(tensor, if (op == ReduceOp.Avg) ReduceOp.Sum else op)
         } else {
             null
@@ -447,7 +457,7 @@ public class MpiCommunicator internal constructor(
 
     /** A broadcast small enough to ride in the consistency check's exchange ([MpiSlotPayload.Broadcast]), or null. */
     private fun broadcastPayload(tensor: Tensor, root: Int): MpiSlotPayload? =
-        if (checksConsistency && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Broadcast(tensor, root, rank) else null
+        if (slotsCarry && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Broadcast(tensor, root, rank) else null
 
     /** [reduce] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
@@ -765,7 +775,7 @@ public class MpiCommunicator internal constructor(
         collective(call.entry, "barrier", sig(call), null,
             { binding.barrier(handle) },
             { r -> binding.ibarrier(handle, r) },
-            payload = MpiSlotPayload.Barrier)
+            payload = if (slotsCarry) MpiSlotPayload.Barrier else null)
     }
 
     // ------------------------------------------------------------------ point to point
@@ -1117,14 +1127,11 @@ public class MpiCommunicator internal constructor(
                 } else {
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
-                    // When it carried the operation ([payload]), the operation is done.
-                    var finished = false
                     if (sig != null) {
                         if (preSignature != null) preSignature.polling(sig, callerJob)
-                        finished = exchangeSignaturePolling(sig, operation, entry, callerJob, payload)
+                        exchangeSignaturePolling(sig, operation, entry, callerJob)
                         ensureUsable(operation, entry.sequence)
                     }
-                    if (finished) return@onThread null
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
                     val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive)
@@ -1293,14 +1300,17 @@ public class MpiCommunicator internal constructor(
         failMismatch(operation, entry)
     }
 
-    /** [exchangeSignatureBlocking] with `MPI_Iallgather`s polled on the communicator's thread ([pollSignature]). */
-    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?, payload: MpiSlotPayload? = null): Boolean {
-        signatures.load(sig, payload)
+    /**
+     * [exchangeSignatureBlocking] with `MPI_Iallgather`s polled on the communicator's thread
+     * ([pollSignature]), never carrying the operation ([slotsCarry]).
+     */
+    private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
+        signatures.load(sig, null)
         val req = scratchAddress + OFF_REQUEST
         val t = abi.int64Type
         check(binding.iallgather(signatures.slotSend.address(), SLOT_LONGS, t, signatures.slotsReceived.address(), SLOT_LONGS, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob)
-        if (signatures.digestsAgree()) return finishFromSlots(payload)
+        if (signatures.digestsAgree()) return
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         check(binding.iallgather(signatures.send.address(), SIG_LEN, t, signatures.received.address(), SIG_LEN, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob)
