@@ -138,10 +138,10 @@ public object CollectiveSignature {
 
     /**
      * A 64-bit digest of the signature at [offset] of [words] ([SIZE] longs), for a cheap agreement
-     * check: ranks reduce `[h, h.inv()]` with MAX and all agree exactly when every rank gets its own
-     * pair back (if two ranks differ, the one with the larger `h` has the smaller `h.inv()`), so
-     * every rank learns of a difference in one 16-byte all-reduce, and only then gathers the full
-     * signatures for [compare]'s message. Different signatures collide with probability about 2^-64.
+     * check: the ranks exchange digests (the MPI backend all-gathers them in a 64-byte slot per
+     * rank) and agree exactly when every digest is the same, so every rank learns of a difference
+     * from the same bytes, and only then gathers the full signatures for [compare]'s message.
+     * Different signatures collide with probability about 2^-64.
      */
     @JvmStatic
     public fun digest(words: LongArray, offset: Int = 0): Long {

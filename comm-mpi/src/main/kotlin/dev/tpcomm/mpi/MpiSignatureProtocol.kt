@@ -22,7 +22,8 @@ import java.lang.foreign.ValueLayout
  * rank all-gathers the full signatures ([send] into [received]) and the front compares [all] of
  * them, naming the ranks and fields that differ from rank 0's. When the digests agree and every rank
  * carried its part ([allCarried]), the operation is finished from the slots ([payloads]) and never
- * issued: the check and a small collective are one MPI call. Whether a rank can carry its part
+ * issued: the check and a small collective are one MPI call (in blocking progress only, see
+ * `MpiCommunicator.slotsCarry`). Whether a rank can carry its part
  * depends on its own tensor (a CUDA-aware device pointer cannot be copied here), which the
  * signature does not fix; so it is each rank's flag, and one rank that cannot makes every rank
  * issue the operation.
