@@ -19,8 +19,9 @@ import kotlin.time.toKotlinDuration
  * shape, op, root, dim) before any data moves, so that a mismatch is a [CollectiveMismatchException]
  * naming the ranks and fields on every rank instead of an MPI error on some ranks and garbage on
  * others. `null` (the default) is the backend's default: on for the in-process backend (which
- * always checks, at no cost) and MPI (one 16-byte all-reduce of a digest before each collective;
- * the full signatures move only when the digests differ; figures in docs/mpi.md), off for NCCL and
+ * always checks, at no cost) and MPI (one all-gather of a 64-byte slot per rank before each
+ * collective, which also carries an all-reduce, broadcast or barrier of up to 48 bytes; the full
+ * signatures move only when the digests differ; figures in docs/mpi.md), off for NCCL and
  * RCCL (their check waits for the stream before each collective, which would undo the overlap
  * with compute; not measured on a GPU). `true` turns it on, `false` off (MPI, NCCL, RCCL; the
  * in-process backend ignores it); `TPCOMM_CHECK_CONSISTENCY` sets it in [fromEnvironment].

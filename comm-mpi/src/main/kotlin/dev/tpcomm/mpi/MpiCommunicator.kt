@@ -149,7 +149,7 @@ public class MpiCommunicator internal constructor(
     private val scratchAddress = scratch.address()
     private val signatures = MpiSignatureProtocol(worldSize, arena, "an MPI communicator of $worldSize ranks")
 
-    /** `CommConfig.checkConsistency`, on unless set to false: each collective's signature digest is all-reduced first. */
+    /** `CommConfig.checkConsistency`, on unless set to false: each collective's signature digest is exchanged first ([MpiSignatureProtocol]). */
     private val checksConsistency: Boolean = config.checkConsistency ?: true
 
     /**

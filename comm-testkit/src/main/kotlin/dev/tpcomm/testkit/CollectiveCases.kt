@@ -64,7 +64,7 @@ internal object CollectiveCases {
         // What a training loop reduces between steps (a loss, a count, a norm): a backend may move
         // a few elements another way than large ones (MPI carries up to 48 bytes in its consistency
         // check's all-gather and reduces them on the host).
-        collective("allReduce and broadcast of a few elements: a scalar, 2 and 3 x 4, every dtype and op") { comm, ctx ->
+        collective("a few elements: allReduce and broadcast of a scalar, 2 and 3 x 4, every dtype and op") { comm, ctx ->
             var root = 0
             for (dtype in dtypes(ctx)) for (shape in listOf(emptyList(), listOf(2), listOf(3, 4))) {
                 for (op in ops(ctx, dtype, comm.worldSize)) {
