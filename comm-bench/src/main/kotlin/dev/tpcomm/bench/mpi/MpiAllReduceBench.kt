@@ -71,17 +71,22 @@ public object MpiAllReduceBench {
         // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
         val stop = Tensor.zeros(DType.Int32, 1)
         val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
-        var i = 0L
+        // The warm-up runs what the timing runs (barrier, the loop, the MAX of the times, the
+        // correctness check's Int64 sum): a path first taken after the warm-up sent the compiled call
+        // path back to the interpreter (uncommon traps in issue, allReduceBlocking, the signature
+        // exchange; -XX:+PrintCompilation) while C2 recompiled it on the rank's one core, and the
+        // first points read 10-100x the steady state.
+        val warmCount = Tensor.of(longArrayOf(0))
         while (true) {
-            comm.allReduce(warmSmall)
-            if (++i % 1024 == 0L) {
-                stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
-                comm.allReduce(stop)
-                if (stop.getLong(0) != 0L) break
-                comm.allReduce(warmMedium)
-                comm.allReduce(warmLarge)
-            }
+            timed(warmSmall, 1024)
+            comm.allReduce(warmCount)
+            stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
+            comm.allReduce(stop)
+            if (stop.getLong(0) != 0L) break
+            comm.allReduce(warmMedium)
+            comm.allReduce(warmLarge)
         }
+        warmCount.close()
         warmSmall.close()
         warmMedium.close()
         warmLarge.close()
