@@ -250,7 +250,9 @@ public class MpiCommunicator internal constructor(
 
     /**
      * Per-operation timing of the MPI calls (count, total and maximum), by operation name; empty
-     * unless [MpiConfig.profiling] is on. A snapshot; thread-safe.
+     * unless [MpiConfig.profiling] is on. The consistency check's exchange is `"<operation>(signature)"`;
+     * a small all-reduce, broadcast or barrier finished from that exchange ([MpiSlotPayload]) makes
+     * no other MPI call, so it appears under that name only. A snapshot; thread-safe.
      */
     public fun profile(): Map<String, MpiOpProfile> = stats.mapValues { it.value.snapshot() }
 
