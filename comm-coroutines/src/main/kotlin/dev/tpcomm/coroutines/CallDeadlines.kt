@@ -10,10 +10,13 @@ import kotlin.time.Duration
  *
  * An operation is "in flight" while its flight record is ([FlightRecorder.Entry.inFlight]): the
  * front completes or fails every record it starts, so an operation leaves this set by finishing,
- * whichever path finished it. The calling thread reads no clock: an operation's start is the
- * watchdog's latest scan time ([DeadlineWatchdog.coarseNanos], at most about one period old), and
- * it is reported once `now - start` exceeds the timeout plus one period, so never before its
- * timeout and at most about two periods after it (the period is a tenth of the timeout, 2 to 50 ms).
+ * whichever path finished it. The calling thread reads no clock: an operation tracked since the last
+ * scan is stamped by the first scan that sees it, with that scan's time, which is never before the
+ * call; it is reported once `now - stamp` exceeds the timeout. So an operation is reported never
+ * before its timeout, however late the watchdog's thread runs, and about two periods after it at
+ * most while that thread keeps its period (the period is a tenth of the timeout, 2 to 50 ms). An
+ * earlier version stamped with the watchdog's previous scan time ([DeadlineWatchdog.coarseNanos])
+ * and added one period, which fired early whenever a scan came more than a period late.
  *
  * Not thread-safe by itself: the front calls [track] and [scan]'s collection under its issue lock.
  * Finished operations are dropped from the front of the queue when the next one is tracked (they
@@ -27,7 +30,7 @@ internal class CallDeadlines(timeout: Duration) {
     /** The watchdog period for this timeout, in milliseconds. */
     val periodMillis: Long = if (enabled) DeadlineWatchdog.periodFor(timeout.inWholeMilliseconds) else 0L
 
-    private val limitNanos: Long = if (enabled) timeout.inWholeNanoseconds + periodMillis * 1_000_000 else Long.MAX_VALUE
+    private val limitNanos: Long = if (enabled) timeout.inWholeNanoseconds else Long.MAX_VALUE
 
     private var entries = arrayOfNulls<FlightRecorder.Entry>(INITIAL)
     private var calls = arrayOfNulls<Any>(INITIAL)
@@ -48,13 +51,15 @@ internal class CallDeadlines(timeout: Duration) {
         val at = (head + size) and (entries.size - 1)
         entries[at] = entry
         calls[at] = call
-        starts[at] = DeadlineWatchdog.coarseNanos
+        starts[at] = UNSTAMPED
         size++
     }
 
     /**
-     * Drops every finished operation and, with [expired], moves each one in flight longer than the
-     * limit at [now] out into it (entry, then call), so that it is reported once. Under the owner's lock.
+     * Drops every finished operation, stamps each one tracked since the last scan with [now], and
+     * moves each one stamped longer than the timeout before [now] out into [expired] (entry, then
+     * call), so that it is reported once. Under the owner's lock, with [now] read under it, so that
+     * [now] is never before the call of an operation tracked so far.
      */
     fun collect(now: Long, expired: MutableList<Any?>) {
         compact(now, expired)
@@ -67,9 +72,10 @@ internal class CallDeadlines(timeout: Duration) {
             val from = (head + i) and mask
             val e = entries[from]!!
             val c = calls[from]
-            val s = starts[from]
+            var s = starts[from]
             entries[from] = null; calls[from] = null
             if (!e.inFlight) continue
+            if (expired != null && s == UNSTAMPED) s = now
             if (expired != null && now - s > limitNanos) {
                 expired += e; expired += c
                 continue
@@ -100,5 +106,6 @@ internal class CallDeadlines(timeout: Duration) {
 
     private companion object {
         const val INITIAL = 16 // a power of two: indexes wrap with a mask
+        const val UNSTAMPED = Long.MIN_VALUE // tracked since the last scan; the next scan stamps it
     }
 }

@@ -82,7 +82,7 @@ public abstract class CommunicatorFront(
     private val deadlines = CallDeadlines(timeout)
 
     /** What the watchdog calls; a field, so that it lives as long as this communicator (the registration is weak). */
-    private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { now -> scanDeadlines(now) }
+    private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { _ -> scanDeadlines() }
 
     /** Weak: a communicator its user forgot to close is not kept alive by the watchdog. */
     private val deadlineRegistration: dev.tpcomm.spi.DeadlineWatchdog.Registration? =
@@ -249,9 +249,10 @@ public abstract class CommunicatorFront(
         deadlineRegistration?.close()
     }
 
-    private fun scanDeadlines(now: Long) {
+    private fun scanDeadlines() {
         val expired = ArrayList<Any?>(0)
-        synchronized(issueLock) { deadlines.collect(now, expired) }
+        // The time is read under the lock: never before the call of anything tracked so far.
+        synchronized(issueLock) { deadlines.collect(System.nanoTime(), expired) }
         var i = 0
         while (i < expired.size) {
             val entry = expired[i] as FlightRecorder.Entry

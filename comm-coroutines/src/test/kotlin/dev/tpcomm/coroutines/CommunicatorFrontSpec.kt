@@ -15,6 +15,7 @@ import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import io.kotest.assertions.throwables.shouldThrow
+import io.kotest.assertions.withClue
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
 import io.kotest.matchers.shouldBe
@@ -274,6 +275,29 @@ class CommunicatorFrontSpec : FunSpec({
         b.allocGate = null
         runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
         b.log shouldBe listOf("not issued allGather #1", "issue allReduce #2 record=2 inFlight=true")
+    }
+
+    test("a deadline never fires before the timeout, however late the watchdog's scans run") {
+        // Another communicator's scan that takes 120 ms makes every scan of the one watchdog thread
+        // late by up to that much. A call must still be timed from when it was made.
+        val slow = dev.tpcomm.spi.DeadlineWatchdog.register({ _ -> Thread.sleep(120) }, 1)
+        try {
+            repeat(5) { i ->
+                val b = Scripted(timeout = 200.milliseconds)
+                b.allocGate = CompletableDeferred()
+                b.onDeadline = { _, _ ->
+                    b.allocGate!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "late")))
+                }
+                Thread.sleep(37L * i) // calls at different phases of the slow scans
+                val began = TimeSource.Monotonic.markNow()
+                shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.allGather(Tensor.zeros(DType.Float32, 2)) } } }
+                val took = began.elapsedNow()
+                withClue("call $i timed out after $took") { (took >= 200.milliseconds) shouldBe true }
+                b.close()
+            }
+        } finally {
+            slow.close()
+        }
     }
 
     test("no deadline with an infinite timeout: nothing is tracked") {
