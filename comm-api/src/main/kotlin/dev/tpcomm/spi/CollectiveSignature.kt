@@ -145,15 +145,31 @@ public object CollectiveSignature {
      */
     @JvmStatic
     public fun digest(words: LongArray, offset: Int = 0): Long {
-        var h = -0x61c8864680b583ebL // 0x9E3779B97F4A7C15
-        for (i in 0 until SIZE) {
-            h = (h xor words[offset + i]) * -0x4b47d5b1a5c56c9L // an odd multiplier: a bijection of the 64-bit words
-            h = h xor (h ushr 29)
+        // Four lanes over words i, i+1, i+2, i+3 (SIZE is a multiple of 4), so that the multiplies of
+        // a call's digest overlap instead of forming one chain of SIZE; each step is a bijection of its
+        // lane for a given word, and folding the lanes is one in each lane for given others, so a
+        // change in any one word changes the digest.
+        var a = -0x61c8864680b583ebL // 0x9E3779B97F4A7C15
+        var b = 0x632be59bd9b4e019L
+        var c = -0x3d4d51c2d82b14b1L
+        var d = 0x165667b19e3779f9L
+        var i = offset
+        val end = offset + SIZE
+        while (i < end) {
+            a = step(a, words[i]); b = step(b, words[i + 1]); c = step(c, words[i + 2]); d = step(d, words[i + 3])
+            i += 4
         }
+        var h = step(step(step(a, b), c), d)
         h = h xor (h ushr 33)
         h *= -0xae502812aa7333L // 0xFF51AFD7ED558CCD (MurmurHash3's fmix64)
         h = h xor (h ushr 33)
         return h
+    }
+
+    /** One digest step: [h] with [word] mixed in, a bijection of [h] for a given [word] and of [word] for a given [h]. */
+    private fun step(h: Long, word: Long): Long {
+        val x = (h xor word) * -0x4b47d5b1a5c56c9L // an odd multiplier: a bijection of the 64-bit words
+        return x xor (x ushr 29)
     }
 
     /** What the ranks disagreed on: [message] for the exception, [ranks] that differ from rank 0, the [fields] that differ. */

@@ -1297,6 +1297,7 @@ public class MpiCommunicator internal constructor(
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle) }
         if (signatures.digestsAgree()) return finishFromSlots(payload)
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
+        signatures.loadWords(sig)
         val s = signatures.send.address(); val r = signatures.received.address()
         runBlockingCall("$operation(signature)", entry, null) { binding.allgather(s, SIG_LEN, t, r, SIG_LEN, t, handle) }
         failMismatch(operation, entry)
@@ -1314,6 +1315,7 @@ public class MpiCommunicator internal constructor(
         pollSignature(operation, entry, callerJob)
         if (signatures.digestsAgree()) return
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
+        signatures.loadWords(sig)
         check(binding.iallgather(signatures.send.address(), SIG_LEN, t, signatures.received.address(), SIG_LEN, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob)
         failMismatch(operation, entry)

@@ -51,15 +51,20 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, va
         Array(worldSize) { slotsReceived.asSlice(SLOT_BYTES * it + PAYLOAD_AT, PAYLOAD_BYTES) }
 
     /**
-     * Copies [sig] into [send] and fills [slotSend]: the digest, then [payload]'s part when there
-     * is one and it [can][MpiSlotPayload.canCarry] be carried.
+     * Fills [slotSend] for [sig]: its digest, then [payload]'s part when there is one and it
+     * [can][MpiSlotPayload.canCarry] be carried. The words themselves go to [send] only when the
+     * digests differ ([loadWords]).
      */
     fun load(sig: LongArray, payload: MpiSlotPayload?) {
-        MemorySegment.copy(sig, 0, send, ValueLayout.JAVA_LONG, 0, SIG_LEN)
         slotSend.set(ValueLayout.JAVA_LONG, 0, CollectiveSignature.digest(sig))
         val carried = payload != null && payload.canCarry()
         slotSend.set(ValueLayout.JAVA_LONG, FLAG_AT, if (carried) 1L else 0L)
         if (carried) payload!!.write(sendPayload)
+    }
+
+    /** Copies [sig] into [send], for the all-gather of the full signatures after the digests differed. */
+    fun loadWords(sig: LongArray) {
+        MemorySegment.copy(sig, 0, send, ValueLayout.JAVA_LONG, 0, SIG_LEN)
     }
 
     /** True when every rank's digest is this rank's own: every rank called the same. */

@@ -58,13 +58,21 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) { val rc = critical.invokeExact(inPlace, buf, 2, type, sum, world) as Int; check(rc == 0) }
                     val rawCritical = (System.nanoTime() - t0).toDouble() / n
+                    // The consistency check's exchange alone: one 64-byte slot per rank, all-gathered.
+                    val slotSend = java.lang.foreign.Arena.global().allocate(64, 64)
+                    val slots = java.lang.foreign.Arena.global().allocate(64L * comm.worldSize, 64)
+                    val i64 = abi.int64Type
+                    val ag = MpiDowncalls.ALLGATHER
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) { val rc = ag.invokeExact(slotSend.address(), 8, i64, slots.address(), 8, i64, world) as Int; check(rc == 0) }
+                    val rawSlots = (System.nanoTime() - t0).toDouble() / n
                     val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi", timing = false)
                     val shape = t.shape
                     t0 = System.nanoTime()
                     for (i in 0 until n) rec.start("allReduce", DType.Float32, shape, 8L, reduceOp = ReduceOp.Sum).complete()
                     val recNs = (System.nanoTime() - t0).toDouble() / n
                     if (comm.rank == 0) println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
-                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}")
+                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}, raw slot all-gather ${"%.1f".format(rawSlots)}")
                 }
             }
             comm.close()
