@@ -13,15 +13,18 @@ import kotlin.system.exitProcess
 
 /**
  * Times float32 SUM all-reduce through the MPI backend the way `bench/peers/c_mpi.c` times
- * `MPI_Allreduce`: per size a correctness check, warm-up, calibration (double the iterations
- * until the max over ranks reaches 30 ms, then K for 0.25 s), then 3 repeats of barrier + K
- * iterations, the per-rank mean, the max over ranks, and the median of the 3.
+ * `MPI_Allreduce`: per size a correctness check, a warm-up at that size of at least
+ * `BENCH_SIZE_WARMUP_S` seconds (default 0.5), calibration (double the iterations until the max
+ * over ranks reaches 30 ms, then K for the target), then 3 repeats of barrier + K iterations, the
+ * per-rank mean, the max over ranks, and the median of the 3.
  *
  * Run: `mpirun -np N java --enable-native-access=ALL-UNNAMED -cp <classpath> dev.tpcomm.bench.mpi.MpiAllReduceBench`.
  * Prints (rank 0) `impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps` with impl
- * `tpcomm_mpi_<implementation>`, and `#rep,...` lines with the three repeats. The loop runs on the
- * communicator's thread (`withContext(comm.nativeDispatcher)`), as hot loops should, after a JIT
- * warm-up of `BENCH_WARMUP_S` seconds (default 3) of small all-reduces, which C does not need.
+ * `tpcomm_mpi_<implementation>`, and `#rep,...` lines with the three repeats. `BENCH_PATH=natural`
+ * (the default) calls from the `runBlocking` main coroutine with default settings, as a user's loop
+ * does; `BENCH_PATH=fast` runs the loop on the communicator's thread
+ * (`withContext(comm.nativeDispatcher)`). Before the sizes, a JIT warm-up of `BENCH_WARMUP_S`
+ * seconds (default 3) runs what the timing runs, which C does not need.
  * Environment: `BENCH_TARGET_S` (seconds per repeat, default 0.25), `BENCH_BYTES` (one size only).
  */
 public object MpiAllReduceBench {
@@ -30,6 +33,7 @@ public object MpiAllReduceBench {
     private const val KMAX = 200_000L
     private const val CAL_S = 0.03
     private val WARMUP_S = System.getenv("BENCH_WARMUP_S")?.toDouble() ?: 3.0
+    private val SIZE_WARMUP_S = System.getenv("BENCH_SIZE_WARMUP_S")?.toDouble() ?: 0.5
 
     /** Entry point; see the object's documentation. */
     @JvmStatic
@@ -106,8 +110,21 @@ public object MpiAllReduceBench {
                 if (comm.rank == 0) System.err.println("MpiAllReduceBench: CORRECTNESS FAILURE bytes=$bytes world=$world bad=$badAll")
                 return true
             }
+            // Warm at this size until rank 0 has seen SIZE_WARMUP_S pass (the flag is all-reduced, so
+            // every rank makes the same calls). A few calls were not enough: the first size above the
+            // caller-runs limit after smaller ones ran on the caller's thread sent the bench's loops and
+            // the hand-off's resume path (kotlinx's event loop, the continuation) through C1 and C2 on
+            // the rank's one bound core, and 16 MiB read 5.4, 4.2 then 2.8 ms in its three repeats
+            // (-XX:+PrintCompilation: uncommon traps in measure and timed, tier-3 compiles of
+            // EventLoopImplBase), against 2.3 ms once compiled.
             val warm = if (bytes <= 65536) 50 else if (bytes <= 1048576) 10 else 2
-            repeat(warm) { comm.allReduce(t) }
+            val sizeWarmEnd = System.nanoTime() + (SIZE_WARMUP_S * 1e9).toLong()
+            do {
+                repeat(warm) { comm.allReduce(t) }
+                timed(t, 1)
+                stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > sizeWarmEnd) 1 else 0)
+                comm.allReduce(stop)
+            } while (stop.getLong(0) == 0L)
             var it = 1L
             var tit: Double
             while (true) {
