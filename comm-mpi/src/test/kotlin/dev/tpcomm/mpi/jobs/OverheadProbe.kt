@@ -15,16 +15,17 @@ import kotlinx.coroutines.withContext
  * Diagnostic: per-call cost of allReduce on the communicator's thread, next to a raw FFM downcall
  * of MPI_Allreduce on MPI_COMM_WORLD in place and out of place. Runs alone (a singleton world) or
  * under mpirun (every rank runs the same loops, so they stay in step). `PROBE_N` sets the calls
- * per loop (default 10^6).
+ * per loop (default 10^6), `PROBE_FLOATS` the float32 elements per call (default 2).
  */
 object OverheadProbe {
     @JvmStatic
     fun main(args: Array<String>) {
         runBlocking {
             val comm = MpiBackendFactory().create(CommConfig.fromEnvironment()) as MpiCommunicator
-            val t = Tensor.zeros(DType.Float32, 2)
+            val count = System.getenv("PROBE_FLOATS")?.toInt() ?: 2
+            val t = Tensor.zeros(DType.Float32, count)
             if (comm.rank == 0) println("provided thread level ${dev.tpcomm.mpi.MpiRuntime.current?.providedThreadLevel}, world ${comm.worldSize}")
-            val out = Tensor.zeros(DType.Float32, 2)
+            val out = Tensor.zeros(DType.Float32, count)
             val abi = MpiLibrary.loaded!!.abi
             val world = abi.commWorld
             val type = abi.datatype(DType.Float32)
@@ -50,13 +51,13 @@ object OverheadProbe {
                     for (i in 0 until n) comm.allReduce(t)
                     val dt = (System.nanoTime() - t0).toDouble() / n
                     t0 = System.nanoTime()
-                    for (i in 0 until n) { val rc = h.invokeExact(inPlace, buf, 2, type, sum, world) as Int; check(rc == 0) }
+                    for (i in 0 until n) { val rc = h.invokeExact(inPlace, buf, count, type, sum, world) as Int; check(rc == 0) }
                     val raw = (System.nanoTime() - t0).toDouble() / n
                     t0 = System.nanoTime()
-                    for (i in 0 until n) { val rc = h.invokeExact(buf, dst, 2, type, sum, world) as Int; check(rc == 0) }
+                    for (i in 0 until n) { val rc = h.invokeExact(buf, dst, count, type, sum, world) as Int; check(rc == 0) }
                     val rawOut = (System.nanoTime() - t0).toDouble() / n
                     t0 = System.nanoTime()
-                    for (i in 0 until n) { val rc = critical.invokeExact(inPlace, buf, 2, type, sum, world) as Int; check(rc == 0) }
+                    for (i in 0 until n) { val rc = critical.invokeExact(inPlace, buf, count, type, sum, world) as Int; check(rc == 0) }
                     val rawCritical = (System.nanoTime() - t0).toDouble() / n
                     // The consistency check's exchange alone: one 64-byte slot per rank, all-gathered.
                     val slotSend = java.lang.foreign.Arena.global().allocate(64, 64)
@@ -66,13 +67,21 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) { val rc = ag.invokeExact(slotSend.address(), 8, i64, slots.address(), 8, i64, world) as Int; check(rc == 0) }
                     val rawSlots = (System.nanoTime() - t0).toDouble() / n
+                    // The check's exchange, then the operation: what a checked call too big for a slot costs MPI.
+                    t0 = System.nanoTime()
+                    for (i in 0 until n) {
+                        val rc1 = ag.invokeExact(slotSend.address(), 8, i64, slots.address(), 8, i64, world) as Int
+                        val rc2 = h.invokeExact(inPlace, buf, count, type, sum, world) as Int
+                        check(rc1 == 0 && rc2 == 0)
+                    }
+                    val rawChecked = (System.nanoTime() - t0).toDouble() / n
                     val rec = dev.tpcomm.coroutines.FlightRecorder(64, 0, "mpi", timing = false)
                     val shape = t.shape
                     t0 = System.nanoTime()
                     for (i in 0 until n) rec.start("allReduce", DType.Float32, shape, 8L, reduceOp = ReduceOp.Sum).complete()
                     val recNs = (System.nanoTime() - t0).toDouble() / n
                     if (comm.rank == 0) println("round $round: flight recorder start+complete ${"%.1f".format(recNs)} ns")
-                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}, raw slot all-gather ${"%.1f".format(rawSlots)}")
+                    if (comm.rank == 0) println("round $round: allReduce ${"%.1f".format(dt)} ns/call, raw in-place ${"%.1f".format(raw)}, raw out-of-place ${"%.1f".format(rawOut)}, raw critical in-place ${"%.1f".format(rawCritical)}, raw slot all-gather ${"%.1f".format(rawSlots)}, raw slot all-gather + in-place ${"%.1f".format(rawChecked)}")
                 }
             }
             comm.close()
