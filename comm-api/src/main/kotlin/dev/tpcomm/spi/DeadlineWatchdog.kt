@@ -14,9 +14,11 @@ import java.util.concurrent.locks.LockSupport
  * failure, fail the waiting callers, call the library's abort, as PyTorch's `ProcessGroupNCCL`
  * watchdog calls `ncclCommAbort` from its own thread).
  *
- * The calling threads read no clock for this: the front notes [coarseNanos], the time of the
- * latest scan, a clock the recording path may read for free (at most one period behind
- * [System.nanoTime]).
+ * The calling threads read no clock for this: the front's scan stamps each call it has not seen
+ * before with the scan's own time, never before the call, so a late scan delays a deadline but
+ * never brings it forward. [coarseNanos], the time of the latest scan, is a clock a recording path
+ * may read for free (at most about one period behind [System.nanoTime] while this thread runs on
+ * time; the MPI backend's flight recorder uses it).
  *
  * Thread-safe. A [Watched] that throws is reported to stderr once per registration and keeps being
  * called; its [Watched.checkDeadlines] must be quick and must not block.
