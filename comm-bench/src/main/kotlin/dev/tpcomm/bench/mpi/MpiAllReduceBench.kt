@@ -74,19 +74,23 @@ public object MpiAllReduceBench {
         val warmLarge = Tensor.zeros(DType.Float32, 1 shl 20)
         // Time-based so that every rank stops together: rank 0's clock decides via the all-reduced flag.
         val stop = Tensor.zeros(DType.Int32, 1)
-        val warmEnd = System.nanoTime() + (WARMUP_S * 1e9).toLong()
+        suspend fun repeatFor(seconds: Double, body: suspend () -> Unit) {
+            val end = System.nanoTime() + (seconds * 1e9).toLong()
+            do {
+                body()
+                stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > end) 1 else 0)
+                comm.allReduce(stop)
+            } while (stop.getLong(0) == 0L)
+        }
         // The warm-up runs what the timing runs (barrier, the loop, the MAX of the times, the
         // correctness check's Int64 sum): a path first taken after the warm-up sent the compiled call
         // path back to the interpreter (uncommon traps in issue, allReduceBlocking, the signature
         // exchange; -XX:+PrintCompilation) while C2 recompiled it on the rank's one core, and the
         // first points read 10-100x the steady state.
         val warmCount = Tensor.of(longArrayOf(0))
-        while (true) {
+        repeatFor(WARMUP_S) {
             timed(warmSmall, 1024)
             comm.allReduce(warmCount)
-            stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > warmEnd) 1 else 0)
-            comm.allReduce(stop)
-            if (stop.getLong(0) != 0L) break
             comm.allReduce(warmMedium)
             comm.allReduce(warmLarge)
         }
@@ -118,13 +122,10 @@ public object MpiAllReduceBench {
             // (-XX:+PrintCompilation: uncommon traps in measure and timed, tier-3 compiles of
             // EventLoopImplBase), against 2.3 ms once compiled.
             val warm = if (bytes <= 65536) 50 else if (bytes <= 1048576) 10 else 2
-            val sizeWarmEnd = System.nanoTime() + (SIZE_WARMUP_S * 1e9).toLong()
-            do {
+            repeatFor(SIZE_WARMUP_S) {
                 repeat(warm) { comm.allReduce(t) }
                 timed(t, 1)
-                stop.setLong(0, if (comm.rank == 0 && System.nanoTime() > sizeWarmEnd) 1 else 0)
-                comm.allReduce(stop)
-            } while (stop.getLong(0) == 0L)
+            }
             var it = 1L
             var tit: Double
             while (true) {

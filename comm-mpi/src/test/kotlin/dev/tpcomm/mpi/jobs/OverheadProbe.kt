@@ -8,6 +8,7 @@ import dev.tpcomm.mpi.MpiBackendFactory
 import dev.tpcomm.mpi.MpiCommunicator
 import dev.tpcomm.mpi.MpiDowncalls
 import dev.tpcomm.mpi.MpiLibrary
+import dev.tpcomm.mpi.MpiSignatureProtocol
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
 
@@ -44,6 +45,12 @@ object OverheadProbe {
                 java.lang.invoke.MethodType.methodType(Int::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType,
                     Int::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType, Long::class.javaPrimitiveType),
             )
+            // The consistency check's slots, as MpiSignatureProtocol lays them out.
+            val slotSend = java.lang.foreign.Arena.global().allocate(MpiSignatureProtocol.SLOT_BYTES, 64)
+            val slots = java.lang.foreign.Arena.global().allocate(MpiSignatureProtocol.SLOT_BYTES * comm.worldSize, 64)
+            val slotLongs = MpiSignatureProtocol.SLOT_LONGS
+            val i64 = abi.int64Type
+            val ag = MpiDowncalls.ALLGATHER
             withContext(comm.nativeDispatcher) {
                 repeat(5) { round ->
                     val n = System.getenv("PROBE_N")?.toInt() ?: 1_000_000
@@ -59,18 +66,14 @@ object OverheadProbe {
                     t0 = System.nanoTime()
                     for (i in 0 until n) { val rc = critical.invokeExact(inPlace, buf, count, type, sum, world) as Int; check(rc == 0) }
                     val rawCritical = (System.nanoTime() - t0).toDouble() / n
-                    // The consistency check's exchange alone: one 64-byte slot per rank, all-gathered.
-                    val slotSend = java.lang.foreign.Arena.global().allocate(64, 64)
-                    val slots = java.lang.foreign.Arena.global().allocate(64L * comm.worldSize, 64)
-                    val i64 = abi.int64Type
-                    val ag = MpiDowncalls.ALLGATHER
+                    // The consistency check's exchange alone: one slot per rank, all-gathered.
                     t0 = System.nanoTime()
-                    for (i in 0 until n) { val rc = ag.invokeExact(slotSend.address(), 8, i64, slots.address(), 8, i64, world) as Int; check(rc == 0) }
+                    for (i in 0 until n) { val rc = ag.invokeExact(slotSend.address(), slotLongs, i64, slots.address(), slotLongs, i64, world) as Int; check(rc == 0) }
                     val rawSlots = (System.nanoTime() - t0).toDouble() / n
                     // The check's exchange, then the operation: what a checked call too big for a slot costs MPI.
                     t0 = System.nanoTime()
                     for (i in 0 until n) {
-                        val rc1 = ag.invokeExact(slotSend.address(), 8, i64, slots.address(), 8, i64, world) as Int
+                        val rc1 = ag.invokeExact(slotSend.address(), slotLongs, i64, slots.address(), slotLongs, i64, world) as Int
                         val rc2 = h.invokeExact(inPlace, buf, count, type, sum, world) as Int
                         check(rc1 == 0 && rc2 == 0)
                     }
