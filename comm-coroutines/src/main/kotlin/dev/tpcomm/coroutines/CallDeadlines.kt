@@ -75,10 +75,12 @@ internal class CallDeadlines(timeout: Duration) {
             var s = starts[from]
             entries[from] = null; calls[from] = null
             if (!e.inFlight) continue
-            if (expired != null && s == UNSTAMPED) s = now
-            if (expired != null && now - s > limitNanos) {
-                expired += e; expired += c
-                continue
+            if (expired != null) { // a scan: stamp what is new, move out what is past its timeout
+                if (s == UNSTAMPED) s = now
+                if (now - s > limitNanos) {
+                    expired += e; expired += c
+                    continue
+                }
             }
             val to = (head + kept) and mask
             entries[to] = e; calls[to] = c; starts[to] = s
