@@ -188,7 +188,8 @@ public interface Communicator : AutoCloseable {
      * collective: later calls throw [CommunicatorAbortedException]. The barrier's messages travel on a
      * channel of their own that no [recv] matches, `ANY_TAG` and `ANY_SOURCE` included. A [timeout]
      * that is not positive: [IllegalArgumentException], nothing sent. Cancellation as for [recv].
-     * Every message is in the flight record as `monitoredBarrier`. Thread-safe.
+     * The communicators tpcomm creates record it once, as `monitoredBarrier` with its own sequence
+     * number, and issue it in call order as one operation (its messages are its steps). Thread-safe.
      */
     public suspend fun monitoredBarrier(timeout: Duration, waitAllRanks: Boolean = false) {
         MonitoredBarrier.run(this, MonitoredBarrier.taggedChannel(this), timeout, waitAllRanks)
@@ -264,11 +265,30 @@ public interface Communicator : AutoCloseable {
         return split(if (position >= 0) 0 else null, if (position >= 0) position else 0)
     }
 
-    /** Every rank's [value], in rank order, encoded with kotlinx-serialization (never Java serialization). */
+    /**
+     * Every rank's [value], in rank order, encoded with kotlinx-serialization (never Java serialization).
+     *
+     * **One operation.** An object collective is several library calls (the encoded lengths, then
+     * the padded payloads), but to its caller it is one collective: the communicators tpcomm creates
+     * issue it atomically in call order (no call of this rank is issued between its steps, however
+     * the calls are started: back to back with `startCollective`, from Java futures, next to tensor
+     * collectives), record it once under its own name and sequence number (`allGatherObject #12`),
+     * and name it in every exception; a peer that calls a tensor collective at its place fails with
+     * [CollectiveMismatchException] naming both. **Cost** as for [gatherObject], with an all-gather
+     * of the padded encodings. **Failure**: a value a rank cannot encode fails there with the
+     * serializer's exception and on every other rank at once with a [CommunicationException] naming
+     * it, before any payload moves; the communicator stays usable. Cancellation and deadlines as for
+     * a collective (the deadline runs from the call to the end of the last step).
+     */
     public suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
         ObjectProtocol.allGather(this, HostObjectTransport(this), value, serializer)
 
-    /** [root]'s [value] on every rank (encoded with kotlinx-serialization); non-roots may pass null. */
+    /**
+     * [root]'s [value] on every rank (encoded with kotlinx-serialization); non-roots may pass null.
+     * One operation, as [allGatherObject]. A null [value] on [root] is an [IllegalArgumentException]
+     * there and, at once, a [CommunicationException] naming the root on every other rank (the root
+     * announces it in the length exchange; no payload moves; the communicator stays usable).
+     */
     public suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T =
         ObjectProtocol.broadcast(this, HostObjectTransport(this), value, root, serializer)
 

@@ -65,6 +65,25 @@ public enum class CollectiveOp(
      * expects agree with what its peers send ([CollectiveSignature.splitsWord]).
      */
     AllToAllV("allToAllV", hasTensor = true),
+    /**
+     * [dev.tpcomm.Communicator.allGatherObject]. This and the other object operations and
+     * [MonitoredBarrier] are composite: each is several library calls (lengths, then payloads),
+     * issued as one operation; every step carries the composite's signature (no tensor; the step's
+     * index in the extra field), so a step never matches a peer's tensor collective.
+     */
+    AllGatherObject("allGatherObject", hasTensor = false),
+    /** [dev.tpcomm.Communicator.broadcastObject] (composite; see [AllGatherObject]). */
+    BroadcastObject("broadcastObject", hasTensor = false, hasRoot = true),
+    /** [dev.tpcomm.Communicator.gatherObject] (composite; see [AllGatherObject]). */
+    GatherObject("gatherObject", hasTensor = false, hasRoot = true),
+    /** [dev.tpcomm.Communicator.scatterObject] (composite; see [AllGatherObject]). */
+    ScatterObject("scatterObject", hasTensor = false, hasRoot = true),
+    /** [dev.tpcomm.Communicator.sendObject] (composite: the length, then the bytes). */
+    SendObject("sendObject", hasTensor = false, isPointToPoint = true),
+    /** [dev.tpcomm.Communicator.recvObject] (composite: the length, then the bytes). */
+    RecvObject("recvObject", hasTensor = false, isPointToPoint = true),
+    /** [dev.tpcomm.Communicator.monitoredBarrier] (composite: the tokens to rank 0 and its answers). */
+    MonitoredBarrier("monitoredBarrier", hasTensor = false),
     ;
 
     /** One of the uneven collectives (sizes per rank along dim 0): their extra signature word is about sizes. */

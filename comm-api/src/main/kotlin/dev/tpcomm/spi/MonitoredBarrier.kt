@@ -50,10 +50,21 @@ public object MonitoredBarrier {
 
     /** Runs the barrier on [comm] over [channel]. See [Communicator.monitoredBarrier]. */
     public suspend fun run(comm: Communicator, channel: MonitoredBarrierChannel, timeout: Duration, waitAllRanks: Boolean) {
+        checkTimeout(timeout, channel)
+        channel.ensureUsable()
+        if (comm.worldSize == 1) return
+        if (comm.rank == 0) root(comm, channel, timeout, waitAllRanks) else member(comm.rank, channel, timeout)
+    }
+
+    /**
+     * Refuses a [timeout] the barrier cannot keep ([IllegalArgumentException] saying what to pass):
+     * not positive and finite, or not under half of [channel]'s call timeout (the ranks that arrive
+     * wait up to twice it for rank 0's answer). Nothing is sent.
+     */
+    public fun checkTimeout(timeout: Duration, channel: MonitoredBarrierChannel) {
         require(timeout.isPositive() && timeout.isFinite()) {
             "$OPERATION: timeout $timeout must be positive and finite; pass how long rank 0 waits for the other ranks, e.g. 30.seconds"
         }
-        channel.ensureUsable()
         channel.callTimeout?.let { limit ->
             require(timeout * 2 < limit) {
                 "$OPERATION: timeout $timeout must be under half the communicator's timeout ($limit): the ranks that arrive wait up to " +
@@ -61,8 +72,6 @@ public object MonitoredBarrier {
                     "timeout, or create the communicator with a longer CommConfig.timeout"
             }
         }
-        if (comm.worldSize == 1) return
-        if (comm.rank == 0) root(comm, channel, timeout, waitAllRanks) else member(comm.rank, channel, timeout)
     }
 
     /** The tag of [taggedChannel]'s messages: the largest tag every MPI library accepts (`MPI_TAG_UB` is at least 32767). */

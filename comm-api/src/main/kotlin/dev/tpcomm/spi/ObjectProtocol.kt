@@ -36,38 +36,50 @@ public object ObjectProtocol {
     /** The length a root announces when its own arguments were wrong (a scatter's list): its call throws [IllegalArgumentException]. */
     private const val BAD_ARGUMENT: Long = -3L
 
-    private fun errors(comm: Communicator) = CommunicationErrors(comm.rank, comm.backendName)
+    /**
+     * Who names this protocol's failures: [errors] (the communicator's, with its flight recorder's
+     * dump) and [sequence] (the object operation's own number), or a plain builder and no number.
+     */
+    public class Naming(
+        /** The builder of the exceptions. */
+        @JvmField public val errors: CommunicationErrors,
+        /** The operation's sequence number ([CommunicationErrors.NO_SEQUENCE] when it has none). */
+        @JvmField public val sequence: Long,
+    )
+
+    private fun naming(comm: Communicator, naming: Naming?): Naming =
+        naming ?: Naming(CommunicationErrors(comm.rank, comm.backendName), CommunicationErrors.NO_SEQUENCE)
 
     private fun padded(bytes: ByteArray, size: Int): ByteArray = if (bytes.size == size) bytes else bytes.copyOf(size)
 
     /** Refuses a [length] announced by [who] that no encoded value can have. */
-    private fun checkLength(comm: Communicator, operation: String, who: String, length: Long) {
+    private fun checkLength(n: Naming, operation: String, who: String, length: Long) {
         if (length in 0..MAX_LENGTH) return
         if (length == ENCODING_FAILED) {
-            throw errors(comm).failure(operation, -1, "$who could not encode its value (its own exception says why); no value was exchanged")
+            throw n.errors.failure(operation, n.sequence, "$who could not encode its value (its own exception says why); no value was exchanged")
         }
         if (length == BAD_ARGUMENT) {
-            throw errors(comm).failure(operation, -1, "$who passed a wrong argument to $operation (its own IllegalArgumentException says what); no value was exchanged")
+            throw n.errors.failure(operation, n.sequence, "$who passed a wrong argument to $operation (its own IllegalArgumentException says what); no value was exchanged")
         }
-        throw errors(comm).failure(
-            operation, -1,
+        throw n.errors.failure(
+            operation, n.sequence,
             "$who announced a value of $length bytes, which is not in 0..$MAX_LENGTH; " +
                 "every rank must call $operation at this position of its program (a peer called another collective, or runs another version)",
         )
     }
 
-    private fun <T> decode(comm: Communicator, operation: String, who: String, bytes: ByteArray, length: Int, serializer: KSerializer<T>): T = try {
+    private fun <T> decode(n: Naming, operation: String, who: String, bytes: ByteArray, length: Int, serializer: KSerializer<T>): T = try {
         json.decodeFromString(serializer, bytes.decodeToString(0, length))
     } catch (e: SerializationException) {
-        throw errors(comm).failure(
-            operation, -1,
+        throw n.errors.failure(
+            operation, n.sequence,
             "the $length bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}; " +
                 "every rank must pass a value of the same type to $operation",
             e,
         )
     } catch (e: IllegalArgumentException) {
-        throw errors(comm).failure(
-            operation, -1,
+        throw n.errors.failure(
+            operation, n.sequence,
             "the $length bytes $who sent do not decode as ${serializer.descriptor.serialName}: ${e.message}",
             e,
         )
@@ -77,65 +89,77 @@ public object ObjectProtocol {
         runCatching { json.encodeToString(serializer, value).encodeToByteArray() }
 
     /** [Communicator.allGatherObject]. */
-    public suspend fun <T> allGather(comm: Communicator, transport: ObjectTransport, value: T, serializer: KSerializer<T>): List<T> {
+    public suspend fun <T> allGather(comm: Communicator, transport: ObjectTransport, value: T, serializer: KSerializer<T>, naming: Naming? = null): List<T> {
         val op = "allGatherObject"
+        val n = naming(comm, naming)
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
         val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
         encoded.exceptionOrNull()?.let { throw it }
-        for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
+        for (r in lengths.indices) checkLength(n, op, "rank $r", lengths[r])
         val max = lengths.max().toInt()
         val rows = transport.allGather(op, padded(bytes, max))
-        return List(comm.worldSize) { r -> decode(comm, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
+        return List(comm.worldSize) { r -> decode(n, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
     }
 
-    /** [Communicator.broadcastObject]. */
-    public suspend fun <T> broadcast(comm: Communicator, transport: ObjectTransport, value: T?, root: Int, serializer: KSerializer<T>): T {
+    /**
+     * [Communicator.broadcastObject]: the root's length (or a marker when its value is null or cannot
+     * be encoded, so every other rank fails at once naming the root), then the bytes.
+     */
+    public suspend fun <T> broadcast(comm: Communicator, transport: ObjectTransport, value: T?, root: Int, serializer: KSerializer<T>, naming: Naming? = null): T {
         val op = "broadcastObject"
-        require(root in 0 until comm.worldSize) { "broadcastObject: root $root is out of range; use a rank in 0 until ${comm.worldSize}" }
-        if (comm.rank == root) {
-            requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
-        }
+        val n = naming(comm, naming)
+        CollectiveChecks.root(root, comm.worldSize, op)
+        val isRoot = comm.rank == root
+        val badArgument = if (isRoot && value == null) "broadcastObject: the root (rank $root) must pass a value, got null" else null
         @Suppress("UNCHECKED_CAST")
-        val encoded = if (comm.rank == root) encode(value as T, serializer) else Result.success(ByteArray(0))
+        val encoded = if (isRoot && badArgument == null) encode(value as T, serializer) else Result.success(ByteArray(0))
         val bytes = encoded.getOrElse { ByteArray(0) }
-        val announced = transport.broadcastLengths(op, longArrayOf(if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED), root)[0]
+        val mine = when {
+            badArgument != null -> BAD_ARGUMENT
+            encoded.isFailure -> ENCODING_FAILED
+            else -> bytes.size.toLong()
+        }
+        val announced = transport.broadcastLengths(op, longArrayOf(mine), root)[0]
+        badArgument?.let { throw IllegalArgumentException(it) }
         encoded.exceptionOrNull()?.let { throw it }
-        checkLength(comm, op, "the root rank $root", announced)
-        val n = announced.toInt()
-        val payload = transport.broadcast(op, if (comm.rank == root) bytes else ByteArray(n), root)
-        return decode(comm, op, "the root rank $root", payload, n, serializer)
+        checkLength(n, op, "the root rank $root", announced)
+        val length = announced.toInt()
+        val payload = transport.broadcast(op, if (isRoot) bytes else ByteArray(length), root)
+        return decode(n, op, "the root rank $root", payload, length, serializer)
     }
 
     /** [Communicator.gatherObject]: the lengths all-gathered (every rank refuses a bad one alike and knows the padding), then one padded gather. */
-    public suspend fun <T> gather(comm: Communicator, transport: ObjectTransport, value: T, root: Int, serializer: KSerializer<T>): List<T>? {
+    public suspend fun <T> gather(comm: Communicator, transport: ObjectTransport, value: T, root: Int, serializer: KSerializer<T>, naming: Naming? = null): List<T>? {
         val op = "gatherObject"
+        val n = naming(comm, naming)
         CollectiveChecks.root(root, comm.worldSize, op)
         val encoded = encode(value, serializer)
         val bytes = encoded.getOrElse { ByteArray(0) }
         val lengths = transport.allGatherLength(op, if (encoded.isSuccess) bytes.size.toLong() else ENCODING_FAILED)
         encoded.exceptionOrNull()?.let { throw it }
-        for (r in lengths.indices) checkLength(comm, op, "rank $r", lengths[r])
+        for (r in lengths.indices) checkLength(n, op, "rank $r", lengths[r])
         val max = lengths.max().toInt()
         val rows = transport.gather(op, padded(bytes, max), root) ?: return null
-        return List(comm.worldSize) { r -> decode(comm, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
+        return List(comm.worldSize) { r -> decode(n, op, "rank $r", rows[r], lengths[r].toInt(), serializer) }
     }
 
     /** [Communicator.scatterObject]: the root's lengths broadcast (with a marker for a bad argument or a failed encoding), then one padded scatter. */
-    public suspend fun <T> scatter(comm: Communicator, transport: ObjectTransport, values: List<T>?, root: Int, serializer: KSerializer<T>): T {
+    public suspend fun <T> scatter(comm: Communicator, transport: ObjectTransport, values: List<T>?, root: Int, serializer: KSerializer<T>, naming: Naming? = null): T {
         val op = "scatterObject"
-        val n = comm.worldSize
-        CollectiveChecks.root(root, n, op)
+        val n = naming(comm, naming)
+        val size = comm.worldSize
+        CollectiveChecks.root(root, size, op)
         val isRoot = comm.rank == root
         val badArgument: String? = when {
             !isRoot -> null
-            values == null -> "$op: the root (rank $root) must pass a list of $n values, got null"
-            values.size != n -> "$op: the root (rank $root) must pass one value per rank ($n), got ${values.size}"
+            values == null -> "$op: the root (rank $root) must pass a list of $size values, got null"
+            values.size != size -> "$op: the root (rank $root) must pass one value per rank ($size), got ${values.size}"
             else -> null
         }
         val encoded: Result<List<ByteArray>>? =
             if (isRoot && badArgument == null) runCatching { values!!.map { encode(it, serializer).getOrThrow() } } else null
-        val announced = LongArray(n) { r ->
+        val announced = LongArray(size) { r ->
             when {
                 !isRoot -> 0L
                 badArgument != null -> BAD_ARGUMENT
@@ -146,11 +170,11 @@ public object ObjectProtocol {
         val lengths = transport.broadcastLengths(op, announced, root)
         badArgument?.let { throw IllegalArgumentException(it) }
         encoded?.exceptionOrNull()?.let { throw it }
-        for (r in lengths.indices) checkLength(comm, op, "the root rank $root", lengths[r])
+        for (r in lengths.indices) checkLength(n, op, "the root rank $root", lengths[r])
         val max = lengths.max().toInt()
         val rows = encoded?.getOrThrow()?.map { padded(it, max) }
         val mine = transport.scatter(op, rows, max, root)
-        return decode(comm, op, "the root rank $root", mine, lengths[comm.rank].toInt(), serializer)
+        return decode(n, op, "the root rank $root", mine, lengths[comm.rank].toInt(), serializer)
     }
 
     /**
@@ -160,6 +184,7 @@ public object ObjectProtocol {
      */
     public suspend fun <T> send(
         comm: Communicator, transport: ObjectTransport, validator: CollectiveValidator, value: T, dst: Int, tag: Int, serializer: KSerializer<T>,
+        naming: Naming? = null,
     ) {
         val op = "sendObject"
         validator.sendObject(dst, tag)
@@ -176,14 +201,16 @@ public object ObjectProtocol {
      */
     public suspend fun <T> recv(
         comm: Communicator, transport: ObjectTransport, validator: CollectiveValidator, src: Int, tag: Int, serializer: KSerializer<T>,
+        naming: Naming? = null,
     ): T {
         val op = "recvObject"
+        val n = naming(comm, naming)
         validator.recvObject(src, tag)
         val (announced, info) = transport.recvLength(op, src, tag)
         val who = "rank ${info.source}"
-        checkLength(comm, op, who, announced)
+        checkLength(n, op, who, announced)
         // The payload follows its length from the same rank with the same tag (per-pair, per-tag order).
         val (payload, _) = transport.recv(op, announced.toInt(), info.source, info.tag)
-        return decode(comm, op, who, payload, announced.toInt(), serializer)
+        return decode(n, op, who, payload, announced.toInt(), serializer)
     }
 }

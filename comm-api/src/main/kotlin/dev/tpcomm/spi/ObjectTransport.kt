@@ -46,4 +46,15 @@ public interface ObjectTransport {
 
     /** Receives a message of exactly [size] bytes from [src] (or [Communicator.ANY_SOURCE]) with [tag] (or [Communicator.ANY_TAG]). */
     public suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo>
+
+    /** Factories. */
+    public companion object {
+        /**
+         * The transport of a backend whose collectives take host tensors: `Int64` lengths and `UInt8`
+         * bytes in host memory through [comm]'s own operations (the local and MPI backends, and the
+         * interface defaults of [dev.tpcomm.Communicator]).
+         */
+        @JvmStatic
+        public fun host(comm: dev.tpcomm.Communicator): ObjectTransport = dev.tpcomm.HostObjectTransport(comm)
+    }
 }

@@ -13,10 +13,20 @@ import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.spi.MonitoredBarrier
+import dev.tpcomm.spi.MonitoredBarrierChannel
+import dev.tpcomm.spi.ObjectProtocol
+import dev.tpcomm.spi.ObjectTransport
 import dev.tpcomm.spi.PointToPointBatch
+import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
+import kotlinx.coroutines.suspendCancellableCoroutine
+import kotlinx.coroutines.withContext
+import kotlinx.serialization.KSerializer
+import kotlin.coroutines.AbstractCoroutineContextElement
+import kotlin.coroutines.CoroutineContext
 
 /**
  * The front of a communicator: the one place that owns, in one order, what every operation does
@@ -81,6 +91,19 @@ public abstract class CommunicatorFront(
     /** The operations in flight, timed from their call (guarded by [issueLock]). */
     private val deadlines = CallDeadlines(timeout)
 
+    /** How long any operation may take (messages of composite operations' deadlines). */
+    private val callTimeout: kotlin.time.Duration = timeout
+
+    /**
+     * Who numbers the next collective when it is not anyone's: a [Composite] issuing its steps, or a
+     * [TurnWaiter] it was handed to; null when free (guarded by [issueLock]). While it is held, other
+     * callers wait in [turnQueue], in call order.
+     */
+    private var turn: Any? = null
+
+    /** The callers waiting for the issue turn, first come first served (guarded by [issueLock]). */
+    private val turnQueue = ArrayDeque<TurnWaiter>()
+
     /** What the watchdog calls; a field, so that it lives as long as this communicator (the registration is weak). */
     private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { _ -> scanDeadlines() }
 
@@ -117,6 +140,13 @@ public abstract class CommunicatorFront(
         @JvmField public val outputSizes: List<Int>?,
         /** split: `[has color, color, key]`; group: the ranks; null otherwise. */
         @JvmField public val extra: Any?,
+        /**
+         * The operation the user called: [op] itself, or the composite operation (an object
+         * collective, say) this call is step [step] of. Names the call and goes into its signature.
+         */
+        @JvmField public val signatureOp: CollectiveOp = op,
+        /** The step's index within its composite operation, from 1 (0: not a step). */
+        @JvmField public val step: Int = 0,
     ) {
         /**
          * The tensor the result goes to (the input for in-place calls; null where none). For an
@@ -131,8 +161,8 @@ public abstract class CommunicatorFront(
         /** The caller's coroutine context (its `withTimeout`, its `Overlapping` marker, its job). */
         @JvmField public var context: kotlin.coroutines.CoroutineContext = kotlin.coroutines.EmptyCoroutineContext
 
-        /** The name users and the flight recorder see. */
-        public val name: String get() = op.apiName
+        /** The name users and the flight recorder see (a composite's steps: the composite's). */
+        public val name: String get() = signatureOp.apiName
 
         /**
          * Writes this call's signature ([CollectiveSignature.SIZE] longs) into [dst] at [at]: the
@@ -142,6 +172,11 @@ public abstract class CommunicatorFront(
          * extra word with [setSplitsWord] once it knows what its peers send it.
          */
         public fun encodeSignature(dst: LongArray, at: Int) {
+            if (step != 0) {
+                // A composite's step: the composite's operation, no tensor (its lengths differ per call), the step's index.
+                CollectiveSignature.encode(dst, at, signatureOp, null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
+                return
+            }
             when (op) {
                 CollectiveOp.AllGatherV -> CollectiveSignature.encodeShape(
                     dst, at, op, input!!.dtype, output!!.shape, extra = CollectiveSignature.sizesDigest(sizes!!),
@@ -259,7 +294,8 @@ public abstract class CommunicatorFront(
             // A call that ended since it was collected (outside the lock) is not aborted.
             if (!entry.inFlight) { i += 2; continue }
             try {
-                deadlinePassed(entry, expired[i + 1] as Call?)
+                val target = expired[i + 1]
+                if (target is Composite) compositeDeadline(entry, target) else deadlinePassed(entry, target as Call?)
             } catch (t: Throwable) {
                 // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
                 entry.fail(t)
@@ -443,7 +479,18 @@ public abstract class CommunicatorFront(
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         val context = currentCoroutineContext()
         context.ensureActive()
-        val call = begin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+        val call = tryBegin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context)
+            ?: return collectiveInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context, ret)
+        call.context = context
+        return issueBegun(call, ret)
+    }
+
+    /** [collective] of a caller that must first wait for the issue turn (a composite operation is issuing). */
+    private suspend fun <T> collectiveInTurn(
+        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext, ret: T,
+    ): T {
+        val call = beginInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
         return issueBegun(call, ret)
     }
@@ -460,7 +507,8 @@ public abstract class CommunicatorFront(
     ): Tensor {
         val context = currentCoroutineContext()
         context.ensureActive()
-        val call = begin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null)
+        val call = tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
+            ?: beginInTurn(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null)
         call.context = context
         val output = try {
             allocate(call, input.dtype, shape)
@@ -511,25 +559,69 @@ public abstract class CommunicatorFront(
         }
     }
 
-    private fun begin(
+    /**
+     * Numbers, records and times a collective under the issue lock, or returns null when the caller
+     * must first wait for the issue turn ([beginInTurn]): another caller's composite operation holds
+     * it. A step of the composite that holds it ([context] carries it) is numbered at once.
+     */
+    private fun tryBegin(
+        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext,
+    ): Call? {
+        synchronized(issueLock) {
+            val holder = turn ?: return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null)
+            val composite = context[Composite]
+            if (composite == null || holder !== composite) return null
+            return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite)
+        }
+    }
+
+    /** Waits for the issue turn, numbers the call in it, and passes the turn on. */
+    private suspend fun beginInTurn(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
     ): Call {
-        val name = op.apiName
-        synchronized(issueLock) {
-            val entry = recorder.start(
-                name, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
+        val w = awaitTurn()
+        try {
+            return synchronized(issueLock) { number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null) }
+        } finally {
+            passTurn(w)
+        }
+    }
+
+    /**
+     * Under the issue lock: records the call (a step of [composite] under its record), refuses it
+     * when the communicator is unusable, numbers it and starts its deadline (a step's is its
+     * composite's).
+     */
+    private fun number(
+        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: Composite?,
+    ): Call {
+        val entry = if (composite != null) {
+            recorder.step(composite.entry, queued = queuesCalls)
+        } else {
+            recorder.start(
+                op.apiName, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
                 root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
                 dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = queuesCalls,
             )
-            refusal(name, collective = true)?.let { f ->
-                val e = exceptionOf(f, name, entry.sequence)
-                entry.fail(e); throw e
-            }
+        }
+        val name = entry.operation
+        refusal(name, collective = true)?.let { f ->
+            val e = exceptionOf(f, name, entry.sequence)
+            entry.fail(e); throw e
+        }
+        if (composite == null) {
             val call = Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
             deadlines.track(entry, call)
             return call
         }
+        composite.expired?.let { e -> entry.fail(e); throw e }
+        val call = Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
+        composite.stepEntry = entry
+        composite.stepCall = call
+        return call
     }
 
     /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
@@ -623,32 +715,270 @@ public abstract class CommunicatorFront(
 
     /**
      * Records a point-to-point call (or a backend's own message, such as a monitored barrier's) and
-     * refuses it when the communicator is unusable. Its outcome is the caller's to record.
+     * refuses it when the communicator is unusable. Its outcome is the caller's to record. Within a
+     * composite operation of this communicator (an object message, a monitored barrier), the
+     * message is recorded as a step of it, under its name and number.
      */
-    protected fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
-        refusal(name, collective = false)?.let { f ->
-            val e = exceptionOf(f, name, entry.sequence)
-            entry.fail(e); throw e
+    protected suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
+        val composite = currentCoroutineContext()[Composite]?.takeIf { it.front === this }
+        synchronized(issueLock) {
+            if (composite != null) return step(composite, collective = false)
+            val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
+            refusal(name, collective = false)?.let { f ->
+                val e = exceptionOf(f, name, entry.sequence)
+                entry.fail(e); throw e
+            }
+            deadlines.track(entry, null)
+            return entry
         }
-        synchronized(issueLock) { deadlines.track(entry, null) }
-        return entry
     }
 
     /**
      * Records a collective the backend runs itself, outside [issue] (its staged object collectives,
      * say): as [beginPointToPoint], with [root] (or [FlightRecorder.NONE]) and a collective sequence
-     * number, refused when the communicator cannot start a collective. Its outcome is the caller's to
-     * record ([recorded]).
+     * number, refused when the communicator cannot start a collective, and numbered in call order
+     * with the front's own collectives (it waits for the issue turn as they do). Within a composite
+     * operation of this communicator it is a step of it. Its outcome is the caller's to record ([recorded]).
      */
-    protected fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
-        val entry = synchronized(issueLock) { recorder.start(name, root = root, queued = queuesCalls) }
+    protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
+        val composite = currentCoroutineContext()[Composite]?.takeIf { it.front === this }
+        synchronized(issueLock) {
+            if (composite != null && turn === composite) return step(composite, collective = true)
+            if (turn == null) return startOwn(name, root)
+        }
+        val w = awaitTurn()
+        try {
+            return synchronized(issueLock) { startOwn(name, root) }
+        } finally {
+            passTurn(w)
+        }
+    }
+
+    /** Under the issue lock: [beginOwnCollective]'s record, refusal and deadline. */
+    private fun startOwn(name: String, root: Int): FlightRecorder.Entry {
+        val entry = recorder.start(name, root = root, queued = queuesCalls)
         refusal(name, collective = true)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
-        synchronized(issueLock) { deadlines.track(entry, null) }
+        deadlines.track(entry, null)
         return entry
+    }
+
+    /** Under the issue lock: a backend's own step of [composite] (a staged collective or a message), recorded under it. */
+    private fun step(composite: Composite, collective: Boolean): FlightRecorder.Entry {
+        val entry = recorder.step(composite.entry, queued = queuesCalls)
+        val name = entry.operation
+        refusal(name, collective)?.let { f ->
+            val e = exceptionOf(f, name, entry.sequence)
+            entry.fail(e); throw e
+        }
+        composite.expired?.let { e -> entry.fail(e); throw e }
+        composite.steps++
+        composite.stepEntry = entry
+        composite.stepCall = null
+        return entry
+    }
+
+    // ------------------------------------------------------------------ composite operations
+
+    /**
+     * A composite operation in progress on the current coroutine (an object collective, a monitored
+     * barrier): the user's one operation, recorded as [entry] with its own sequence number, made of
+     * steps the backend issues one after another. The steps are recorded under [entry] (their
+     * exceptions name the composite), their signatures carry [op], and the composite's deadline, from
+     * its call, ends whichever step is in flight.
+     */
+    private class Composite(
+        @JvmField val front: CommunicatorFront,
+        @JvmField val op: CollectiveOp,
+        @JvmField val entry: FlightRecorder.Entry,
+        @JvmField val naming: ObjectProtocol.Naming,
+    ) : AbstractCoroutineContextElement(Composite) {
+        companion object Key : CoroutineContext.Key<Composite>
+
+        /** Steps numbered so far (guarded by the front's issue lock). */
+        var steps = 0
+
+        /** The latest step's record and call (null for a backend's own step): what the composite's deadline ends. */
+        @Volatile var stepEntry: FlightRecorder.Entry? = null
+        @Volatile var stepCall: Call? = null
+
+        /** Set once the composite's deadline passed between steps: a later step is refused with it. */
+        @Volatile var expired: CommunicationException? = null
+
+        override fun toString(): String = "Composite(${op.apiName} #${entry.sequence})"
+    }
+
+    /** A caller waiting for the issue turn. Its fields are guarded by the front's issue lock. */
+    private class TurnWaiter {
+        var granted = false
+        var cont: CancellableContinuation<Unit>? = null
+    }
+
+    /**
+     * Runs [block], the steps of the composite operation [op], as one operation: recorded once (with
+     * [root], or [peer] and [tag] for a point-to-point one), refused when the communicator is
+     * unusable, timed from now, and (a collective one) holding the issue turn until it ends, so that
+     * no other call of this communicator on this rank is numbered between its steps: issue order is
+     * call order for composites too, however the calls are started. Completes or fails its record.
+     */
+    private suspend fun <R> composite(
+        op: CollectiveOp, root: Int = FlightRecorder.NONE, peer: Int = FlightRecorder.NONE, tag: Int = FlightRecorder.NONE,
+        block: suspend (Composite) -> R,
+    ): R {
+        val context = currentCoroutineContext()
+        context.ensureActive()
+        val collective = !op.isPointToPoint
+        val c = if (!collective) {
+            synchronized(issueLock) { startComposite(op, root, peer, tag, null) }
+        } else {
+            synchronized(issueLock) { if (turn == null) startComposite(op, root, peer, tag, null) else null }
+                ?: awaitTurn().let { w ->
+                    try {
+                        synchronized(issueLock) { startComposite(op, root, peer, tag, w) }
+                    } catch (t: Throwable) {
+                        passTurn(w); throw t
+                    }
+                }
+        }
+        try {
+            val r = withContext(c) { block(c) }
+            c.entry.complete()
+            return r
+        } catch (t: Throwable) {
+            throw failure(c.entry, t)
+        } finally {
+            if (collective) passTurn(c)
+        }
+    }
+
+    /**
+     * Under the issue lock: records a composite, refuses it when unusable, takes the issue turn (a
+     * collective one; from [waiter] when it waited for it) and starts its deadline.
+     */
+    private fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: TurnWaiter?): Composite {
+        val name = op.apiName
+        val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = queuesCalls)
+        refusal(name, collective = !op.isPointToPoint)?.let { f ->
+            val e = exceptionOf(f, name, entry.sequence)
+            entry.fail(e); throw e
+        }
+        val c = Composite(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence))
+        if (!op.isPointToPoint) {
+            check(turn === waiter) { "the issue turn of $backendName rank $rank is held by ${turn}, not by the caller of $name" }
+            turn = c
+        }
+        deadlines.track(entry, c)
+        return c
+    }
+
+    /** Waits (cancellably) until the issue turn is this caller's; the caller then passes it on with [passTurn]. */
+    private suspend fun awaitTurn(): TurnWaiter {
+        val w = TurnWaiter()
+        synchronized(issueLock) {
+            if (turn == null) { turn = w; return w }
+            turnQueue.addLast(w)
+        }
+        suspendCancellableCoroutine<Unit> { cont ->
+            // Not yet given the turn: leave the queue. Given it: the resumption's handler passes it on.
+            cont.invokeOnCancellation { synchronized(issueLock) { if (!w.granted) turnQueue.remove(w) } }
+            val granted = synchronized(issueLock) { if (!w.granted) w.cont = cont; w.granted }
+            if (granted) cont.resume(Unit) { _, _, _ -> passTurn(w) }
+        }
+        return w
+    }
+
+    /** Passes the issue turn from [holder] to the first waiter, or frees it; nothing when [holder] does not hold it. */
+    private fun passTurn(holder: Any) {
+        val next: TurnWaiter
+        val cont: CancellableContinuation<Unit>
+        synchronized(issueLock) {
+            if (turn !== holder) return
+            val first = turnQueue.removeFirstOrNull()
+            turn = first
+            if (first == null) return
+            first.granted = true
+            next = first
+            cont = first.cont ?: return // it has not suspended yet: it finds itself granted
+        }
+        cont.resume(Unit) { _, _, _ -> passTurn(next) }
+    }
+
+    /**
+     * The deadline of composite [c] (recorded as [entry]) passed: its step in flight ends as any
+     * operation does at its deadline ([deadlinePassed]); between steps, the next step is refused
+     * with the timeout and the backend ends what it must.
+     */
+    private fun compositeDeadline(entry: FlightRecorder.Entry, c: Composite) {
+        val step = c.stepEntry
+        if (step != null && step.inFlight) {
+            deadlinePassed(step, c.stepCall)
+            return
+        }
+        c.expired = errors.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
+        deadlinePassed(entry, null)
+    }
+
+    /**
+     * How this backend moves the object operations' bytes: by default host tensors through its own
+     * collectives and messages ([ObjectTransport.host]); a backend that refuses host tensors stages
+     * them (the GPU engine). Its operations run as steps of the object operation.
+     */
+    protected open val objectTransport: ObjectTransport get() = ObjectTransport.host(this)
+
+    /**
+     * The channel of this backend's [monitoredBarrier] messages: one no user receive can match, with
+     * the backend's abort. By default none: the front then uses [MonitoredBarrier.taggedChannel].
+     */
+    protected open val monitoredBarrierChannel: MonitoredBarrierChannel? get() = null
+
+    /**
+     * One operation, as the user called it: recorded once, issued in call order (its length exchange and
+     * payload are steps that no other call of this rank interleaves with), failing with exceptions
+     * that name it and its sequence number. See [Communicator.allGatherObject].
+     */
+    final override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
+        composite(CollectiveOp.AllGatherObject) { c -> ObjectProtocol.allGather(this, objectTransport, value, serializer, c.naming) }
+
+    /** As [allGatherObject]; a null [value] on the root fails there and names the root on every other rank at once. */
+    final override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.BroadcastObject.apiName)
+        return composite(CollectiveOp.BroadcastObject, root) { c -> ObjectProtocol.broadcast(this, objectTransport, value, root, serializer, c.naming) }
+    }
+
+    /** As [allGatherObject]. */
+    final override suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.GatherObject.apiName)
+        return composite(CollectiveOp.GatherObject, root) { c -> ObjectProtocol.gather(this, objectTransport, value, root, serializer, c.naming) }
+    }
+
+    /** As [allGatherObject]. */
+    final override suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.ScatterObject.apiName)
+        return composite(CollectiveOp.ScatterObject, root) { c -> ObjectProtocol.scatter(this, objectTransport, values, root, serializer, c.naming) }
+    }
+
+    /** One point-to-point operation of two messages (length, bytes), recorded once; see [Communicator.sendObject]. */
+    final override suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
+        validator.sendObject(dst, tag)
+        composite(CollectiveOp.SendObject, peer = dst, tag = tag) { c -> ObjectProtocol.send(this, objectTransport, validator, value, dst, tag, serializer, c.naming) }
+    }
+
+    /** One point-to-point operation of two messages (length, bytes), recorded once; see [Communicator.recvObject]. */
+    final override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T {
+        validator.recvObject(src, tag)
+        return composite(CollectiveOp.RecvObject, peer = src, tag = tag) { c -> ObjectProtocol.recv(this, objectTransport, validator, src, tag, serializer, c.naming) }
+    }
+
+    /**
+     * One collective operation over the backend's [monitoredBarrierChannel], recorded once as
+     * `monitoredBarrier` and issued in call order; see [Communicator.monitoredBarrier].
+     */
+    final override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
+        val channel = monitoredBarrierChannel ?: MonitoredBarrier.taggedChannel(this)
+        MonitoredBarrier.checkTimeout(timeout, channel)
+        composite(CollectiveOp.MonitoredBarrier) { MonitoredBarrier.run(this, channel, timeout, waitAllRanks) }
     }
 
     public companion object {

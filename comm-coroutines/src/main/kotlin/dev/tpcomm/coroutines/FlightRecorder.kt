@@ -164,6 +164,13 @@ public class FlightRecorder(
         private val queuedNanos: Long,
         queued: Boolean,
         @JvmField internal val event: FlightEvents.OperationEvent?,
+        /**
+         * The composite operation this entry is one step of (an object collective's length exchange,
+         * say), or null. A step is not kept in the ring and has its parent's sequence numbers and
+         * name: [begin] begins the parent too, [fail] fails it, and [complete] finishes only the step
+         * (the parent completes when the whole operation does).
+         */
+        @JvmField internal val parent: Entry? = null,
     ) {
         // The state is published with a release store after endNanos and error and read with an
         // acquire load before them: ordered without a full fence on the recording thread. The field
@@ -187,6 +194,7 @@ public class FlightRecorder(
 
         /** Marks a queued operation started, reading the clock (a started one is left as it is). Never throws. */
         public fun begin() {
+            parent?.begin()
             if (STATE.getAcquire(this) as Int != QUEUED) return
             startNanos = clock.nanoTime()
             STATE.setRelease(this, STARTED)
@@ -206,6 +214,12 @@ public class FlightRecorder(
             if (STATE.getAcquire(this) as Int > QUEUED) return
             error = cause.toString()
             val code = outcomeCode(cause)
+            val p = parent
+            if (p != null) {
+                finish(code)
+                p.fail(cause)
+                return
+            }
             if (finish(code)) failed(cause, OUTCOMES[code - COMPLETED])
         }
 
@@ -223,6 +237,7 @@ public class FlightRecorder(
         internal fun peer(): Int = peer
         internal fun tag(): Int = tag
         internal fun reduceOpOrNull(): ReduceOp? = reduceOp
+        internal fun dimOrNone(): Int = dim
 
         /** The copy as of [now] (`System.nanoTime`) and [nowMicros] (wall clock), read once per dump. */
         internal fun snapshot(now: Long, nowMicros: Long): FlightRecord {
@@ -310,6 +325,16 @@ public class FlightRecorder(
         }
         return e
     }
+
+    /**
+     * A step of the composite operation recorded as [parent] (see [Entry.parent]): an entry with
+     * [parent]'s numbers, name and arguments that the ring does not keep, so that the flight record
+     * shows the operation the user called, once. Never blocks; never throws.
+     */
+    public fun step(parent: Entry, queued: Boolean = false): Entry = Entry(
+        parent.sequence, parent.collectiveSequence, parent.operation, parent.dtypeOrNull(), parent.shapeOrNull(), parent.bytes(),
+        parent.root(), parent.peer(), parent.tag(), parent.dimOrNone(), parent.reduceOpOrNull(), clock.nanoTime(), queued, null, parent,
+    )
 
     /** The sequence number the next [start] will assign. */
     public val nextSequenceNumber: Long get() = sequences.get()

@@ -517,50 +517,26 @@ public class NcclCommunicator internal constructor(
     }
 
     /**
-     * Every rank's [value] in rank order. Objects live on the host, so the common protocol
-     * ([ObjectProtocol]: lengths first, checked, then the padded payloads) moves their JSON bytes
-     * through temporary device buffers on this communicator's stream ([objects]: the only host
-     * staging this class does).
+     * The object operations' bytes (the front runs them, [ObjectProtocol]: lengths first, checked,
+     * then the padded payloads): their JSON bytes move through temporary device buffers on this
+     * communicator's stream ([objects]: the only host staging this class does). A gather and a
+     * scatter are a grouped `ncclSend`/`ncclRecv` of the padded bytes; an object message is two
+     * messages, length then bytes, each staged and sent in a group of its own: unlike [send], each
+     * completes only when its peer receives it and holds this device's thread meanwhile, so order
+     * object exchanges between two ranks (one sends first, the other receives first); tag 0 only, no
+     * `ANY_SOURCE`.
      */
-    override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
-        ObjectProtocol.allGather(this, objects, value, serializer)
-
-    /** [root]'s [value] on every rank, moved as for [allGatherObject]. */
-    override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T =
-        ObjectProtocol.broadcast(this, objects, value, root, serializer)
-
-    /** On [root], every rank's [value]; moved as for [allGatherObject] (a grouped ncclSend/ncclRecv gather of the padded bytes). */
-    override suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? =
-        ObjectProtocol.gather(this, objects, value, root, serializer)
-
-    /** Element `rank` of [root]'s [values]; moved as for [allGatherObject] (a grouped ncclSend/ncclRecv scatter of the padded bytes). */
-    override suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T =
-        ObjectProtocol.scatter(this, objects, values, root, serializer)
+    override val objectTransport: ObjectTransport get() = objects
 
     /**
-     * Sends [value] to [dst] (tag 0 only) as two messages, length then bytes, each staged through a
-     * device buffer and sent in a group of its own: unlike [send], each message completes only
-     * when [dst] receives it and holds this device's thread meanwhile, so order object exchanges
-     * between two ranks (one sends first, the other receives first).
+     * The monitored barrier's channel: the staged object messages ([objects]' `sendLength`/`recvLength`,
+     * tag 0, recorded under the front's `monitoredBarrier`). NCCL matches messages between two ranks by
+     * issue order only and has no wildcards, so no user receive can take them out of order. A receive
+     * holds the device's thread until it matched, so rank 0 receives in rank order, names the first
+     * missing rank, and aborts (`ncclCommAbort`) before it could answer the others: they fail through
+     * NCCL or their own deadline.
      */
-    override suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
-        ObjectProtocol.send(this, objects, validator, value, dst, tag, serializer)
-    }
-
-    /** Receives what [sendObject] sent from [src] (tag 0 or ANY_TAG; no ANY_SOURCE); see there. */
-    override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
-        ObjectProtocol.recv(this, objects, validator, src, tag, serializer)
-
-    /**
-     * The core's [MonitoredBarrier] over the staged object messages ([objects]' `sendLength`/`recvLength`,
-     * tag 0, recorded as `monitoredBarrier`). NCCL matches messages between two ranks by issue order only
-     * and has no wildcards, so no user receive can take them out of order. A receive holds the device's
-     * thread until it matched, so rank 0 receives in rank order, names the first missing rank, and aborts
-     * (`ncclCommAbort`) before it could answer the others: they fail through NCCL or their own deadline.
-     */
-    override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
-        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
-    }
+    override val monitoredBarrierChannel: MonitoredBarrierChannel get() = control
 
     private val control = object : MonitoredBarrierChannel {
         override val errors: CommunicationErrors get() = this@NcclCommunicator.errors

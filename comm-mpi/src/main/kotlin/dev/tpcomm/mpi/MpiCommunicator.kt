@@ -864,10 +864,8 @@ public class MpiCommunicator internal constructor(
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
-    /** The core's [MonitoredBarrier] over [control]. */
-    override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
-        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
-    }
+    /** The front's [monitoredBarrier] runs the core's [MonitoredBarrier] over [control]. */
+    override val monitoredBarrierChannel: MonitoredBarrierChannel get() = control
 
     /**
      * The monitored barrier's messages: one `Int64` with tag [CONTROL_TAG] on [controlHandle], the

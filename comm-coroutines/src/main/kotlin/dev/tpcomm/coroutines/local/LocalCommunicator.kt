@@ -136,10 +136,8 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
 
     // ---------------------------------------------------------------- collectives
 
-    /** The core's [MonitoredBarrier] over [control]. */
-    override suspend fun monitoredBarrier(timeout: Duration, waitAllRanks: Boolean) {
-        MonitoredBarrier.run(this, control, timeout, waitAllRanks)
-    }
+    /** The front's [monitoredBarrier] runs the core's [MonitoredBarrier] over [control]. */
+    override val monitoredBarrierChannel: MonitoredBarrierChannel get() = control
 
     /**
      * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
