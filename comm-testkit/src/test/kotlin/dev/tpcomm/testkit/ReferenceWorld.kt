@@ -22,6 +22,8 @@ import kotlinx.coroutines.flow.MutableStateFlow
 import kotlinx.coroutines.flow.first
 import kotlinx.coroutines.supervisorScope
 import kotlinx.coroutines.withTimeoutOrNull
+import kotlinx.serialization.KSerializer
+import kotlinx.serialization.json.Json
 import java.lang.foreign.MemorySegment
 import java.util.concurrent.atomic.AtomicLong
 
@@ -235,6 +237,11 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                 }
             }
             "barrier" -> List(n) { Unit }
+            // The object collectives are one collective here: each rank passes its JSON (a root null when its argument was wrong).
+            "allGatherObject" -> List(n) { List(n) { r -> arg<String>(r, 0) } }
+            "broadcastObject" -> { val root = arg<Int>(0, 1); List(n) { arg<String?>(root, 0) } }
+            "gatherObject" -> { val root = arg<Int>(0, 1); List(n) { r -> if (r == root) List(n) { arg<String>(it, 0) } else null } }
+            "scatterObject" -> { val root = arg<Int>(0, 1); val rows = arg<List<String>?>(root, 0); List(n) { r -> rows?.get(r) } }
             "split" -> {
                 val out = arrayOfNulls<Communicator>(n)
                 val byColor = (0 until n).filter { arg<Int?>(it, 0) != null }.groupBy { arg<Int>(it, 0) }
@@ -426,6 +433,45 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     override suspend fun split(color: Int?, key: Int): Communicator? {
         validator.split(color)
         return call("split", emptyMap(), color, key) as Communicator?
+    }
+
+    // The object collectives, each one collective of this world (so issued atomically, in call order).
+
+    private val json = Json { encodeDefaults = true }
+
+    private fun rootFailed(operation: String, root: Int): Nothing = throw dev.tpcomm.CommunicationException(
+        "the root rank $root passed a wrong argument to $operation; no value was exchanged", rank, ReferenceWorld.BACKEND, operation, collectiveSequence.get(),
+    )
+
+    override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> {
+        @Suppress("UNCHECKED_CAST")
+        val all = call("allGatherObject", emptyMap(), json.encodeToString(serializer, value)) as List<String>
+        return all.map { json.decodeFromString(serializer, it) }
+    }
+
+    override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, "broadcastObject")
+        val mine = if (rank == root && value != null) json.encodeToString(serializer, value) else null
+        val got = call("broadcastObject", mapOf("root" to root), mine, root) as String?
+        if (rank == root) requireNotNull(value) { "broadcastObject: the root (rank $root) must pass a value, got null" }
+        return json.decodeFromString(serializer, got ?: rootFailed("broadcastObject", root))
+    }
+
+    override suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, "gatherObject")
+        @Suppress("UNCHECKED_CAST")
+        val all = call("gatherObject", mapOf("root" to root), json.encodeToString(serializer, value), root) as List<String>?
+        return all?.map { json.decodeFromString(serializer, it) }
+    }
+
+    override suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T {
+        dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, "scatterObject")
+        val rows = if (rank == root && values != null && values.size == worldSize) values.map { json.encodeToString(serializer, it) } else null
+        val mine = call("scatterObject", mapOf("root" to root), rows, root) as String?
+        if (rank == root) {
+            require(values != null && values.size == worldSize) { "scatterObject: the root (rank $root) must pass one value per rank ($worldSize), got ${values?.size}" }
+        }
+        return json.decodeFromString(serializer, mine ?: rootFailed("scatterObject", root))
     }
 
     /** The core's protocol over this world's mailboxes, on tag -2, which `ANY_TAG` never matches. */
