@@ -19,11 +19,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 echo "JDK: $JAVA_HOME"
+# verify also checks the public API of every published module against its checked-in dump
+# (<module>/api/<module>.api; scripts/api-check.sh, run by the parent POM's api-check profile).
 ./mvnw -B -ntp verify "$@"
-
-# The public API of every published module against its checked-in dump (<module>/api/<module>.api).
-echo "== public API"
-scripts/api-check.sh
 
 # What comm-testkit puts on a user's test classpath: a user's project with Kotest's runner 6.2.4
 # runs the README's forAllWorlds example against the built jars, and the kit brings nothing Kotest's
