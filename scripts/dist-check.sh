@@ -2,7 +2,8 @@
 # Checks the binary distribution and the GPU bundle the way a user on a node would use them
 # (called by scripts/test.sh; about 2-4 minutes on 2 cores):
 #   1. scripts/dist.sh, unpacked into a temporary folder and run from there (not from the
-#      repository): bin/tpcomm-check --backend local (worlds of 1 and 2) and --backend mpi --world 2
+#      repository): the host-side modules' jars in lib/ (comm-java-interop and comm-djl included,
+#      their classes loading from lib/* alone), bin/tpcomm-check --backend local (worlds of 1 and 2) and --backend mpi --world 2
 #      (every case, Open MPI and MPICH), bin/tpcomm-bench under mpirun (2 processes, Open MPI,
 #      small sizes, a few iterations), bin/tpcomm-demo --help, an unknown backend refused by each
 #      launcher (one line, exit 2) and each launcher's --help naming it;
@@ -42,6 +43,25 @@ mkdir -p "$work/node" && tar -C "$work/node" -xzf "$archive"
 home=$(echo "$work"/node/tpcomm-*)
 for f in bin/tpcomm-bench bin/tpcomm-demo bin/tpcomm-check README.md LICENSE; do [ -e "$home/$f" ] || fail "the archive has no $f"; done
 ls "$home"/lib/comm-*.jar >/dev/null || fail "the archive has no tpcomm jars in lib/"
+# The distribution's README tells users to run their own programs with -cp 'lib/*': the jars of
+# the host-side modules must be there (the GPU backends, with their CUDA presets, are the GPU
+# bundle's, scripts/gpu-bundle.sh), and the Java facade's and comm-djl's classes (with DJL's
+# API they need) must load from lib/* alone.
+version=$(basename "$home"); version=${version#tpcomm-}
+for m in comm-api comm-coroutines comm-mpi comm-testkit comm-java-interop comm-djl; do
+  [ -f "$home/lib/$m-$version.jar" ] || fail "the archive's lib/ has no $m-$version.jar (its README says to use lib/*)"
+done
+cat >"$work/LibCheck.java" <<'EOF_JAVA'
+public class LibCheck {
+    public static void main(String[] args) throws Exception {
+        for (String c : new String[] {"dev.tpcomm.java.JavaComm", "dev.tpcomm.java.OperationQueue", "dev.tpcomm.djl.DataParallel", "ai.djl.ndarray.NDArray"}) {
+            Class.forName(c, false, LibCheck.class.getClassLoader());
+        }
+        System.out.println("lib/* loads the Java facade and comm-djl");
+    }
+}
+EOF_JAVA
+java -cp "$home/lib/*" "$work/LibCheck.java" || fail "the Java facade's or comm-djl's classes do not load from the archive's lib/*"
 
 cd "$work"   # run as a user would: not from the repository
 echo "-- bin/tpcomm-check --backend local --world 1,2"
