@@ -4,7 +4,7 @@
 #   1. scripts/dist.sh, unpacked into a temporary folder and run from there (not from the
 #      repository): the host-side modules' jars in lib/ (comm-java-interop and comm-djl included,
 #      their classes loading from lib/* alone), bin/tpcomm-check --backend local (worlds of 1 and 2) and --backend mpi --world 2
-#      (every case, Open MPI and MPICH), bin/tpcomm-bench under mpirun (2 processes, Open MPI,
+#      (every case, Open MPI and MPICH) and its refusal when mpirun started it, bin/tpcomm-bench under mpirun (2 processes, Open MPI,
 #      small sizes, a few iterations), bin/tpcomm-demo --help, an unknown backend refused by each
 #      launcher (one line, exit 2) and each launcher's --help naming it;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
@@ -88,6 +88,15 @@ for impl in openmpi mpich; do
   grep -q 'Passed failure: ' <<<"$out" || { echo "$out" | tail -40; fail "tpcomm-check --backend mpi --mpi $impl ran no failure case"; }
   echo "   $passed case results passed in $(( $(date +%s) - t0 )) s"
 done
+
+# tpcomm-check --backend mpi starts mpirun itself: started by a launcher it must refuse at once,
+# saying so, rather than nest launchers (Open MPI's inner mpirun crashed in hwloc).
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+  echo "-- bin/tpcomm-check --backend mpi under mpirun refuses to nest (exit 2)"
+  set +e; out=$(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np 1 "$home/bin/tpcomm-check" --backend mpi --world 2 2>&1); rc=$?; set -e
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q 'launches its own MPI job.*run it without mpirun' <<<"$out" \
+    || { echo "$out" | tail -20; fail "tpcomm-check --backend mpi under mpirun should refuse, saying it launches mpirun itself (got $rc)"; }
+fi
 
 echo "-- the launchers refuse an unknown backend in one line (exit 2), and their --help names them"
 for tool in tpcomm-check tpcomm-bench tpcomm-demo; do
