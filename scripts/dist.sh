@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     --jlink) jlink=1 ;;
     --out) out="${2:?--out needs a folder}"; shift ;;
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "dist.sh: unknown argument '$1' (--jlink, --out DIR, --no-build)" >&2; exit 2 ;;
   esac
   shift
