@@ -2,8 +2,9 @@
 # Checks the binary distribution and the GPU bundle the way a user on a node would use them
 # (called by scripts/test.sh; about 2-4 minutes on 2 cores):
 #   1. scripts/dist.sh, unpacked into a temporary folder and run from there (not from the
-#      repository): bin/tpcomm-check --backend local (worlds of 1 and 2) and --backend mpi --world 2
-#      (every case, Open MPI and MPICH), bin/tpcomm-bench under mpirun (2 processes, Open MPI,
+#      repository): the host-side modules' jars in lib/ (comm-java-interop and comm-djl included,
+#      their classes loading from lib/* alone), bin/tpcomm-check --backend local (worlds of 1 and 2) and --backend mpi --world 2
+#      (every case, Open MPI and MPICH) and its refusal when mpirun started it, bin/tpcomm-bench under mpirun (2 processes, Open MPI,
 #      small sizes, a few iterations), bin/tpcomm-demo --help, an unknown backend refused by each
 #      launcher (one line, exit 2) and each launcher's --help naming it;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
@@ -42,6 +43,25 @@ mkdir -p "$work/node" && tar -C "$work/node" -xzf "$archive"
 home=$(echo "$work"/node/tpcomm-*)
 for f in bin/tpcomm-bench bin/tpcomm-demo bin/tpcomm-check README.md LICENSE; do [ -e "$home/$f" ] || fail "the archive has no $f"; done
 ls "$home"/lib/comm-*.jar >/dev/null || fail "the archive has no tpcomm jars in lib/"
+# The distribution's README tells users to run their own programs with -cp 'lib/*': the jars of
+# the host-side modules must be there (the GPU backends, with their CUDA presets, are the GPU
+# bundle's, scripts/gpu-bundle.sh), and the Java facade's and comm-djl's classes (with DJL's
+# API they need) must load from lib/* alone.
+version=$(basename "$home"); version=${version#tpcomm-}
+for m in comm-api comm-coroutines comm-mpi comm-testkit comm-java-interop comm-djl; do
+  [ -f "$home/lib/$m-$version.jar" ] || fail "the archive's lib/ has no $m-$version.jar (its README says to use lib/*)"
+done
+cat >"$work/LibCheck.java" <<'EOF_JAVA'
+public class LibCheck {
+    public static void main(String[] args) throws Exception {
+        for (String c : new String[] {"dev.tpcomm.java.JavaComm", "dev.tpcomm.java.OperationQueue", "dev.tpcomm.djl.DataParallel", "ai.djl.ndarray.NDArray"}) {
+            Class.forName(c, false, LibCheck.class.getClassLoader());
+        }
+        System.out.println("lib/* loads the Java facade and comm-djl");
+    }
+}
+EOF_JAVA
+java -cp "$home/lib/*" "$work/LibCheck.java" || fail "the Java facade's or comm-djl's classes do not load from the archive's lib/*"
 
 cd "$work"   # run as a user would: not from the repository
 echo "-- bin/tpcomm-check --backend local --world 1,2"
@@ -68,6 +88,15 @@ for impl in openmpi mpich; do
   grep -q 'Passed failure: ' <<<"$out" || { echo "$out" | tail -40; fail "tpcomm-check --backend mpi --mpi $impl ran no failure case"; }
   echo "   $passed case results passed in $(( $(date +%s) - t0 )) s"
 done
+
+# tpcomm-check --backend mpi starts mpirun itself: started by a launcher it must refuse at once,
+# saying so, rather than nest launchers (Open MPI's inner mpirun crashed in hwloc).
+if command -v mpirun.openmpi >/dev/null 2>&1; then
+  echo "-- bin/tpcomm-check --backend mpi under mpirun refuses to nest (exit 2)"
+  set +e; out=$(timeout 120 mpirun.openmpi --allow-run-as-root --oversubscribe -np 1 "$home/bin/tpcomm-check" --backend mpi --world 2 2>&1); rc=$?; set -e
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q 'launches its own MPI job.*run it without mpirun' <<<"$out" \
+    || { echo "$out" | tail -20; fail "tpcomm-check --backend mpi under mpirun should refuse, saying it launches mpirun itself (got $rc)"; }
+fi
 
 echo "-- the launchers refuse an unknown backend in one line (exit 2), and their --help names them"
 for tool in tpcomm-check tpcomm-bench tpcomm-demo; do

@@ -8,8 +8,10 @@
 #      pins exactly the published modules; the release profile signs and publishes;
 #      and every public declaration has KDoc (scripts/kdoc-check.sh on the build's Dokka warnings);
 #   3. a user's project (scripts/release/consumer) with exactly the README's Maven declarations
-#      (between the README-MAVEN markers) builds against those installed artifacts and runs with the
-#      README's JVM flags (README-JVM-FLAGS markers).
+#      (between the README-MAVEN markers) and Kotlin compiler plugin with kotlinx-serialization
+#      (README-MAVEN-KOTLIN markers; the project sends a @Serializable class of its own through
+#      allGatherObject) builds against those installed artifacts and runs with the README's JVM
+#      flags (README-JVM-FLAGS markers).
 # Options: --no-build (reuse what a previous run installed), --offline (Maven -o).
 # Called by scripts/test.sh. Takes about 4-6 minutes on 2 cores (Kotlin compile + Dokka).
 set -euo pipefail
@@ -69,7 +71,14 @@ kotlin_version=$(sed -n 's:.*<kotlin.version>\(.*\)</kotlin.version>.*:\1:p' pom
 project_version=$(sed -n '0,/<version>/s:.*<version>\(.*\)</version>.*:\1:p' pom.xml)
 grep -q "<version>$project_version</version>" <<<"$snippet" \
   || { echo "README's Maven block does not name the project's version $project_version" >&2; exit 1; }
-SNIPPET="$snippet" KOTLIN_VERSION="$kotlin_version" perl -0pi -e 's/\@README_MAVEN\@/$ENV{SNIPPET}/; s/\@KOTLIN_VERSION\@/$ENV{KOTLIN_VERSION}/' "$work/pom.xml"
+kotlin_snippet=$(sed -n '/<!-- README-MAVEN-KOTLIN: begin -->/,/<!-- README-MAVEN-KOTLIN: end -->/p' README.md | sed -e '1d;$d' | sed -e '/^```/d')
+[ -n "$kotlin_snippet" ] || { echo "README.md has no README-MAVEN-KOTLIN block" >&2; exit 1; }
+grep -q '<plugin>kotlinx-serialization</plugin>' <<<"$kotlin_snippet" && grep -q '<artifactId>kotlin-maven-serialization</artifactId>' <<<"$kotlin_snippet" \
+  || { echo "README's Kotlin plugin block does not apply the kotlinx-serialization compiler plugin" >&2; exit 1; }
+grep -q "<version>$kotlin_version</version>" <<<"$kotlin_snippet" \
+  || { echo "README's Kotlin plugin block does not name the build's Kotlin $kotlin_version" >&2; exit 1; }
+SNIPPET="$snippet" KSNIPPET="$kotlin_snippet" KOTLIN_VERSION="$kotlin_version" \
+  perl -0pi -e 's/\@README_MAVEN\@/$ENV{SNIPPET}/; s/\@README_MAVEN_KOTLIN\@/$ENV{KSNIPPET}/; s/\@KOTLIN_VERSION\@/$ENV{KOTLIN_VERSION}/' "$work/pom.xml"
 mvn -f "$work/pom.xml" package || { echo "the consumer project did not build with the README's declarations" >&2; exit 1; }
 
 flags=$(sed -n '/<!-- README-JVM-FLAGS: begin -->/,/<!-- README-JVM-FLAGS: end -->/p' README.md | grep -o -- '--[a-z-]*=[^ ]*' | tr '\n' ' ')
@@ -78,6 +87,6 @@ flags=$(sed -n '/<!-- README-JVM-FLAGS: begin -->/,/<!-- README-JVM-FLAGS: end -
 out=$(java $flags -cp "$work/target/classes:$(cat "$work/target/classpath.txt")" com.example.MainKt 2>&1) \
   || { echo "$out"; echo "the consumer project failed to run" >&2; exit 1; }
 echo "$out" | grep -v 'WARNING: Using incubator modules'
-grep -q '^consumer: allReduce over 4 local ranks' <<<"$out" || { echo "the consumer printed no result" >&2; exit 1; }
+grep -q '^consumer: allReduce over 4 local ranks.*allGatherObject of RankInfo' <<<"$out" || { echo "the consumer printed no result" >&2; exit 1; }
 if grep -q 'restricted method' <<<"$out"; then echo "the README's flags leave a restricted-method warning" >&2; exit 1; fi
 echo "release check passed in $(( $(date +%s) - start )) s"

@@ -19,14 +19,14 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 echo "JDK: $JAVA_HOME"
+# Every relative link of README.md and docs/*.md resolves (a file, and a heading for an #anchor).
+scripts/link-check.sh
+# verify also checks the public API of every published module against its checked-in dump
+# (<module>/api/<module>.api; scripts/api-check.sh, run by the parent POM's api-check profile).
 ./mvnw -B -ntp verify "$@"
 
-# The public API of every published module against its checked-in dump (<module>/api/<module>.api).
-echo "== public API"
-scripts/api-check.sh
-
 # What comm-testkit puts on a user's test classpath: a user's project with Kotest's runner 6.2.4
-# runs the README's forAllWorlds example against the built jars, and the kit brings nothing Kotest's
+# runs the forAllWorlds example of docs/testing.md against the built jars, and the kit brings nothing Kotest's
 # runner brings itself (no engine, classgraph, xmlutil, kotlinx-io, kotlin-reflect, coroutines-test)
 # and no rgxgen.
 echo "== test kit in a user's project"

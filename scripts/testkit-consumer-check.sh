@@ -4,7 +4,7 @@
 #      their target/ folders, into a PRIVATE local repository ($TPCOMM_TESTKIT_REPO, default
 #      /tmp/tpcomm-testkit-m2; ~/.m2 is only read, through maven.repo.local.tail);
 #   2. builds scripts/testkit-consumer (a user's project: comm-coroutines, comm-testkit in test scope
-#      and the Kotest runner the README names) with the README's "Testing your own layer" example
+#      and the Kotest runner the guide names) with the "Testing your own layer" example of docs/testing.md
 #      as its one test, runs it (mvn test), and fails unless that test ran and passed;
 #   3. fails if what the kit brings onto the user's test classpath (comm-testkit's subtree of
 #      dependency:tree, resolved without the runner so that no artifact is credited to the runner
@@ -13,8 +13,8 @@
 #   4. fails if an artifact of RUNNER_NEEDS is missing from the test classpath the test ran with:
 #      the runner's own dependencies (Kotest's POMs); an exclusion the kit puts on a Kotest artifact
 #      the runner also brings would remove them for the user (Maven keeps one node per artifact);
-#   5. fails if the runner version the project uses is not the parent POM's kotest.version, or the
-#      README does not name it.
+#   5. fails if the runner version the project uses is not the parent POM's kotest.version, or
+#      docs/testing.md does not name it.
 # Run after the build (scripts/test.sh runs it after `verify`); about 1 minute on 2 cores.
 # Options: --offline (Maven -o; the consumer's runner and plugins must then be in a local repository).
 set -euo pipefail
@@ -85,24 +85,24 @@ echo "== the Kotest runner a user adds"
 runner_version=$(grep -A1 '<artifactId>kotest-runner-junit5-jvm</artifactId>' scripts/testkit-consumer/pom.xml | sed -n 's:.*<version>\(.*\)</version>.*:\1:p')
 [ "$runner_version" = "$kotest_version" ] \
   || fail "scripts/testkit-consumer/pom.xml uses kotest-runner-junit5-jvm $runner_version, the build Kotest $kotest_version"
-section=$(sed -n '/^## Testing your own layer/,/^## /p' README.md)
+section=$(cat docs/testing.md)
 grep -q 'kotest-runner-junit5-jvm' <<<"$section" && grep -q -F "$kotest_version" <<<"$section" \
-  || fail "README's \"Testing your own layer\" does not name io.kotest:kotest-runner-junit5-jvm $kotest_version"
-echo "kotest-runner-junit5-jvm $runner_version (the build's kotest.version, named in the README)"
+  || fail "docs/testing.md (\"Testing your own layer\") does not name io.kotest:kotest-runner-junit5-jvm $kotest_version"
+echo "kotest-runner-junit5-jvm $runner_version (the build's kotest.version, named in docs/testing.md)"
 
 echo "== installing tpcomm-parent, comm-api, comm-coroutines, comm-testkit $project_version into $repo"
 mvn -N install:install || fail "could not install tpcomm-parent"
 # jar:jar packs target/classes as the build did (same manifest), so install:install has a jar to install.
 mvn -pl comm-api,comm-coroutines,comm-testkit jar:jar install:install || fail "could not install the modules"
 
-echo "== the consumer project: the README's forAllWorlds example, run with Kotest's runner"
+echo "== the consumer project: the forAllWorlds example of docs/testing.md, run with Kotest's runner"
 work=$(mktemp -d /tmp/tpcomm-testkit-consumer.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cp -r scripts/testkit-consumer/. "$work/"
 mkdir -p "$work/src/test/kotlin"
-sed -n '/<!-- README-SNIPPET testing-your-own-layer: begin -->/,/<!-- README-SNIPPET testing-your-own-layer: end -->/p' README.md \
+sed -n '/<!-- README-SNIPPET testing-your-own-layer: begin -->/,/<!-- README-SNIPPET testing-your-own-layer: end -->/p' docs/testing.md \
   | sed -e '1d;$d' -e '/^```/d' >"$work/src/test/kotlin/ColumnParallelLinearTest.kt"
-grep -q 'forAllWorlds(' "$work/src/test/kotlin/ColumnParallelLinearTest.kt" || fail "README.md has no testing-your-own-layer snippet with forAllWorlds"
+grep -q 'forAllWorlds(' "$work/src/test/kotlin/ColumnParallelLinearTest.kt" || fail "docs/testing.md has no testing-your-own-layer snippet with forAllWorlds"
 versions=(-Dkotlin.version="$kotlin_version" -Dtpcomm.version="$project_version")
 tree=org.apache.maven.plugins:maven-dependency-plugin:3.8.1:tree
 mvn -f "$work/pom.xml" "${versions[@]}" test $tree -Dscope=test -DoutputFile="$work/tree.txt" \

@@ -23,7 +23,8 @@ import kotlin.time.Duration.Companion.seconds
 internal val CHECK_USAGE: String = """
     |Usage: tpcomm-check [options]     (comm-testkit's conformance suite against one backend)
     |  --backend local|mpi|NAME  local: in-process ranks, a fresh world per case (default local);
-    |                            mpi: N processes under mpirun, launched by this tool;
+    |                            mpi: N processes under mpirun, launched by this tool (so run
+    |                            it without mpirun: under a launcher it refuses, exit 2);
     |                            any other backend: this process is one rank, world from the
     |                            launcher's environment (as dev.tpcomm.testkit.SpmdConformanceMain)
     |  --world N[,N..]           world sizes (local, default 1,2,4) or process count (mpi, default 2)
@@ -58,7 +59,8 @@ public fun main(args: Array<String>) {
     exitProcess(code)
 }
 
-private fun runCheck(args: List<String>): Int {
+/** Runs `tpcomm-check` with [args] in a process whose environment is [env]; returns its exit code (see [main]). */
+internal fun runCheck(args: List<String>, env: Map<String, String> = System.getenv()): Int {
     var backend = "local"
     var worlds: List<Int>? = null
     var mpi = "openmpi"
@@ -82,7 +84,11 @@ private fun runCheck(args: List<String>): Int {
     }
     return when (backend) {
         "local" -> checkLocal(worlds ?: listOf(1, 2, 4), cases)
-        "mpi" -> checkMpi(worlds?.singleOrNull() ?: if (worlds == null) 2 else throw IllegalArgumentException("--backend mpi takes one --world size"), mpi, mpirun, cases)
+        "mpi" -> {
+            val world = worlds?.singleOrNull() ?: if (worlds == null) 2 else throw IllegalArgumentException("--backend mpi takes one --world size")
+            MpiLauncher.refuseUnderLauncher(CommandName.of("tpcomm-check"), world, env)
+            checkMpi(world, mpi, mpirun, cases)
+        }
         else -> {
             // Refused here, in one line, before SpmdConformanceMain would fail with a stack trace.
             val factory = Comm.backends().firstOrNull { it.name.equals(backend, ignoreCase = true) }

@@ -32,8 +32,29 @@ internal object MpiLauncher {
             .map { File(it, program) }.firstOrNull { it.canExecute() }?.path
     }
 
+    /**
+     * The variables an MPI launcher sets in each rank's environment (Open MPI, MPICH's hydra, Intel
+     * MPI, PMIx launchers): one of them set means this process is already a rank of an MPI job.
+     */
+    val LAUNCHER_VARIABLES: List<String> = listOf("OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALRANKID")
+
+    /**
+     * Refuses to start mpirun from a process that an MPI launcher started: launchers do not nest
+     * (Open MPI's inner mpirun crashed in hwloc instead of saying so). [command] is the tool's name,
+     * [world] its `--world`; [env] the process's environment.
+     */
+    fun refuseUnderLauncher(command: String, world: Int, env: Map<String, String> = System.getenv()) {
+        val found = LAUNCHER_VARIABLES.filter { env.containsKey(it) }
+        require(found.isEmpty()) {
+            "--backend mpi launches its own MPI job (mpirun -np $world), but this process was itself started by an MPI launcher " +
+                "(${found.joinToString { "$it=${env[it]}" }} set) and MPI launchers do not nest: run it without mpirun, " +
+                "as '$command --backend mpi --world $world'"
+        }
+    }
+
     /** Runs the workers with inherited stdin/stdout/stderr; returns mpirun's exit code. */
-    fun launch(options: BenchOptions, args: List<String>, mainClass: String): Int {
+    fun launch(options: BenchOptions, args: List<String>, mainClass: String, env: Map<String, String> = System.getenv()): Int {
+        refuseUnderLauncher(CommandName.of("scripts/bench.sh"), options.world, env)
         val prog = mpirun(options)
         requireNotNull(which(prog)) {
             "$prog not found; install ${if (options.mpi == "openmpi") "openmpi-bin libopenmpi-dev" else "mpich libmpich-dev"} " +

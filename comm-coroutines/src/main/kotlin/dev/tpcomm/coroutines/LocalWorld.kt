@@ -18,15 +18,22 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * call or [abort] aborts the whole world (including communicators split from it), so every pending
  * and later call on every rank fails with a `CommunicationException` instead of hanging.
  *
- * Point-to-point: `send` is buffered. It copies straight into a matching receive already posted
+ * Point-to-point behaves like MPI's: a `send` of at most the eager limit (256 bytes,
+ * [dev.tpcomm.coroutines.local.LocalBackendFactory.DEFAULT_EAGER_LIMIT]; the option `local.eagerLimit`,
+ * [dev.tpcomm.coroutines.local.LocalBackendFactory.EAGER_LIMIT_OPTION], changes it), or a send to
+ * the same rank at any size, is buffered: it copies straight into a matching receive already posted
  * (no staging copy), or else into a private buffer queued for the receiver, and returns without
- * waiting, so exchange patterns (both ranks send, then receive) never deadlock. Messages of one
- * (source, tag) pair are received in the order sent; `ANY_SOURCE`/`ANY_TAG` take the oldest
- * matching message. A receive whose buffer size differs from the message's throws
- * [IllegalArgumentException] on the receiver and leaves the message queued (use `probe` to learn
- * the size); the sender, already returned, sees nothing. A receive or probe that waits past the
- * timeout aborts the world; cancelling a waiting receive or probe only withdraws it (nothing is in
- * flight), it does not abort the world.
+ * waiting. A larger send to another rank is a rendezvous, as MPI's is above its eager limit: it
+ * returns only once the receiver has posted a matching receive and the data was copied. So an
+ * exchange where every rank sends, then receives (a ring) deadlocks above 256 bytes here as it
+ * would under `mpirun`, and ends at the timeout in a `CommunicationTimeoutException` that names the
+ * limit; launch the send beside the receive, or use `sendRecv`. Messages of one (source, tag) pair
+ * are received in the order sent; `ANY_SOURCE`/`ANY_TAG` take the oldest matching message. A
+ * receive whose buffer size differs from the message's throws [IllegalArgumentException] on the
+ * receiver and leaves the message queued (use `probe` to learn the size); a buffered sender, already
+ * returned, sees nothing, and a waiting one keeps waiting. A receive, probe or waiting send past the
+ * timeout aborts the world; cancelling a waiting receive, probe or send (a caller's `withTimeout`)
+ * only withdraws it (nothing is in flight), it does not abort the world.
  *
  * Deadlines: each rank's calls are timed from the call by the core's watchdog thread, every tenth
  * of [CommConfig.timeout] (between 2 and 50 ms): a call past its deadline aborts the world with a
@@ -52,7 +59,12 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * `local.allowHeapMemory=true` in [CommConfig.options]
  * ([dev.tpcomm.coroutines.local.LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]).
  *
- * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Big reductions and
+ * Thread-safe; nothing assumes the ranks share a thread or a dispatcher. Thread-safe is not
+ * ordered across ranks: a rank's collectives are paired with its peers' by the order in which they
+ * reach its communicator, so calls from several threads of one rank pair with the peers' calls in
+ * whatever order those threads happened to issue them, and same-shape calls then pair with the
+ * wrong partner silently (no mismatch to detect). Issue each communicator's calls from one thread
+ * or coroutine, or in an explicit order that every rank follows. Big reductions and
  * copies run in parallel pieces on the calling thread together with `min(8, availableProcessors) - 1` helper
  * threads (`tpcomm-local-kernel-N`, daemon; they spin up to 200 µs between kernels so back-to-back
  * collectives find them awake, then park). Float32, Float64, Int32 and Int64 reductions use the

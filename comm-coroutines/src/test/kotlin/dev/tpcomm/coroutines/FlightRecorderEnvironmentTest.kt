@@ -13,7 +13,7 @@ import kotlin.time.Duration.Companion.seconds
 import kotlinx.coroutines.runBlocking
 
 /**
- * README names `TPCOMM_FLIGHT_RECORDER_DIR` as the way to get dumps: it must apply however the
+ * docs/observability.md names `TPCOMM_FLIGHT_RECORDER_DIR` as the way to get dumps: it must apply however the
  * communicator is created, not only through `CommConfig.fromEnvironment()` (issue 20 item 6).
  * A user's program in a JVM of its own, with the variable set and a plain `CommConfig`.
  */

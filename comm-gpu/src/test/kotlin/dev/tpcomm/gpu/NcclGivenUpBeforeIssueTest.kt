@@ -47,7 +47,7 @@ class NcclGivenUpBeforeIssueTest : FunSpec({
         val d = BlockedDevice(1_000)
         d.whileStuck(worldSize = 2, timeout = 30.seconds) { c ->
             // The user's own guard: give up the step after 200 ms. As on every backend, the caller's
-            // deadline that aborts the communicator is a CommunicationTimeoutException (README).
+            // deadline that aborts the communicator is a CommunicationTimeoutException (docs/failures.md).
             val own = shouldThrow<CommunicationTimeoutException> { withTimeout(200.milliseconds) { c.allReduce(dev(A, DType.Float32, 4)) } }
             own.message!! shouldContain "caller's deadline"
             own.message!! shouldContain "before it was issued"

@@ -22,7 +22,7 @@ import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds
 
 /**
- * Deadlines run from the moment of the call (README "Semantics every backend keeps"), on a mocked
+ * Deadlines run from the moment of the call (docs/failures.md), on a mocked
  * MPI: a user's call that waits for the communicator's thread is timed while it waits, not only
  * once it reached MPI.
  */
@@ -88,7 +88,7 @@ class MpiDeadlineTest : FunSpec({
         val hog = thread { runBlocking { withContext(comm.nativeDispatcher) { busy.countDown(); Thread.sleep(1_000) } } }
         busy.await()
         // MPI pairs the ranks' collectives by order: a numbered call that never starts must not leave the next one to meet the peers' previous.
-        // The caller's deadline that aborts the communicator is a CommunicationTimeoutException (README).
+        // The caller's deadline that aborts the communicator is a CommunicationTimeoutException (docs/failures.md).
         shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(200.milliseconds) { comm.allReduce(Tensor.of(floatArrayOf(1f))) } } }
         hog.join()
         comm.isAborted shouldBe true

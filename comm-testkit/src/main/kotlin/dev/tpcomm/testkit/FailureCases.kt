@@ -131,7 +131,7 @@ internal object FailureCases {
             val t = floats(ctx, 1f, 2f, 3f)
             if (comm.rank == 0) {
                 // The caller's own deadline passes while the others have not called yet: a named
-                // timeout for this call (README "Semantics every backend keeps"), not a bare
+                // timeout for this call (docs/failures.md), not a bare
                 // TimeoutCancellationException, and the communicator aborted.
                 val r = attempt { withTimeout(timeout(ctx) / 4) { comm.allReduce(t) } }
                 expectFailure(ctx, "allReduce on rank 0 inside withTimeout(${timeout(ctx) / 4}) before the others called", r, timeout(ctx), "CommunicationTimeoutException") { e ->

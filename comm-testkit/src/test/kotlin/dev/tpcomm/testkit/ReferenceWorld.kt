@@ -129,7 +129,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             withTimeoutOrNull(config.timeout) { call.result.await() }
         } catch (e: CancellationException) {
             if (!call.result.isCompleted) {
-                // A caller's own deadline (withTimeout) is a named timeout that aborts the world (README).
+                // A caller's own deadline (withTimeout) is a named timeout that aborts the world (docs/failures.md).
                 if (e is TimeoutCancellationException) {
                     val t = CommunicationTimeoutException(
                         "${call.operation} did not complete before the caller's deadline (${e.message})", call.rank, BACKEND, call.operation, seq, e,

@@ -11,7 +11,7 @@ import kotlinx.coroutines.runBlocking
 import kotlin.time.Duration.Companion.seconds
 
 /**
- * The job README's "When a job hangs" shows: 4 local ranks run 20 all-reduces; rank 2 stops for
+ * docs/observability.md ("Dumps and the analyzer") shows: 4 local ranks run 20 all-reduces; rank 2 stops for
  * 3 s before the 13th (a stuck data loader), past the 2 s deadline. Argument: the dump directory.
  */
 object HangDemo {

@@ -19,7 +19,7 @@ import kotlinx.coroutines.sync.withLock
 import java.util.Random
 
 /**
- * The data-parallel training example (README, "DJL"): a small MLP on synthetic data with fixed
+ * The data-parallel training example (docs/djl.md): a small MLP on synthetic data with fixed
  * seeds, trained either in one process on the whole batch ([trainSingleProcess]) or on every rank of
  * a communicator on its share of the batch with the gradients averaged by [DataParallel]
  * ([trainDataParallel]). Both return the final parameters, which must agree.

@@ -10,7 +10,7 @@ import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
 import java.io.File
 
-/** The README's "Testing your own layer" block is [ColumnParallelLinearTest]'s source, verbatim, and its property can fail. */
+/** The "Testing your own layer" block of docs/testing.md is [ColumnParallelLinearTest]'s source, verbatim, and its property can fail. */
 class TestingYourOwnLayerReadmeTest : FunSpec({
     fun snippet(text: String, name: String): String {
         val begin = "// README-SNIPPET-BEGIN $name\n"
@@ -19,16 +19,16 @@ class TestingYourOwnLayerReadmeTest : FunSpec({
         return text.substringAfter(begin).substringBefore(end)
     }
 
-    test("README.md holds exactly the column-parallel test compiled and run by ColumnParallelLinearTest") {
+    test("docs/testing.md holds exactly the column-parallel test compiled and run by ColumnParallelLinearTest") {
         val code = snippet(File("src/test/kotlin/dev/tpcomm/testkit/readme/ColumnParallelLinearTest.kt").readText(), "testing-your-own-layer")
         code.contains("class ColumnParallelLinearTest : FunSpec") shouldBe true
-        val readme = File("../README.md").readText()
+        val readme = File("../docs/testing.md").readText()
         val block = readme.substringAfter("<!-- README-SNIPPET testing-your-own-layer: begin -->\n", "")
             .substringBefore("<!-- README-SNIPPET testing-your-own-layer: end -->")
         block shouldBe "```kotlin\n" + code + "```\n"
     }
 
-    test("the README's property catches a layer whose ranks all keep shard 0, and names the smallest world") {
+    test("the guide's property catches a layer whose ranks all keep shard 0, and names the smallest world") {
         val e = shouldThrow<WorldPropertyException> {
             forAllWorlds(WorldCheckConfig(worldSizes = listOf(1, 2, 3, 4), iterations = 5, seed = 3), input = ::layerCases) { comm, case ->
                 BrokenColumnParallelLinear(comm, case.w).forward(case.x).shouldBeCloseTo(linear(case.x, case.w), rtol = 1e-5, atol = 1e-5)
