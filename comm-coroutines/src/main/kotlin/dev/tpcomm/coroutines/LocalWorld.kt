@@ -14,9 +14,15 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * Get each rank's communicator with [communicator] and drive each from its own coroutine (or
  * thread); every rank must call the same collectives in the same order, as in any backend.
  * Collectives follow all the semantics of [Communicator]: issue order is call order, every call
- * has the deadline [CommConfig.timeout], and a missed deadline, a mismatch, a cancelled in-flight
- * call or [abort] aborts the whole world (including communicators split from it), so every pending
- * and later call on every rank fails with a `CommunicationException` instead of hanging.
+ * has the deadline [CommConfig.timeout], and a missed deadline, a mismatch or a cancelled in-flight
+ * call aborts the communicator it happened on, so every pending and later call on it, on every
+ * rank, fails with a `CommunicationException` instead of hanging.
+ *
+ * Communicators fail one at a time, as under MPI and on NCCL: a failure of a communicator made by
+ * `split` or `group` aborts that communicator alone; the communicator it was split from, its
+ * siblings and the communicators split from it stay usable (each with its own deadlines, so none
+ * can hang on the failed one). [abort], [close] and a rank's exception under `runLocalWorld`
+ * (the in-process analogue of a process of the job failing) end every communicator of the world.
  *
  * Point-to-point behaves like MPI's: a `send` of at most the eager limit (256 bytes,
  * [dev.tpcomm.coroutines.local.LocalBackendFactory.DEFAULT_EAGER_LIMIT]; the option `local.eagerLimit`,
@@ -29,20 +35,22 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * would under `mpirun`, and ends at the timeout in a `CommunicationTimeoutException` that names the
  * limit; launch the send beside the receive, or use `sendRecv`. Messages of one (source, tag) pair
  * are received in the order sent; `ANY_SOURCE`/`ANY_TAG` take the oldest matching message. A
- * receive whose buffer size differs from the message's throws [IllegalArgumentException] on the
- * receiver and leaves the message queued (use `probe` to learn the size); a buffered sender, already
+ * receive whose buffer size differs from the message's throws a plain `CommunicationException` on
+ * the receiver, saying both sizes, worded as on the MPI backend (no rank's own arguments show the
+ * mistake, so it is not an `IllegalArgumentException`); the message stays queued for a receive of
+ * the right size (`probe` tells it), the communicator stays usable, a buffered sender, already
  * returned, sees nothing, and a waiting one keeps waiting. A receive, probe or waiting send past the
- * timeout aborts the world; cancelling a waiting receive, probe or send (a caller's `withTimeout`)
- * only withdraws it (nothing is in flight), it does not abort the world.
+ * timeout aborts its communicator; cancelling a waiting receive, probe or send (a caller's
+ * `withTimeout`) only withdraws it (nothing is in flight), it does not abort anything.
  *
  * Deadlines: each rank's calls are timed from the call by the core's watchdog thread, every tenth
- * of [CommConfig.timeout] (between 2 and 50 ms): a call past its deadline aborts the world with a
- * `CommunicationTimeoutException` naming the ranks that never arrived (or the message a receive
- * waited for), which every waiting rank gets.
+ * of [CommConfig.timeout] (between 2 and 50 ms): a call past its deadline aborts its communicator
+ * with a `CommunicationTimeoutException` naming the ranks that never arrived (or the message a
+ * receive waited for), which every waiting rank gets.
  *
- * Cancellation: a coroutine cancelled while it waits in a collective aborts the world at once,
- * inside its `cancel()` call: the collective's data movement never starts, every other rank's
- * pending and later calls fail with `CommunicatorAbortedException` naming the cancellation, and
+ * Cancellation: a coroutine cancelled while it waits in a collective aborts its communicator at
+ * once, inside its `cancel()` call: the collective's data movement never starts, every other rank's
+ * pending and later calls on that communicator fail with `CommunicatorAbortedException` naming the cancellation, and
  * no tensor of the cancelled rank is written after `cancel()` returns (a data movement already
  * running when `cancel()` is called is finished first, and the call then returns its result).
  * The cancelled call throws `CancellationException`, or `CommunicationTimeoutException` when the
@@ -102,10 +110,13 @@ public class LocalWorld(
     /** Every rank's communicator, in rank order. */
     public val communicators: List<Communicator> get() = root.communicators.toList()
 
-    /** True once the world was aborted or closed. */
+    /**
+     * True once the world's own communicators failed, or the world was aborted or closed. A failure
+     * of a communicator split from the world does not count: it leaves the world's usable.
+     */
     public val isAborted: Boolean get() = state.abortCause != null
 
-    /** The cause of the abort (the first failure), or null while the world is healthy. */
+    /** The first failure of the world's own communicators (or of the whole world), or null while they are usable. */
     public val abortCause: Throwable? get() = state.abortCause
 
     /**

@@ -19,10 +19,11 @@ public fun interface ScratchCommunicatorFactory {
         /**
          * `parent.split(0)`: a sub-communicator of every rank. It inherits the parent's timeout
          * (it cannot honour [create]'s), so use it when the parent itself was created with
-         * `timeout = ConformanceOptions.failureTimeout`, and only with backends where aborting a
-         * split communicator leaves its parent usable. The local backend is not one of them: an
-         * abort there ends the whole world, parent included (in-process harnesses create a fresh
-         * world per failure case instead).
+         * `timeout = ConformanceOptions.failureTimeout`. Aborting a split communicator leaves its
+         * parent usable on every tpcomm backend (local, MPI, the NCCL engine; the cases of
+         * `FailureSemanticsCases` check it), so a failure case on it does not end the parent.
+         * The in-process harness still creates a fresh world per failure case, so that no case
+         * can leave another a half-used parent.
          */
         @JvmField
         public val Split: ScratchCommunicatorFactory = ScratchCommunicatorFactory { parent, _ ->

@@ -276,7 +276,13 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                     if (i >= 0) {
                         val m = box[i]
                         if (into != null) {
-                            require(into.byteSize == m.bytes.size.toLong()) { "$operation: buffer has ${into.byteSize} bytes, the message ${m.bytes.size}" }
+                            // As every backend: a CommunicationException on the receiver, the message left queued.
+                            if (into.byteSize != m.bytes.size.toLong()) {
+                                throw dev.tpcomm.CommunicationException(
+                                    "the message from rank ${m.src} (tag ${m.tag}) has ${m.bytes.size} bytes but the receiving tensor has ${into.byteSize} bytes",
+                                    me, BACKEND, operation, seq,
+                                )
+                            }
                             box.removeAt(i)
                             MemorySegment.copy(MemorySegment.ofArray(m.bytes), 0, into.segment, 0, m.bytes.size.toLong())
                         }

@@ -29,10 +29,12 @@ import kotlin.time.Duration
  * The front validates, takes the sequence number, records and retains; [issue] then writes this
  * rank's arguments and signature into the group's slot for that number and arrives. The last
  * arriver compares the signatures, moves the data and resumes the others. A waiting rank suspends
- * ([await]) with a cancellation handler ([CancelledWait]) that aborts the world at once when it is
- * cancelled; a missed deadline (the front's, from the call) aborts the world ([deadlinePassed]).
+ * ([await]) with a cancellation handler ([CancelledWait]) that aborts the group at once when it is
+ * cancelled; a missed deadline (the front's, from the call) aborts the group ([deadlinePassed]).
+ * Every failure aborts this communicator's [LocalGroup] only: the communicator it was split from,
+ * its siblings and those split from it stay usable, as on MPI and NCCL.
  */
-internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : CommunicatorFront(
+internal class LocalCommunicator(val group: LocalGroup, rank: Int) : CommunicatorFront(
     rank, group.size, Device.Host, BACKEND,
     FlightRecorder(
         group.world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size,
@@ -70,7 +72,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
 
     /**
      * Closes this rank. Later calls throw [CommunicatorAbortedException]. If other ranks already wait
-     * for this one, the world aborts so they fail at once instead of timing out.
+     * for this one, the group aborts so they fail at once instead of timing out.
      */
     override fun close() {
         if (closed) return
@@ -84,19 +86,19 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
 
     // ---------------------------------------------------------------- failures
 
-    /** The failure of a call refused or ended because the world was aborted by [cause]. */
+    /** The failure of a call refused or ended because the group was aborted by [cause]. */
     fun abortedBy(cause: Throwable): OperationFailure =
         OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
 
-    /** The abort of the world when this rank's close leaves others unable to finish ([message] says why). */
+    /** The abort of the group when this rank's close leaves others unable to finish ([message] says why). */
     fun closeFailure(message: String): CommunicationException =
         exceptionOf(OperationFailure(OperationFailure.ABORTED, message), CommunicationErrors.CLOSE, CommunicationErrors.NO_SEQUENCE)
 
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
         if (closed) {
-            return OperationFailure(OperationFailure.ABORTED, "this communicator is closed; create a new one to communicate again", world.abortCause)
+            return OperationFailure(OperationFailure.ABORTED, "this communicator is closed; create a new one to communicate again", group.abortCause)
         }
-        world.abortCause?.let { return abortedBy(it) }
+        group.abortCause?.let { return abortedBy(it) }
         if (collective && group.anyClosed) {
             return OperationFailure(
                 OperationFailure.ABORTED,
@@ -109,10 +111,10 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     /**
      * A numbered collective this rank gives up before it arrives ([cause]: its output could not be
      * allocated, or a tensor was closed meanwhile): its peers could never complete that number, so
-     * the world aborts now instead of at the deadline.
+     * the group aborts now instead of at the deadline.
      */
     override fun notIssued(call: Call, cause: Throwable) {
-        world.abort(
+        group.abort(
             exceptionOf(
                 OperationFailure.ABORTED, call.name, call.entry.sequence,
                 "rank $rank gave up ${call.name} #${call.sequence} before issuing it ($cause); the collective cannot complete without it",
@@ -124,7 +126,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     /**
      * The front's deadline: a collective names the ranks that never arrived, a point-to-point call
      * what it waited for ([LocalGroup.collectiveTimedOut], [LocalGroup.pointToPointTimedOut]); either
-     * aborts the world, so every waiting rank ends with the same [CommunicationTimeoutException].
+     * aborts the group, so every waiting rank ends with the same [CommunicationTimeoutException].
      */
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
         if (call != null) {
@@ -142,7 +144,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
     /**
      * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
      * which no user receive matches (user tags are >= 0 and [Mailbox] matches `ANY_TAG` to those
-     * only), recorded as `monitoredBarrier`. Its abort aborts the world, with the barrier's exception
+     * only), recorded as `monitoredBarrier`. Its abort aborts the group, with the barrier's exception
      * as the cause every later failure carries.
      */
     private val control = object : MonitoredBarrierChannel {
@@ -168,7 +170,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         }
 
         override fun abort(cause: CommunicationException) {
-            world.abort(cause)
+            group.abort(cause)
         }
     }
 
@@ -215,7 +217,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
             while (!slot.isFinal) Thread.onSpinWait()
             return true
         }
-        world.abortCause?.let { slot.fail(abortedBy(it)) }
+        group.abortCause?.let { slot.fail(abortedBy(it)) }
         return false
     }
 
@@ -262,7 +264,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
         if (slot.kinds[rank] == OpKind.ALL_TO_ALL_V) checkSplits(slot, group.size)
         val mismatch = compareSignatures(slot.signatures, seq, group.description)
         if (mismatch != null) {
-            if (slot.fail(mismatch)) world.abort(exceptionOf(mismatch, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
+            if (slot.fail(mismatch)) group.abort(exceptionOf(mismatch, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
             return
         }
         if (!slot.state.compareAndSet(OpSlot.PENDING, OpSlot.RUNNING)) return // failed by an abort meanwhile
@@ -273,7 +275,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             val f = OperationFailure(OperationFailure.ABORTED, msg, t)
             slot.failRunning(f)
-            world.abort(exceptionOf(f, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
+            group.abort(exceptionOf(f, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
             return
         }
         slot.complete(rank)
@@ -281,20 +283,20 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
 
     /**
      * Waits for the slot of [seq] to be free when this rank ran more than the ring size ahead: woken
-     * when the slot is recycled (the last rank departs the operation a ring earlier) or the world aborts.
+     * when the slot is recycled (the last rank departs the operation a ring earlier) or the group aborts.
      */
     private suspend fun awaitSlot(call: Call): OpSlot {
         try {
             while (true) {
                 group.slotFor(call.sequence)?.let { return it }
-                world.abortCause?.let { throw OperationFailedSignal(abortedBy(it)) }
+                group.abortCause?.let { throw OperationFailedSignal(abortedBy(it)) }
                 group.awaitSlotFor(call.sequence)
             }
         } catch (c: CancellationException) {
             // The sequence number is taken: without this rank the others could never complete it.
             val reason = cancellationReason(call.name, call.entry.sequence, c, "while waiting to issue it")
-            world.abort(reason)
-            if (reason is CommunicationTimeoutException && world.abortCause === reason) throw reason
+            group.abort(reason)
+            if (reason is CommunicationTimeoutException && group.abortCause === reason) throw reason
             call.entry.fail(reason)
             throw c
         }
@@ -302,7 +304,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
 
     /**
      * The cancellation handler of one wait of this rank in [slot]: it runs in the canceller's thread,
-     * inside its `cancel()`. A collective still pending is failed at once by aborting the world (so its
+     * inside its `cancel()`. A collective still pending is failed at once by aborting the group (so its
      * data movement never starts and the peers get a named exception); one whose data movement already
      * runs is waited for, so that no tensor of the cancelled rank is written after `cancel()` returns.
      */
@@ -314,7 +316,7 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
             if (slot.state.get() == OpSlot.PENDING) {
                 val r = comm.rank
                 val reason = comm.cancellationReason(OpKind.name(slot.kinds[r]), slot.recorderSeqs[r], cause, "while waiting")
-                if (comm.world.abort(reason)) this.reason = reason
+                if (comm.group.abort(reason)) this.reason = reason
             }
             while (!slot.isFinal) Thread.onSpinWait()
         }
@@ -350,8 +352,8 @@ internal class LocalCommunicator(private val group: LocalGroup, rank: Int) : Com
                 throw c
             }
             if (!slot.isFinal) {
-                // Woken without a result: only possible in an aborted world (a stale wake-up).
-                val cause = world.abortCause
+                // Woken without a result: only possible in an aborted group (a stale wake-up).
+                val cause = group.abortCause
                 if (cause != null) slot.fail(abortedBy(cause)) else Thread.yield()
             }
         }

@@ -1,13 +1,18 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.spi.FailureState
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReferenceArray
 
 /**
  * One communicator group of a local world (the world itself or a group made by split/group):
  * [size] ranks, the ring of [OpSlot]s where their collectives meet, and one [Mailbox] per rank
- * for point-to-point messages. Each group has its own sequence numbers.
+ * for point-to-point messages. Each group has its own sequence numbers and its own failure state:
+ * a failure of one of its calls ([abort]) fails this group's communicators on every rank and no
+ * other group's, neither the one it was split from nor those split from it (MPI's and NCCL's
+ * communicators fail one at a time too). Only the abort of the whole world
+ * ([LocalWorldState.abort]) reaches every group.
  */
 internal class LocalGroup(val world: LocalWorldState, val size: Int, val description: String) {
     private val ring = AtomicReferenceArray<OpSlot?>(RING)
@@ -16,10 +21,33 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
     private val closedCount = AtomicInteger()
     @Volatile var firstClosedRank: Int = -1
 
+    /** This group's failure (the world's rank -1 errors: the group, not one rank): the first cause wins. */
+    private val failures = FailureState(world.errors)
+
+    /** The first failure of this group (or the world's abort), or null while it is usable. */
+    val abortCause: Throwable? get() = failures.cause
+
     val anyClosed: Boolean get() = closedCount.get() > 0
 
     init {
         world.groups.add(this)
+        // A split that completes while the world is being aborted: the abort may have missed this group.
+        world.failures.cause?.let { abort(it) }
+    }
+
+    /**
+     * Aborts this group with [reason] as the original cause: every pending slot fails with [failure]
+     * when it is [timedOut] (the slot, receive or sends that passed the deadline), with a generic
+     * abort failure otherwise, and every pending receive and waiting send fails; later calls fail
+     * with CommunicatorAbortedException. Other groups are not touched. Returns false if this group
+     * was already aborted.
+     */
+    fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
+        if (!failures.abort(reason)) return false
+        for (c in communicators) c.flightRecorder.recordAbort(reason)
+        val generic = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${LocalWorldState.describe(reason)}", reason)
+        failPending(failure, generic, timedOut)
+        return true
     }
 
     /**
@@ -41,15 +69,15 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
 
     /**
      * Suspends until the ring position of operation [seq] may serve it (the slot there was recycled)
-     * or the world aborted; the caller then tries [slotFor] again. Woken by the recycle itself.
+     * or this group aborted; the caller then tries [slotFor] again. Woken by the recycle itself.
      */
     suspend fun awaitSlotFor(seq: Long) {
         val s = ring.get(((seq - 1) % RING).toInt()) ?: return
-        s.awaitGeneration(seq) { world.abortCause != null }
+        s.awaitGeneration(seq) { abortCause != null }
     }
 
-    /** Fails every pending slot and receive of this group (world abort); wakes the ranks waiting for a slot. */
-    fun failPending(specific: OperationFailure?, generic: OperationFailure, timedOut: Any?) {
+    /** Fails every pending slot and receive of this group ([abort]); wakes the ranks waiting for a slot. */
+    private fun failPending(specific: OperationFailure?, generic: OperationFailure, timedOut: Any?) {
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             s.fail(if (specific != null && s === timedOut) specific else generic)
@@ -69,20 +97,20 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         for (i in 0 until RING) {
             val s = ring.get(i) ?: continue
             if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
-                world.abort(
+                abort(
                     communicators[rank].closeFailure("rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}"),
                 )
                 return
             }
         }
         if (mailboxes[rank].hasWaitingSend()) {
-            world.abort(
+            abort(
                 communicators[rank].closeFailure("rank $rank of $description closed its communicator while a send to it waited for its receive"),
             )
             return
         }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
-            world.abort(
+            abort(
                 communicators[rank].closeFailure("rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it"),
             )
             return
@@ -100,7 +128,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
 
     /**
      * Rank [rank]'s collective [seq] (its flight record [recorderSeq], [name]) passed its deadline
-     * (the front's, from its call): aborts the world with a [dev.tpcomm.CommunicationTimeoutException]
+     * (the front's, from its call): aborts this group with a [dev.tpcomm.CommunicationTimeoutException]
      * naming the ranks that never arrived, which every waiting rank gets. [slot] is where the rank
      * arrived, or null when it still waits for the ring position (more than [RING] collectives
      * ahead of the slowest rank). A slot whose data movement already runs is left to finish.
@@ -127,7 +155,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      * Rank [rank]'s point-to-point call recorded as [recorderSeq] passed its deadline: a posted
      * receive or probe names the message it waited for; a send above the eager limit names every
      * send still waiting for its receive (the rest of a cycle of sends, started a little later) and
-     * the limit. Aborts the world; a call that finished meanwhile is left alone.
+     * the limit. Aborts this group; a call that finished meanwhile is left alone.
      */
     fun pointToPointTimedOut(rank: Int, recorderSeq: Long) {
         mailboxes[rank].postedReceive(recorderSeq)?.let { late ->
@@ -145,10 +173,10 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         timedOut(rank, first.operation, recorderSeq, msg, late.map { it.second })
     }
 
-    /** Aborts the world with the timeout [msg] of [rank]'s [operation]; [what] (a slot, a receive, sends) fails with it, the rest as aborted. */
+    /** Aborts this group with the timeout [msg] of [rank]'s [operation]; [what] (a slot, a receive, sends) fails with it, the rest as aborted. */
     private fun timedOut(rank: Int, operation: String, recorderSeq: Long, msg: String, what: Any?) {
         val reason = communicators[rank].exceptionOf(OperationFailure(OperationFailure.TIMEOUT, msg), operation, recorderSeq)
-        world.abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), what)
+        abort(reason, OperationFailure(OperationFailure.TIMEOUT, msg, reason), what)
     }
 
     companion object {

@@ -1,6 +1,5 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.CommConfig
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.FailureState
@@ -8,16 +7,20 @@ import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicBoolean
 
 /**
- * State shared by a world and every group split from it: the abort flag. Deadlines are each
- * rank's front's ([LocalCommunicator.deadlinePassed] aborts the world).
+ * State shared by a world and every group split from it: its configuration, its groups, and the
+ * abort of the world as a whole. Deadlines are each rank's front's ([LocalCommunicator.deadlinePassed]).
  *
- * An abort anywhere aborts the whole tree (the world and all its sub-groups): a rank failing in a
- * tensor-parallel group would otherwise leave its data-parallel peers waiting for it. The first
- * cause wins and is kept as [abortCause].
+ * A failure of one communicator (a mismatch, a missed deadline, a cancelled in-flight call, a rank
+ * closing while others wait for it) aborts that communicator's [LocalGroup] alone, as MPI and NCCL
+ * fail one communicator and leave the others usable. Only [abort] here (a rank's program failed,
+ * [dev.tpcomm.coroutines.LocalWorld.abort], [close]) aborts every group, as the end of a process
+ * ends every communicator it had. The first cause wins and is kept as [abortCause].
  */
 internal class LocalWorldState(val config: CommConfig) {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
     val errors = CommunicationErrors(-1, LocalCommunicator.BACKEND) { null }
+
+    /** The abort of the whole world (every group, present and future): the first cause wins. */
     val failures = FailureState(errors)
 
     /** [LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]: read (and refused when malformed) once, at creation. */
@@ -31,19 +34,22 @@ internal class LocalWorldState(val config: CommConfig) {
     @Volatile var rootGroup: LocalGroup? = null
     private val closed = AtomicBoolean(false)
 
-    val abortCause: Throwable? get() = failures.cause
+    /**
+     * Why the world's own communicators failed (their group's first failure, or the abort of the
+     * whole world), or null while they are usable. A failure of a group split from the world does
+     * not show here.
+     */
+    val abortCause: Throwable? get() = rootGroup?.abortCause ?: failures.cause
     val isClosed: Boolean get() = closed.get()
 
     /**
-     * Aborts the world with [reason] as the original cause. Every pending slot fails with
-     * [failure] (or a generic abort failure) and every pending receive fails; later calls fail
-     * with CommunicatorAbortedException. Returns false if the world was already aborted.
+     * Aborts the whole world with [reason]: every group, and any group a split still in progress
+     * makes ([LocalGroup]'s constructor checks [failures]). Every pending call fails and later calls
+     * fail with CommunicatorAbortedException. Returns false if the world was already aborted.
      */
-    fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
+    fun abort(reason: Throwable): Boolean {
         if (!failures.abort(reason)) return false
-        for (g in groups) for (c in g.communicators) c.flightRecorder.recordAbort(reason)
-        val generic = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${describe(reason)}", reason)
-        for (g in groups) g.failPending(failure, generic, timedOut)
+        for (g in groups) g.abort(reason)
         return true
     }
 

@@ -21,7 +21,8 @@ import kotlin.coroutines.resumeWithException
  * queued message that matches (source or ANY_SOURCE, tag or ANY_TAG), buffered or waiting, so
  * messages of one (source, tag) pair arrive in the order sent; without one they post themselves and
  * suspend. A message whose size differs from the receive buffer's is not consumed: the receive fails
- * with IllegalArgumentException and the message stays queued. All state is guarded by [lock].
+ * with a plain `CommunicationException` saying both sizes (as on the MPI backend, worded the same)
+ * and the message stays queued. All state is guarded by [lock].
  */
 internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     private val lock = Any()
@@ -71,7 +72,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
      * [lock]), so the sender may release [data] once it has called [quiesce].
      */
     fun park(source: Int, tag: Int, data: MemorySegment, cont: CancellableContinuation<Unit>, operation: String, recorderSeq: Long) {
-        val cause = group.world.abortCause
+        val cause = group.abortCause
         if (cause != null) {
             cont.resumeWith(Result.failure(OperationFailedSignal(group.communicators[source].abortedBy(cause))))
             return
@@ -104,10 +105,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 }
                 if (p.target.byteSize != bytes) {
                     it.remove()
-                    val err = IllegalArgumentException(
-                        "${p.operation}: the receive buffer ${p.target.dtype}${p.target.shape} has ${p.target.byteSize} bytes but the message " +
-                            "from rank $source (tag $tag) has $bytes; probe() first to learn the size. The message was not consumed.",
-                    )
+                    val err = wrongSize(p.target, source, tag, bytes)
                     (wake ?: ArrayList<Pair<Posted, Result<MessageInfo>>>().also { w -> wake = w }).add(p to Result.failure(err))
                     continue
                 }
@@ -144,22 +142,19 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
      */
     fun tryTake(src: Int, tag: Int, target: Tensor?, operation: String): MessageInfo? {
         var taken: Message? = null
-        val info = synchronized(lock) { takeLocked(src, tag, target, operation) { taken = it } }
+        val info = synchronized(lock) { takeLocked(src, tag, target) { taken = it } }
         taken?.sender?.resumeWith(Result.success(Unit))
         return info
     }
 
     /** Takes (or, for a probe, reports) the first matching queued message; [onTaken] gets a consumed one. */
-    private inline fun takeLocked(src: Int, tag: Int, target: Tensor?, operation: String, onTaken: (Message) -> Unit): MessageInfo? {
+    private inline fun takeLocked(src: Int, tag: Int, target: Tensor?, onTaken: (Message) -> Unit): MessageInfo? {
         val it = queue.iterator()
         while (it.hasNext()) {
             val m = it.next()
             if (!matches(src, tag, m.source, m.tag)) continue
             if (target != null) {
-                require(target.byteSize == m.byteSize) {
-                    "$operation: the receive buffer ${target.dtype}${target.shape} has ${target.byteSize} bytes but the message from rank " +
-                        "${m.source} (tag ${m.tag}) has ${m.byteSize}; probe() first to learn the size. The message was not consumed."
-                }
+                if (target.byteSize != m.byteSize) throw wrongSize(target, m.source, m.tag, m.byteSize)
                 MemorySegment.copy(m.data, 0, target.segment, 0, m.byteSize)
                 it.remove()
                 onTaken(m)
@@ -177,12 +172,12 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         var immediate: Result<MessageInfo>? = null
         var taken: Message? = null
         synchronized(lock) {
-            val cause = group.world.abortCause
+            val cause = group.abortCause
             if (cause != null) {
                 immediate = Result.failure(OperationFailedSignal(group.communicators[owner].abortedBy(cause)))
             } else {
                 try {
-                    val info = takeLocked(src, tag, target, operation) { taken = it }
+                    val info = takeLocked(src, tag, target) { taken = it }
                     if (info != null) {
                         immediate = Result.success(info)
                     } else {
@@ -190,14 +185,28 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                         posted.add(p)
                         cont.invokeOnCancellation { synchronized(lock) { posted.remove(p) } }
                     }
-                } catch (e: IllegalArgumentException) {
-                    immediate = Result.failure(e)
+                } catch (e: OperationFailedSignal) {
+                    immediate = Result.failure(e) // a queued message of another size
                 }
             }
         }
         taken?.sender?.resumeWith(Result.success(Unit))
         immediate?.let { cont.resumeWith(it) }
     }
+
+    /**
+     * The refusal of a receive into [target] of a message from [source] with [tag] of [bytes] bytes
+     * (another size): a plain `CommunicationException` worded as the MPI backend's, since neither
+     * rank can see the mistake in its own arguments. The message stays queued.
+     */
+    private fun wrongSize(target: Tensor, source: Int, tag: Int, bytes: Long): OperationFailedSignal = OperationFailedSignal(
+        OperationFailure(
+            OperationFailure.OTHER,
+            "the message from rank $source (tag $tag) has $bytes bytes but the receiving tensor (${target.dtype}${target.shape}) has " +
+                "${target.byteSize} bytes; nothing was received and the message is still queued: receive it into a tensor of $bytes bytes " +
+                "(probe tells the size)",
+        ),
+    )
 
     fun hasWaiterFor(rank: Int): Boolean = synchronized(lock) { posted.any { it.source == rank } }
 

@@ -116,7 +116,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     private val generationWaiters = ConcurrentLinkedQueue<CancellableContinuation<Unit>>()
 
     /**
-     * Suspends until this slot serves operation [wanted] or [abandoned] is true (the world aborted);
+     * Suspends until this slot serves operation [wanted] or [abandoned] is true (the group aborted);
      * returns at once when one holds already. Cancellable. The caller checks again after it returns.
      */
     suspend fun awaitGeneration(wanted: Long, abandoned: () -> Boolean) {
