@@ -366,7 +366,7 @@ public class MpiCommunicator internal constructor(
 
     /** [allReduce] of a validated [tensor] MPI takes as it is (host memory or a CUDA-aware device pointer). */
     internal suspend fun runAllReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor {
-        val name = "allReduce"
+        val name = call.name
         if (workarounds.hostReduced(tensor.dtype, op)) {
             hostWork.guard(CollectiveOp.AllReduce, op, 0, tensor)
             // The tensor is allReduce's output: PreMulSum scales it in place.
@@ -430,7 +430,7 @@ public class MpiCommunicator internal constructor(
     private fun allReduceBlocking(call: Call, tensor: Tensor, op: ReduceOp) {
         reduceInPlace(tensor, op) { pre, n, t, o, payload ->
             val buf = addr(tensor); val inPlace = abi.inPlace
-            inlineBlocking(call.entry, "allReduce", tensor, sig(call), payload = payload) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
+            inlineBlocking(call.entry, call.name, tensor, sig(call), payload = payload) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
         }
     }
 
@@ -438,12 +438,12 @@ public class MpiCommunicator internal constructor(
     private fun broadcastBlocking(call: Call, tensor: Tensor, root: Int) {
         val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        inlineBlocking(call.entry, "broadcast", tensor, sig(call), payload = broadcastPayload(tensor, root)) { binding.bcast(buf, n, t, root, handle) }
+        inlineBlocking(call.entry, call.name, tensor, sig(call), payload = broadcastPayload(tensor, root)) { binding.bcast(buf, n, t, root, handle) }
     }
 
     /** [broadcast] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runBroadcast(call: Call, tensor: Tensor, root: Int): Tensor {
-        val name = "broadcast"
+        val name = call.name
         if (fastPath()) {
             broadcastBlocking(call, tensor, root)
             return tensor
@@ -463,7 +463,7 @@ public class MpiCommunicator internal constructor(
 
     /** [reduce] of a validated [tensor] MPI takes as it is. */
     internal suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
-        val name = "reduce"
+        val name = call.name
         hostWork.guard(CollectiveOp.Reduce, op, 0, tensor)
         val n = mpiCount(tensor)
         val t = abi.datatype(tensor.dtype)
@@ -503,7 +503,7 @@ public class MpiCommunicator internal constructor(
 
     /** [allGatherInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
     internal suspend fun runAllGather(call: Call, output: Tensor, input: Tensor, d: Int): Tensor {
-        val name = "allGather"
+        val name = call.name
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         hostWork.guard(CollectiveOp.AllGather, null, d, input)
@@ -526,7 +526,7 @@ public class MpiCommunicator internal constructor(
 
     /** [reduceScatterInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
     internal suspend fun runReduceScatter(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor {
-        val name = "reduceScatter"
+        val name = call.name
         val n = mpiCount(output)
         val direct = contiguousAlong(input, d)
         val half = workarounds.hostReduced(input.dtype, op)
@@ -570,7 +570,7 @@ public class MpiCommunicator internal constructor(
 
     /** [gather] of a validated [input] MPI takes as it is, along the normalised dim [d], into the root's [output] (null elsewhere). */
     internal suspend fun runGather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? {
-        val name = "gather"
+        val name = call.name
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
         hostWork.guard(CollectiveOp.Gather, null, d, input)
@@ -590,7 +590,7 @@ public class MpiCommunicator internal constructor(
      * is the root's (null on the other ranks).
      */
     internal suspend fun runScatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int) {
-        val name = "scatter"
+        val name = call.name
         val n = mpiCount(output)
         val direct = contiguousAlong(output, d)
         if (input != null) hostWork.guard(CollectiveOp.Scatter, null, d, input, layout = output)
@@ -605,7 +605,7 @@ public class MpiCommunicator internal constructor(
 
     /** [allToAll] of a validated [input] MPI takes as it is, along the normalised dim [d], into [output] (of [input]'s shape). */
     internal suspend fun runAllToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor {
-        val name = "allToAll"
+        val name = call.name
         val total = mpiCount(input)
         val n = total / worldSize
         val direct = contiguousAlong(input, d)
@@ -649,7 +649,7 @@ public class MpiCommunicator internal constructor(
     }
 
     private suspend fun runAllGatherV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
-        val name = "allGatherV"
+        val name = call.name
         val (counts, displs) = elementCounts(sizes, input.stride(0))
         val meta = intArrays(counts, displs)
         val n = mpiCount(input)
@@ -665,7 +665,7 @@ public class MpiCommunicator internal constructor(
     }
 
     private suspend fun runReduceScatterV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
-        val name = "reduceScatterV"
+        val name = call.name
         val rowElements = input.stride(0)
         val (counts, displs) = elementCounts(sizes, rowElements)
         val n = mpiCount(output)
@@ -712,7 +712,7 @@ public class MpiCommunicator internal constructor(
     }
 
     private suspend fun runAllToAllV(call: Call, output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
-        val name = "allToAllV"
+        val name = call.name
         val rowElements = input.stride(0)
         val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
         val (recvCounts, recvDispls) = elementCounts(outputSplits, rowElements)
