@@ -482,17 +482,23 @@ public abstract class CommunicatorFront(
         val call = tryBegin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context)
             ?: return collectiveInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context, ret)
         call.context = context
-        return issueBegun(call, ret)
+        return issueBegun(call, ret, null)
     }
 
-    /** [collective] of a caller that must first wait for the issue turn (a composite operation is issuing). */
+    /**
+     * [collective] of a caller that must first wait for the issue turn (a composite operation is
+     * issuing): it holds the turn until the backend took the call ([issue] returned), so that the
+     * next caller's call cannot reach a backend that orders calls as they reach it (the GPU engine's
+     * device thread) before this one.
+     */
     private suspend fun <T> collectiveInTurn(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext, ret: T,
     ): T {
-        val call = beginInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+        val turn = awaitTurn()
+        val call = numberInTurn(turn, op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
-        return issueBegun(call, ret)
+        return issueBegun(call, ret, turn)
     }
 
     /**
@@ -507,27 +513,33 @@ public abstract class CommunicatorFront(
     ): Tensor {
         val context = currentCoroutineContext()
         context.ensureActive()
+        var turn: TurnWaiter? = null
         val call = tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
-            ?: beginInTurn(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null)
+            ?: awaitTurn().let { w -> turn = w; numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
         call.context = context
         val output = try {
             allocate(call, input.dtype, shape)
         } catch (t: Throwable) {
+            turn?.let { passTurn(it) }
             val e = failure(call.entry, t)
             notIssued(call, e)
             throw e
         }
         call.output = output
-        return issueBegun(call, output)
+        return issueBegun(call, output, turn)
     }
 
-    /** Retain, [issue], complete or fail, release, for a [call] already begun (and its output allocated). */
-    private suspend fun <T> issueBegun(call: Call, ret: T): T {
+    /**
+     * Retain, [issue], complete or fail, release, for a [call] already begun (and its output
+     * allocated); [turn], when the caller waited for the issue turn, is passed on once [issue] returned.
+     */
+    private suspend fun <T> issueBegun(call: Call, ret: T, turn: TurnWaiter?): T {
         val input = call.input
         val output = call.output
         val heldOutput = try {
             retain(call.name, input, output)
         } catch (t: Throwable) {
+            if (turn != null) passTurn(turn)
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)
             notIssued(call, t)
@@ -536,9 +548,11 @@ public abstract class CommunicatorFront(
         val r = try {
             issue(call)
         } catch (t: Throwable) {
+            if (turn != null) passTurn(turn)
             release(input, output, heldOutput)
             throw failure(call.entry, t)
         }
+        if (turn != null) passTurn(turn)
         if (r === PENDING) return finishPending(call, ret, heldOutput)
         call.entry.complete()
         release(input, output, heldOutput)
@@ -561,7 +575,7 @@ public abstract class CommunicatorFront(
 
     /**
      * Numbers, records and times a collective under the issue lock, or returns null when the caller
-     * must first wait for the issue turn ([beginInTurn]): another caller's composite operation holds
+     * must first wait for the issue turn ([awaitTurn]): another caller's composite operation holds
      * it. A step of the composite that holds it ([context] carries it) is numbered at once.
      */
     private fun tryBegin(
@@ -576,16 +590,16 @@ public abstract class CommunicatorFront(
         }
     }
 
-    /** Waits for the issue turn, numbers the call in it, and passes the turn on. */
-    private suspend fun beginInTurn(
-        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+    /** Numbers a call in the issue turn [turn] the caller holds (passing it on when that fails). */
+    private fun numberInTurn(
+        turn: TurnWaiter, op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
     ): Call {
-        val w = awaitTurn()
         try {
             return synchronized(issueLock) { number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null) }
-        } finally {
-            passTurn(w)
+        } catch (t: Throwable) {
+            passTurn(turn)
+            throw t
         }
     }
 
@@ -737,7 +751,8 @@ public abstract class CommunicatorFront(
      * Records a collective the backend runs itself, outside [issue] (its staged object collectives,
      * say): as [beginPointToPoint], with [root] (or [FlightRecorder.NONE]) and a collective sequence
      * number, refused when the communicator cannot start a collective, and numbered in call order
-     * with the front's own collectives (it waits for the issue turn as they do). Within a composite
+     * with the front's own collectives (it waits for the issue turn as they do, and then holds it until
+     * the operation's record completes or fails). Within a composite
      * operation of this communicator it is a step of it. Its outcome is the caller's to record ([recorded]).
      */
     protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
@@ -747,11 +762,15 @@ public abstract class CommunicatorFront(
             if (turn == null) return startOwn(name, root)
         }
         val w = awaitTurn()
-        try {
-            return synchronized(issueLock) { startOwn(name, root) }
-        } finally {
-            passTurn(w)
+        val entry = try {
+            synchronized(issueLock) { startOwn(name, root) }
+        } catch (t: Throwable) {
+            passTurn(w); throw t
         }
+        // Held until the operation ends (a backend orders its own operations as they reach it), whoever ends it.
+        entry.onFinish = Runnable { passTurn(w) }
+        if (!entry.inFlight) passTurn(w)
+        return entry
     }
 
     /** Under the issue lock: [beginOwnCollective]'s record, refusal and deadline. */
@@ -775,9 +794,25 @@ public abstract class CommunicatorFront(
         }
         composite.expired?.let { e -> entry.fail(e); throw e }
         composite.steps++
+        if (collective) {
+            entry.composite = composite
+            entry.stepIndex = composite.steps
+        }
         composite.stepEntry = entry
         composite.stepCall = null
         return entry
+    }
+
+    /**
+     * Writes the signature of the collective step recorded as [entry] (a backend's own step, begun
+     * with [beginOwnCollective] inside a composite operation) into [dst] at [at], as [Call.encodeSignature]
+     * writes a step's: the composite's operation and root, no tensor, the step's index. Returns false
+     * (writing nothing) when [entry] is not such a step.
+     */
+    protected fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
+        val c = entry.composite as? Composite ?: return false
+        CollectiveSignature.encode(dst, at, c.op, null, null, root = if (c.op.hasRoot) c.root else -1, extra = entry.stepIndex.toLong())
+        return true
     }
 
     // ------------------------------------------------------------------ composite operations
@@ -794,6 +829,8 @@ public abstract class CommunicatorFront(
         @JvmField val op: CollectiveOp,
         @JvmField val entry: FlightRecorder.Entry,
         @JvmField val naming: ObjectProtocol.Naming,
+        /** The composite's root, or -1. */
+        @JvmField val root: Int,
     ) : AbstractCoroutineContextElement(Composite) {
         companion object Key : CoroutineContext.Key<Composite>
 
@@ -864,7 +901,7 @@ public abstract class CommunicatorFront(
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
-        val c = Composite(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence))
+        val c = Composite(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence), if (root >= 0) root else -1)
         if (!op.isPointToPoint) {
             check(turn === waiter) { "the issue turn of $backendName rank $rank is held by ${turn}, not by the caller of $name" }
             turn = c

@@ -180,6 +180,13 @@ public class FlightRecorder(
         private var endNanos: Long = 0
         private var error: String? = null
 
+        /** The front's composite operation this entry is a collective step of, and the step's index (from 1); null/0 otherwise. */
+        @JvmField internal var composite: Any? = null
+        @JvmField internal var stepIndex: Int = 0
+
+        /** Runs once when this entry finishes, whoever finishes it (the front: an issue turn held until then). */
+        @Volatile @JvmField internal var onFinish: Runnable? = null
+
         init {
             if (queued) state = QUEUED
         }
@@ -189,6 +196,7 @@ public class FlightRecorder(
             if (timing) endNanos = System.nanoTime()
             STATE.setRelease(this, code)
             event?.let { FlightEvents.commit(it, this@FlightRecorder, this, OUTCOMES[code - COMPLETED], error) }
+            onFinish?.let { hook -> onFinish = null; hook.run() }
             return true
         }
 

@@ -1322,11 +1322,16 @@ public class NcclCommunicator internal constructor(
             if (owner != null && (!o.p2p || owner !== this)) owner.endP2pWindow()
             o.orderAfterProducer()
             val call = o.call
-            if (call != null && o.onStream && config.checkConsistency == true && worldSize > 1) {
+            if (o.onStream && config.checkConsistency == true && worldSize > 1) {
                 val signature = LongArray(CollectiveSignature.SIZE)
-                call.encodeSignature(signature, 0)
-                if (call.op == CollectiveOp.AllToAllV) o.completeSplitsWord(signature, call.sizes!!, call.outputSizes!!)
-                o.checkSignature(signature, call.sequence)
+                if (call != null) {
+                    call.encodeSignature(signature, 0)
+                    if (call.op == CollectiveOp.AllToAllV) o.completeSplitsWord(signature, call.sizes!!, call.outputSizes!!)
+                    o.checkSignature(signature, call.sequence)
+                } else if (encodeStepSignature(o.entry, signature, 0)) {
+                    // A staged step of an object collective: signed as the front signs every composite's steps.
+                    o.checkSignature(signature, o.entry.collectiveSequence)
+                }
             }
             if (o.p2p) o.openP2p(sending = o.name == "send")
             val result = o.issue()
