@@ -202,7 +202,9 @@ public abstract class CommunicatorFront(
 
     /**
      * Why this communicator cannot start [operation] now ([collective]: a collective, which also
-     * needs every peer still open), or null when it can. Called under the issue lock; must not block.
+     * needs every peer still open), or null when it can: the backend's own reasons (a failure, a peer
+     * that closed); the front refuses a closed communicator itself. Called under the issue lock; must
+     * not block.
      */
     protected abstract fun refusal(operation: String, collective: Boolean): OperationFailure?
 
@@ -276,9 +278,47 @@ public abstract class CommunicatorFront(
      */
     protected abstract fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?)
 
+    // ------------------------------------------------------------------ lifecycle
+
+    /** Set once by [close]: the one closed flag of this communicator. */
+    private val closedFlag = java.util.concurrent.atomic.AtomicBoolean(false)
+
+    /** True once [close] ran on this rank. Thread-safe. */
+    public val isClosed: Boolean get() = closedFlag.get()
+
     /**
-     * Stops timing this communicator's operations (idempotent). A backend calls it when it closes,
-     * after it failed what was still in flight.
+     * Closes this communicator on this rank, once (later calls do nothing): from here every call is
+     * refused with [dev.tpcomm.CommunicatorAbortedException] ("the communicator was closed; create a
+     * new one"), the flight recorder closes, the deadlines stop, then the backend's [shutdown]
+     * releases what it holds and fails what is still in flight. Thread-safe; never throws for a
+     * communicator already closed.
+     */
+    final override fun close() {
+        if (!closedFlag.compareAndSet(false, true)) return
+        recorder.close()
+        stopDeadlines()
+        shutdown()
+    }
+
+    /**
+     * The backend's part of [close], called once, after the front marked the communicator closed and
+     * stopped its deadlines: fail what is still in flight, release native resources, tell peers
+     * what they must know.
+     */
+    protected abstract fun shutdown()
+
+    /** Why [operation] is refused now: closed (the front's one wording), or the backend's [refusal]. */
+    private fun refused(operation: String, collective: Boolean): OperationFailure? {
+        if (closedFlag.get()) {
+            val closed = closedException()
+            return OperationFailure(OperationFailure.ABORTED, abortedMessage(closed), closed)
+        }
+        return refusal(operation, collective)
+    }
+
+    /**
+     * Stops timing this communicator's operations (idempotent). [close] calls it; a backend may call
+     * it earlier when it ends every operation itself.
      */
     protected fun stopDeadlines() {
         deadlineRegistration?.close()
@@ -622,7 +662,7 @@ public abstract class CommunicatorFront(
             )
         }
         val name = entry.operation
-        refusal(name, collective = true)?.let { f ->
+        refused(name, collective = true)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
@@ -738,7 +778,7 @@ public abstract class CommunicatorFront(
         synchronized(issueLock) {
             if (composite != null) return step(composite, collective = false)
             val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
-            refusal(name, collective = false)?.let { f ->
+            refused(name, collective = false)?.let { f ->
                 val e = exceptionOf(f, name, entry.sequence)
                 entry.fail(e); throw e
             }
@@ -776,7 +816,7 @@ public abstract class CommunicatorFront(
     /** Under the issue lock: [beginOwnCollective]'s record, refusal and deadline. */
     private fun startOwn(name: String, root: Int): FlightRecorder.Entry {
         val entry = recorder.start(name, root = root, queued = queuesCalls)
-        refusal(name, collective = true)?.let { f ->
+        refused(name, collective = true)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
@@ -788,7 +828,7 @@ public abstract class CommunicatorFront(
     private fun step(composite: Composite, collective: Boolean): FlightRecorder.Entry {
         val entry = recorder.step(composite.entry, queued = queuesCalls)
         val name = entry.operation
-        refusal(name, collective)?.let { f ->
+        refused(name, collective)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
@@ -897,7 +937,7 @@ public abstract class CommunicatorFront(
     private fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: TurnWaiter?): Composite {
         val name = op.apiName
         val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = queuesCalls)
-        refusal(name, collective = !op.isPointToPoint)?.let { f ->
+        refused(name, collective = !op.isPointToPoint)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }

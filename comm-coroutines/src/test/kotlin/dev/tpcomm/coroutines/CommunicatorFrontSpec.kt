@@ -93,7 +93,7 @@ class CommunicatorFrontSpec : FunSpec({
 
         override suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo = MessageInfo(src, tag, 0)
 
-        override fun close() {}
+        override fun shutdown() {}
 
         fun signatureOf(call: Call): LongArray = LongArray(CollectiveSignature.SIZE).also { call.encodeSignature(it, 0) }
     }

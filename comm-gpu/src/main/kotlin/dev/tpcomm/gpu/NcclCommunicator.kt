@@ -122,7 +122,6 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     /** The first failure (first cause wins): every later call is refused with it as the cause. */
     private val failure = AtomicReference<CommunicationException?>(null)
-    private val closed = AtomicBoolean(false)
     private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
 
@@ -231,7 +230,6 @@ public class NcclCommunicator internal constructor(
     override val queuesCalls: Boolean get() = true
 
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator was closed; create a new one")
         return failedWith()?.let { abortedFailure(it) }
     }
 
@@ -317,7 +315,7 @@ public class NcclCommunicator internal constructor(
             a.done.complete(p[0])
         }
         dispatcher.await(NativeRequest {
-            o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
+            o.state.get() != OP_RESERVED || isClosed || failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
         if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
@@ -376,7 +374,7 @@ public class NcclCommunicator internal constructor(
      * [abortForCancellation]; returns the exception when it became the communicator's failure.
      */
     private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? {
-        if (worldSize == 1 || closed.get()) return null
+        if (worldSize == 1 || isClosed) return null
         val why = "NCCL pairs the ranks' calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call"
         return abortForCaller(
             entry.operation, entry.sequence, cause, "before it was issued ($why)",
@@ -766,10 +764,7 @@ public class NcclCommunicator internal constructor(
      * ends the native thread. Calls still in flight fail with [CommunicatorAbortedException].
      * Idempotent; later calls throw [CommunicatorAbortedException].
      */
-    override fun close() {
-        if (!closed.compareAndSet(false, true)) return
-        recorder.close()
-        stopDeadlines()
+    override fun shutdown() {
         val done = CountDownLatch(1)
         val task = Runnable {
             try {

@@ -161,8 +161,6 @@ public class MpiCommunicator internal constructor(
      * operation it never issues (and learn of its abort), not finish one from its slot.
      */
     private val slotsCarry: Boolean = checksConsistency && blockingMode
-
-    private val closed = AtomicBoolean(false)
     private val stats = ConcurrentHashMap<String, MpiOpProfile.Accumulator>()
     private val deviceTensors: Boolean = passesDevicePointers(mpiConfig, runtime)
 
@@ -212,12 +210,12 @@ public class MpiCommunicator internal constructor(
         override fun pollPeerNotices() {
             // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
             // thread tests the notices before its calls.
-            if (worldSize == 1 || !runtime.multiThreaded || closed.get() || failure.isAborted) return
+            if (worldSize == 1 || !runtime.multiThreaded || isClosed || failure.isAborted) return
             val from = notices.pollFromOtherThread()
             if (from >= 0) peerAborted(from, notices.reason)
         }
         override fun programFailed(description: String) {
-            if (closed.get() || failure.isAborted) return
+            if (isClosed || failure.isAborted) return
             markBroken(
                 exceptionOf(OperationFailure.ABORTED, PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
@@ -265,7 +263,6 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ what the front asks of MPI
 
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator is closed; create a new one")
         val cause = failure.cause ?: return null
         return OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
     }
@@ -989,11 +986,8 @@ public class MpiCommunicator internal constructor(
      * is the last MPI communicator of the process, calls `MPI_Finalize`. Idempotent. A broken
      * communicator or one with operations in flight is not freed (MPI may still use it).
      */
-    override fun close() {
-        if (!closed.compareAndSet(false, true)) return
-        recorder.close()
+    override fun shutdown() {
         runtime.communicators.unregister(watched)
-        stopDeadlines()
         val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
@@ -1401,7 +1395,7 @@ public class MpiCommunicator internal constructor(
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
     private fun ensureUsable(operation: String, sequence: Long) {
-        if (closed.get()) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, "the communicator is closed; create a new one")
+        if (isClosed) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, abortedMessage(closedException()), closedException())
         ownTimeout(sequence)?.let { throw it }
         failure.ensureUsable(operation, sequence)
     }
@@ -1473,7 +1467,7 @@ public class MpiCommunicator internal constructor(
         if (failure.abort(cause)) {
             recorder.recordAbort(cause)
             runtime.broken = true
-            if (notifyPeers && worldSize > 1 && !closed.get()) {
+            if (notifyPeers && worldSize > 1 && !isClosed) {
                 if (dispatcher.isNativeThread || (now && runtime.multiThreaded)) {
                     notices.send(reason)
                 } else {
@@ -1548,7 +1542,7 @@ public class MpiCommunicator internal constructor(
      * ends with `MPI_Abort`.
      */
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
-        if (closed.get()) return
+        if (isClosed) return
         val operation = entry.operation
         val sequence = entry.sequence
         val e = exceptionOf(

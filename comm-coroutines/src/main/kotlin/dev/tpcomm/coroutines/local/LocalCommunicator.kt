@@ -47,7 +47,6 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     group.world.config.timeout,
 ) {
     val world = group.world
-    @Volatile private var closed = false
 
     // ---------------------------------------------------------------- lifecycle
 
@@ -58,12 +57,6 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
         children.add(child as LocalCommunicator)
     }
 
-    fun markClosed() {
-        closed = true
-        recorder.close()
-        stopDeadlines()
-    }
-
     /** Closes this communicator and, first, every communicator split from it (recursively). */
     fun closeTree() {
         for (c in children) c.closeTree()
@@ -71,15 +64,11 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     }
 
     /**
-     * Closes this rank. Later calls throw [CommunicatorAbortedException]. If other ranks already wait
-     * for this one, the group aborts so they fail at once instead of timing out.
+     * The local part of the front's close: if other ranks already wait for this one, the group
+     * aborts so they fail at once instead of timing out (not when the whole group closes).
      */
-    override fun close() {
-        if (closed) return
-        closed = true
-        recorder.close()
-        group.rankClosed(rank)
-        stopDeadlines()
+    override fun shutdown() {
+        if (!group.closingAll) group.rankClosed(rank)
     }
 
     override fun toString(): String = "LocalCommunicator(rank $rank of ${group.size}, ${group.description})"
@@ -95,9 +84,6 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
         exceptionOf(OperationFailure(OperationFailure.ABORTED, message), CommunicationErrors.CLOSE, CommunicationErrors.NO_SEQUENCE)
 
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        if (closed) {
-            return OperationFailure(OperationFailure.ABORTED, "this communicator is closed; create a new one to communicate again", group.abortCause)
-        }
         group.abortCause?.let { return abortedBy(it) }
         if (collective && group.anyClosed) {
             return OperationFailure(
@@ -374,7 +360,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
 
     /** A send above the eager limit: returns once a receive on [dst] has copied [tensor] (see [Mailbox.park]). */
     private suspend fun rendezvous(box: Mailbox, tensor: Tensor, dst: Int, tag: Int, entry: FlightRecorder.Entry) {
-        if (group.communicators[dst].closed) {
+        if (group.communicators[dst].isClosed) {
             throw OperationFailedSignal(OperationFailure(OperationFailure.ABORTED, "rank $dst closed its communicator; a send above the eager limit needs its receive"))
         }
         try {
@@ -410,7 +396,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
         val box = group.mailboxes[rank]
         try {
             box.tryTake(src, tag, target, name)?.let { return it }
-            if (src != Communicator.ANY_SOURCE && group.communicators[src].closed) {
+            if (src != Communicator.ANY_SOURCE && group.communicators[src].isClosed) {
                 throw OperationFailedSignal(OperationFailure(OperationFailure.ABORTED, "rank $src closed its communicator and no matching message from it is queued"))
             }
             return suspendCancellableCoroutine { cont -> box.postOrTake(src, tag, target, name, entry.sequence, cont) }

@@ -122,8 +122,14 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         return this[0]
     }
 
+    /** True while [markAllClosed] closes every rank's communicator (the world closes: no rank's close aborts the others). */
+    @Volatile var closingAll: Boolean = false
+        private set
+
+    /** Closes every rank's communicator of this group, as the world closes. */
     fun markAllClosed() {
-        for (c in communicators) c.markClosed()
+        closingAll = true
+        for (c in communicators) c.close()
     }
 
     /**
