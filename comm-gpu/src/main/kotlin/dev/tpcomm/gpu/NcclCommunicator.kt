@@ -120,11 +120,15 @@ public class NcclCommunicator internal constructor(
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
-    /** The first failure (first cause wins): every later call is refused with it as the cause. */
-    private val failure = AtomicReference<CommunicationException?>(null)
-    private val closed = AtomicBoolean(false)
-    private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
+    /** The `ncclComm_t`'s lifecycle: first failure, close, abort and release. */
+    private val handle = NcclCommHandle(api, comm, thread, recorder, backendName, timeoutNanos)
+    /** The named exceptions of failures on the device. */
+    private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
+    /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
+    private val resources = StreamResources(runtime, stream)
+    /** The point-to-point window (an open group on the device's thread) of this communicator. */
+    private val p2p = PointToPointWindow(api, thread, handle, failures)
 
     /** Runs each operation's native part on the device's thread; a failure is delivered through the operation's result. */
     private val scope = CoroutineScope(SupervisorJob() + dispatcher)
@@ -180,16 +184,8 @@ public class NcclCommunicator internal constructor(
     }
 
     // Touched on the native thread only.
-    private val events = ArrayDeque<Long>()
-    private val allEvents = ArrayList<Long>()
-    private var scratch = 0L
     private var inFlight = 0
     private val status = IntArray(1)
-    /** Page-locked staging buffer (cudaHostAlloc/hipHostMalloc), grown on demand: copies to it never block. */
-    private var pinned = 0L
-    private var pinnedBytes = 0L
-    private val retiredPinned = ArrayList<Long>()
-    private var producerEvent = 0L
 
     /**
      * The stream your kernels write this communicator's inputs on and read its outputs from, as
@@ -217,10 +213,10 @@ public class NcclCommunicator internal constructor(
     public val libraryVersion: String get() = "${api.libraryName} ${NcclVersion.format(libraryVersionCode)}"
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
-    public val isAborted: Boolean get() = failure.get() != null
+    public val isAborted: Boolean get() = handle.failedWith() != null
 
     /** The first failure. */
-    private fun failedWith(): CommunicationException? = failure.get()
+    private fun failedWith(): CommunicationException? = handle.failedWith()
 
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
@@ -231,7 +227,7 @@ public class NcclCommunicator internal constructor(
     override val queuesCalls: Boolean get() = true
 
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        if (closed.get()) return OperationFailure(OperationFailure.ABORTED, "the communicator was closed; create a new one")
+        if (handle.isClosed) return OperationFailure(OperationFailure.ABORTED, "the communicator was closed; create a new one")
         return failedWith()?.let { abortedFailure(it) }
     }
 
@@ -265,7 +261,7 @@ public class NcclCommunicator internal constructor(
         if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
         val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
         val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
-        CLEANER.register(t, free)
+        DeviceFree.CLEANER.register(t, free)
         o.output = free
         return t
     }
@@ -317,7 +313,7 @@ public class NcclCommunicator internal constructor(
             a.done.complete(p[0])
         }
         dispatcher.await(NativeRequest {
-            o.state.get() != OP_RESERVED || closed.get() || failedWith() != null || a.caller?.isCancelled == true
+            o.state.get() != OP_RESERVED || handle.isClosed || failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
         if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
@@ -376,7 +372,7 @@ public class NcclCommunicator internal constructor(
      * [abortForCancellation]; returns the exception when it became the communicator's failure.
      */
     private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? {
-        if (worldSize == 1 || closed.get()) return null
+        if (worldSize == 1 || handle.isClosed) return null
         val why = "NCCL pairs the ranks' calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call"
         return abortForCaller(
             entry.operation, entry.sequence, cause, "before it was issued ($why)",
@@ -491,11 +487,7 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.Barrier -> {
                 onDevice {
-                    if (scratch == 0L) {
-                        val p = LongArray(1)
-                        cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
-                        scratch = p[0]
-                    }
+                    val scratch = resources.barrierScratch(::cuda)
                     nccl(api.allReduce(scratch, scratch, 1, NcclDataType.INT32, NcclRedOp.SUM, comm, stream), "ncclAllReduce")
                     null
                 }
@@ -767,7 +759,7 @@ public class NcclCommunicator internal constructor(
      * Idempotent; later calls throw [CommunicatorAbortedException].
      */
     override fun close() {
-        if (!closed.compareAndSet(false, true)) return
+        if (!handle.markClosed()) return
         recorder.close()
         stopDeadlines()
         val done = CountDownLatch(1)
@@ -784,7 +776,7 @@ public class NcclCommunicator internal constructor(
             dispatcher.dispatch(EmptyCoroutineContext, task)
             if (!done.await(timeoutNanos, TimeUnit.NANOSECONDS)) {
                 // The native thread is blocked in the library: abort from here so that it returns.
-                if (!commReleased.get()) releaseComm(abort = true)
+                if (!handle.isReleased) handle.release(abort = true)
             }
         }
         if (done.count == 0L) thread.release(timeoutNanos) // a thread still blocked is left running (daemon) rather than joined forever
@@ -891,10 +883,10 @@ public class NcclCommunicator internal constructor(
             val result = try {
                 body(handle[0])
             } catch (t: Throwable) {
-                if (!commReleased.get()) api.redOpDestroy(handle[0], comm) // the call's own failure is what the caller sees
+                if (!this@NcclCommunicator.handle.isReleased) api.redOpDestroy(handle[0], comm) // the call's own failure is what the caller sees
                 throw t
             }
-            if (!commReleased.get()) nccl(api.redOpDestroy(handle[0], comm), "ncclRedOpDestroy")
+            if (!this@NcclCommunicator.handle.isReleased) nccl(api.redOpDestroy(handle[0], comm), "ncclRedOpDestroy")
             return result
         }
 
@@ -913,55 +905,16 @@ public class NcclCommunicator internal constructor(
             }
             val end = api.groupEnd()
             thread.groupDepth--
-            if (thread.groupDepth == 0 && failedWith() != null && !commReleased.get()) releaseComm(abort = true)
+            if (thread.groupDepth == 0 && failedWith() != null && !handle.isReleased) handle.release(abort = true)
             if (error != null) throw error
             nccl(end, "ncclGroupEnd")
         }
 
-        /**
-         * Opens (once) the group that point-to-point calls of this communicator issued back to back
-         * share. NCCL's group is per host thread (docs/nccl-semantics.md N10), so another
-         * communicator's open window on this device's thread is ended first.
-         */
-        fun openP2p(sending: Boolean) {
-            val owner = thread.p2pOwner
-            if (owner != null && owner !== this@NcclCommunicator) owner.endP2pWindow()
-            if (thread.p2pOwner == null) {
-                nccl(api.groupStart(), "ncclGroupStart")
-                thread.groupDepth++
-                thread.p2pOwner = this@NcclCommunicator
-                thread.p2pOpenedAt = System.nanoTime()
-                thread.p2pSends = false
-                thread.p2pRecvs = false
-            }
-            if (sending) thread.p2pSends = true else thread.p2pRecvs = true
-        }
 
-        /** Makes this communicator's stream wait for the work queued on the op's producer stream so far (unless [NO_PRODUCER_STREAM]). */
-        fun orderAfterProducer() {
-            if (producer == NO_PRODUCER_STREAM) return
-            if (producerEvent == 0L) {
-                val e = LongArray(1)
-                cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
-                producerEvent = e[0]
-            }
-            cuda(runtime.eventRecord(producerEvent, producer), "eventRecord(producerStream)")
-            cuda(runtime.streamWaitEvent(stream, producerEvent), "streamWaitEvent")
-        }
 
         /** Page-locked host memory of at least [bytes] (the communicator's one staging buffer, grown on demand). */
-        fun staging(bytes: Long): MemorySegment {
-            if (pinnedBytes < bytes) {
-                // The old buffer may still be read by copies queued before: free it stream-ordered... cudaFreeHost
-                // synchronises, so it is kept until close instead; only growth allocates.
-                if (pinned != 0L) retiredPinned += pinned
-                val p = LongArray(1)
-                cuda(runtime.hostAlloc(p, bytes.coerceAtLeast(64)), "hostAlloc")
-                pinned = p[0]
-                pinnedBytes = bytes.coerceAtLeast(64)
-            }
-            return MemorySegment.ofAddress(pinned).reinterpret(pinnedBytes)
-        }
+        fun staging(bytes: Long): MemorySegment = resources.staging(bytes, ::cuda)
+
 
         /** `count` contiguous blocks of `outer` rows of `rowBytes` each, at [blocks], into the columns of [dst]. */
         fun blocksToColumns(dst: Long, blocks: Long, blockBytes: Long, outer: Long) {
@@ -1319,8 +1272,8 @@ public class NcclCommunicator internal constructor(
             // Any point-to-point window open on this device's thread (this communicator's or another's)
             // ends before anything else is issued: NCCL's group is per thread (docs/nccl-semantics.md N10).
             val owner = thread.p2pOwner
-            if (owner != null && (!o.p2p || owner !== this)) owner.endP2pWindow()
-            o.orderAfterProducer()
+            if (owner != null && (!o.p2p || owner !== p2p)) owner.endP2pWindow()
+            resources.orderAfter(o.producer, o::cuda)
             val call = o.call
             if (call != null && o.onStream && config.checkConsistency == true && worldSize > 1) {
                 val signature = LongArray(CollectiveSignature.SIZE)
@@ -1328,28 +1281,18 @@ public class NcclCommunicator internal constructor(
                 if (call.op == CollectiveOp.AllToAllV) o.completeSplitsWord(signature, call.sizes!!, call.outputSizes!!)
                 o.checkSignature(signature, call.sequence)
             }
-            if (o.p2p) o.openP2p(sending = o.name == "send")
+            if (o.p2p) p2p.join(sending = o.name == "send", o::nccl)
             val result = o.issue()
             o.issuedSignal?.complete(Unit)
             if (o.p2p) {
-                // Calls queued behind this one join the open group. It ends once this thread's queue is
-                // drained and the group holds both directions (a send and a receive: the exchange that must
-                // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
-                var polls = 0
-                dispatcher.await(NativeRequest {
-                    when {
-                        thread.p2pOwner !== this -> true
-                        polls++ == 0 -> false
-                        (thread.p2pSends && thread.p2pRecvs) || System.nanoTime() - thread.p2pOpenedAt > P2P_GRACE_NANOS -> { endP2pWindow(); true }
-                        else -> false
-                    }
-                })
+                // Calls queued behind this one join the open group (PointToPointWindow.closeWhenDue).
+                dispatcher.await(p2p.closeWhenDue())
             }
             if (o.onStream) {
                 val event = acquireEvent(o)
                 o.cuda(runtime.eventRecord(event, stream), "eventRecord")
                 dispatcher.await(completion(o, event))
-                events.addLast(event)
+                resources.recycleEvent(event)
             }
             // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
             for (p in o.temps) runtime.freeAsync(p, stream)
@@ -1374,36 +1317,6 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    /**
-     * Ends this communicator's point-to-point window (the open group on the device's thread) and
-     * waits until the library accepted it; a failure aborts this communicator, whose calls in the
-     * window then fail. Called by any communicator of the thread that must issue something else
-     * first (native thread only).
-     */
-    internal fun endP2pWindow() {
-        if (thread.p2pOwner !== this) return
-        thread.p2pOwner = null
-        val end = api.groupEnd()
-        thread.groupDepth--
-        if (failedWith() != null) {
-            if (!commReleased.get()) releaseComm(abort = true)
-            return
-        }
-        var state = end
-        val backoff = Backoff.forLibraryThread()
-        while (state == NcclResult.IN_PROGRESS) {
-            // The calls in the window are timed by the watchdog: a timeout aborts this communicator.
-            if (failedWith() != null) return
-            state = api.asyncState(comm, status)
-            if (state == NcclResult.IN_PROGRESS) backoff.idle()
-        }
-        if (state != NcclResult.SUCCESS) {
-            val text = runCatching { api.getErrorString(state) }.getOrNull()
-            val message = "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
-                ". ${NcclResult.hint(state)}. The communicator was aborted."
-            abort(exceptionOf(OperationFailure.native(message, state), "send/recv", CommunicationErrors.NO_SEQUENCE))
-        }
-    }
 
     private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
         op.timedOut?.let { throw it }
@@ -1456,7 +1369,7 @@ public class NcclCommunicator internal constructor(
             op.timedOut?.let { throw it }
             backoff.idle()
         }
-        events.addLast(event)
+        resources.recycleEvent(event)
     }
 
     private fun checkAsync(handle: Long, op: Op) {
@@ -1466,13 +1379,7 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    private fun acquireEvent(op: Op): Long {
-        events.pollFirst()?.let { return it }
-        val e = LongArray(1)
-        op.cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
-        allEvents += e[0]
-        return e[0]
-    }
+    private fun acquireEvent(op: Op): Long = resources.acquireEvent(op::cuda)
 
     /**
      * A call [o] in flight was cancelled: its peers cannot finish it without this rank, so the
@@ -1493,83 +1400,20 @@ public class NcclCommunicator internal constructor(
         return error
     }
 
-    /**
-     * First failure wins: records it and calls `ncclCommAbort`. On the native thread inside an open
-     * group the abort waits for the group's end ([Op.group]): NCCL would only carry it out at
-     * `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs inside
-     * `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on the
-     * native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is blocked in
-     * a library call), called right away from a separate thread, as PyTorch's watchdog calls
-     * `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
-     * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
-     * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
-     */
-    private fun abort(cause: CommunicationException) {
-        if (!failure.compareAndSet(null, cause)) return
-        recorder.recordAbort(cause)
-        if (dispatcher.isNativeThread) {
-            releaseAfterGroups()
-            return
-        }
-        thread.runOnThread(Runnable { releaseAfterGroups() })
-        AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
-            if (!commReleased.get() && !dispatcher.isClosed) releaseComm(abort = true)
-        }
-    }
-
-    /**
-     * On the native thread: `ncclCommAbort` once no group is open on it. This communicator's own
-     * point-to-point window is ended first (ending it releases the communicator), another's too
-     * (an abort inside it would join that group: docs/nccl-semantics.md N12); inside an [Op.group]
-     * body the abort waits for the group's end, which releases it.
-     */
-    private fun releaseAfterGroups() {
-        thread.p2pOwner?.endP2pWindow()
-        if (thread.groupDepth == 0) releaseComm(abort = true)
-    }
-
-    private fun releaseComm(abort: Boolean) {
-        if (!commReleased.compareAndSet(false, true)) return
-        if (abort) {
-            api.commAbort(comm)
-            return
-        }
-        // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
-        // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
-        // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
-        var code = api.commFinalize(comm)
-        if (code == NcclResult.IN_PROGRESS) {
-            val deadline = System.nanoTime() + timeoutNanos
-            val backoff = Backoff.forLibraryThread()
-            while (true) {
-                code = api.asyncState(comm, status)
-                if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
-                backoff.idle()
-            }
-        }
-        if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
-    }
+    /** First failure wins: records it and aborts the communicator ([NcclCommHandle.abort]). */
+    private fun abort(cause: CommunicationException) = handle.abort(cause)
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failure.compareAndSet(null, closedException()) // the lifecycle's own exception (no operation of the front)
+        handle.failQuietly(closedException()) // the lifecycle's own exception (no operation of the front)
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
         val healthy = !busy && failedWith()?.operation == "close"
-        releaseComm(abort = !healthy)
-        if (scratch != 0L) runtime.freeAsync(scratch, stream)
-        scratch = 0L
-        if (producerEvent != 0L) runtime.eventDestroy(producerEvent)
-        producerEvent = 0L
+        handle.release(abort = !healthy)
         // Page-locked memory is freed only when the device is known idle (cudaFreeHost synchronises);
         // after a failure the device may still write it, so it is left to the process.
-        if (healthy) (retiredPinned + pinned).filter { it != 0L }.forEach { runtime.freeHost(it) }
-        pinned = 0L
-        retiredPinned.clear()
-        for (e in allEvents) runtime.eventDestroy(e)
-        allEvents.clear()
-        events.clear()
+        resources.release(healthy)
         // Outputs of this communicator still alive are freed on its stream later: it is destroyed with the device's thread.
         thread.retireStream(stream)
     }
@@ -1590,45 +1434,18 @@ public class NcclCommunicator internal constructor(
 
     // The failures below fail the flight record first, so that the dump the exception carries shows it failed.
 
-    /** A failed library call of [op] ([OperationFailure.NATIVE], named by the front's [exceptionOf]). */
-    private fun ncclError(code: Int, call: String, op: Op): CommunicationException {
-        val text = runCatching { api.getErrorString(code) }.getOrNull()
-        val last = runCatching { api.getLastError(comm) }.getOrNull()?.takeIf { it.isNotBlank() }
-        val message = "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + (last?.let { " — $it" } ?: "") +
-            ". ${NcclResult.hint(code)}. The communicator was aborted."
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure.native(message, code), op.name, op.entry.sequence)
-    }
+    /** A failed library call of [op] ([NcclFailures.ncclError]). */
+    private fun ncclError(code: Int, call: String, op: Op): CommunicationException = failures.ncclError(code, call, op.entry)
 
-    private fun runtimeMessage(code: Int, call: String): String {
-        val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        return "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
-    }
+    private fun runtimeMessage(code: Int, call: String): String = failures.runtimeMessage(code, call)
 
-    /** A failed runtime call of [op] (an [OperationFailure.NATIVE] flagged as the runtime's). */
-    private fun runtimeError(code: Int, call: String, op: Op): CommunicationException {
-        val message = runtimeMessage(code, call)
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure.native(message, code, isRuntimeError = true), op.name, op.entry.sequence)
-    }
+    /** A failed runtime call of [op] ([NcclFailures.runtimeError]). */
+    private fun runtimeError(code: Int, call: String, op: Op): CommunicationException = failures.runtimeError(code, call, op.entry)
 
-    /** Why a call queued behind a native thread blocked in a library call failed: the deadline still runs from the call. */
-    private fun notStartedMessage(): String =
-        "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
-            "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
+    private fun notStartedMessage(): String = failures.notStartedMessage()
 
-    /** [op] passed its deadline ([OperationFailure.TIMEOUT]), queued or started. */
-    private fun timeoutError(op: Op): CommunicationException {
-        val message = if (!op.started) {
-            notStartedMessage()
-        } else {
-            "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
-                "the communicator was aborted with ncclCommAbort"
-        }
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure(OperationFailure.TIMEOUT, message), op.name, op.entry.sequence)
-    }
-
+    /** [op] passed its deadline ([NcclFailures.timeoutError]). */
+    private fun timeoutError(op: Op): CommunicationException = failures.timeoutError(op.entry, op.started)
 
     /** The `ncclDataType_t` a reduction of [t] uses; the validator refused the dtypes without one ([NcclLimits.reductionRefusal]). */
     private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype) ?: throw IllegalStateException("${t.dtype} has no NCCL type; the validator refuses it")
@@ -1663,16 +1480,6 @@ public class NcclCommunicator internal constructor(
             java.nio.ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
 
         private fun longsOf(bytes: ByteArray): LongArray = java.nio.ByteBuffer.wrap(bytes).let { b -> LongArray(bytes.size / 8) { b.getLong() } }
-        private val CLEANER: Cleaner = Cleaner.create()
-
-        /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
-        private const val ABORT_GRACE_MS = 100L
-
-        /**
-         * How long a group of point-to-point calls in one direction stays open for the opposite call
-         * (the receive of a ring step issued right after its send) before it is issued alone.
-         */
-        private const val P2P_GRACE_NANOS = 5_000_000L
 
 
         private fun outerCount(shape: List<Int>, d: Int): Long {
@@ -1682,51 +1489,6 @@ public class NcclCommunicator internal constructor(
         }
     }
 
-    /**
-     * Frees an output's device memory once its tensor is unreachable, ordered after the work queued
-     * on [consumer] (the producer stream of the call that made it, the stream the caller reads
-     * outputs on) by then: on the device's native thread, an event on [consumer] that [stream] waits
-     * for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends). Without that order
-     * the pool could hand the block to the next allocation while a kernel still reads it (PyTorch's
-     * `recordStream` exists for this; docs/nccl-semantics.md C7). After the thread ended, from the
-     * Cleaner thread with the tensor's device made current, `cudaFreeAsync` on [consumer] itself.
-     * [disarm]ed (by a call that failed after it was issued: the device may still write the memory),
-     * it frees nothing. It never references the tensor.
-     */
-    private class DeviceFree(
-        val runtime: DeviceRuntime,
-        val thread: DeviceThread,
-        val device: Int,
-        val stream: Long,
-        val ptr: Long,
-        val consumer: Long,
-    ) : Runnable {
-        @Volatile private var armed = true
-
-        /** Leaves the memory allocated (read on the native thread, where the failing call disarms it). */
-        fun disarm() {
-            armed = false
-        }
-
-        override fun run() {
-            val onThread = thread.runOnThread(Runnable {
-                if (!armed) return@Runnable
-                if (consumer != NO_PRODUCER_STREAM) {
-                    val e = LongArray(1)
-                    if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
-                        runtime.eventRecord(e[0], consumer)
-                        runtime.streamWaitEvent(stream, e[0])
-                        runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
-                    }
-                }
-                runtime.freeAsync(ptr, stream)
-            })
-            if (!onThread && armed) {
-                runtime.setDevice(device)
-                runtime.freeAsync(ptr, if (consumer == NO_PRODUCER_STREAM) LEGACY_DEFAULT_STREAM else consumer)
-            }
-        }
-    }
 
 }
 
