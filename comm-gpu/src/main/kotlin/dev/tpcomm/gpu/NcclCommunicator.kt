@@ -540,116 +540,10 @@ public class NcclCommunicator internal constructor(
     }
 
     /** The object collectives' bytes, staged through temporary device buffers on this communicator's stream. */
-    private val objects = object : ObjectTransport {
-        override suspend fun allGatherLength(operation: String, length: Long): LongArray =
-            allGather(operation, longBytes(length)).map { longsOf(it)[0] }.toLongArray()
-
-        override suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray =
-            longsOf(broadcast(operation, longBytes(*lengths), root))
-
-        override suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int) {
-            send(operation, longBytes(length), dst, tag)
-        }
-
-        override suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo> =
-            recv(operation, 8, src, tag).let { (bytes, info) -> longsOf(bytes)[0] to info }
-
-        override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> {
-            val all = stagedAllGather(operation, bytes)
-            return List(worldSize) { r -> all.copyOfRange(r * bytes.size, (r + 1) * bytes.size) }
-        }
-
-        override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray = stagedBroadcast(operation, bytes, root)
-
-        override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? = own(beginOwnCollective(operation, root)) {
-            val n = bytes.size.toLong()
-            val dev = temp(n * worldSize)
-            val seg = staging(n * worldSize)
-            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, rank * n, bytes.size)
-            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            group {
-                if (rank == root) {
-                    for (r in 0 until worldSize) if (r != rank) nccl(api.recv(dev + r * n, n, BYTES, r, comm, stream), "ncclRecv")
-                } else {
-                    nccl(api.send(dev + rank * n, n, BYTES, root, comm, stream), "ncclSend")
-                }
-            }
-            if (rank == root) cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream()
-            if (rank == root) List(worldSize) { r -> seg.asSlice(r * n, n).toArray(ValueLayout.JAVA_BYTE) } else null
-        }
-
-        override suspend fun scatter(operation: String, rows: List<ByteArray>?, size: Int, root: Int): ByteArray = own(beginOwnCollective(operation, root)) {
-            val n = size.toLong()
-            val dev = temp(n * worldSize)
-            val seg = staging(n * worldSize)
-            if (rank == root) {
-                for ((r, row) in rows!!.withIndex()) MemorySegment.copy(row, 0, seg, ValueLayout.JAVA_BYTE, r * n, row.size)
-                cuda(runtime.memcpyAsync(dev, seg.address(), n * worldSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            }
-            group {
-                if (rank == root) {
-                    for (r in 0 until worldSize) if (r != rank) nccl(api.send(dev + r * n, n, BYTES, r, comm, stream), "ncclSend")
-                } else {
-                    nccl(api.recv(dev + rank * n, n, BYTES, root, comm, stream), "ncclRecv")
-                }
-            }
-            cuda(runtime.memcpyAsync(seg.address(), dev + rank * n, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream()
-            seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-        }
-
-        override suspend fun send(operation: String, bytes: ByteArray, dst: Int, tag: Int) {
-            own(beginPointToPoint(operation, null, dst, tag)) {
-                thread.p2pOwner?.endP2pWindow()
-                val n = bytes.size.toLong()
-                val dev = temp(n)
-                val seg = staging(n)
-                MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-                cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-                group { nccl(api.send(dev, n, BYTES, dst, comm, stream), "ncclSend") }
-                awaitStream()
-            }
-        }
-
-        override suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo> {
-            val bytes = own(beginPointToPoint(operation, null, src, tag)) {
-                thread.p2pOwner?.endP2pWindow()
-                val n = size.toLong()
-                val dev = temp(n)
-                val seg = staging(n)
-                group { nccl(api.recv(dev, n, BYTES, src, comm, stream), "ncclRecv") }
-                cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-                awaitStream()
-                seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-            }
-            return bytes to MessageInfo(src, 0, size.toLong())
-        }
-    }
-
-    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = own(beginOwnCollective(name)) {
-        val n = bytes.size.toLong()
-        val seg = staging(n * worldSize)
-        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-        val dev = temp(n * worldSize)
-        cuda(runtime.memcpyAsync(dev + rank * n, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-        nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
-        cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-        awaitStream()
-        seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
-    }
-
-    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = own(beginOwnCollective(name, root)) {
-        val n = bytes.size.toLong()
-        val seg = staging(n)
-        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-        val dev = temp(n)
-        if (rank == root) cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-        nccl(api.broadcast(dev, dev, n, BYTES, root, comm, stream), "ncclBroadcast")
-        cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-        awaitStream()
-        seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-    }
+    private val objects = StagedObjectTransport(rank, worldSize, object : StagedObjectTransport.Operations {
+        override suspend fun <T> collective(operation: String, root: Int, body: NcclOp.() -> T): T = own(beginOwnCollective(operation, root), issue = body)
+        override suspend fun <T> pointToPoint(operation: String, peer: Int, tag: Int, body: NcclOp.() -> T): T = own(beginPointToPoint(operation, null, peer, tag), issue = body)
+    })
 
     // ---------------------------------------------------------------- point to point
 
@@ -972,10 +866,6 @@ public class NcclCommunicator internal constructor(
         /** [producerStream] value that opts out of ordering with the caller's stream. */
         public const val NO_PRODUCER_STREAM: Long = -1L
 
-        private fun longBytes(vararg values: Long): ByteArray =
-            java.nio.ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
-
-        private fun longsOf(bytes: ByteArray): LongArray = java.nio.ByteBuffer.wrap(bytes).let { b -> LongArray(bytes.size / 8) { b.getLong() } }
     }
 }
 
