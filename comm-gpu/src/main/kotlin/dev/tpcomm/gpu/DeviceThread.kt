@@ -45,7 +45,7 @@ internal class DeviceThread(
     var issueTail: kotlinx.coroutines.CompletableDeferred<Unit>? = null
 
     /** The communicator whose point-to-point window (an open group) is open on this thread, or null (native thread only). */
-    var p2pOwner: NcclCommunicator? = null
+    var p2pOwner: P2pWindow? = null
     var p2pOpenedAt = 0L
     var p2pSends = false
     var p2pRecvs = false
@@ -142,4 +142,14 @@ internal class DeviceThreads {
         /** This process's device threads. */
         val PROCESS: DeviceThreads = DeviceThreads()
     }
+}
+
+/**
+ * A point-to-point window that can be open on a [DeviceThread] (an open NCCL group of one
+ * communicator's sends and receives): whoever must issue something else on the thread ends it
+ * first. Implemented by [PointToPointWindow]; native thread only.
+ */
+internal interface P2pWindow {
+    /** Ends the window's group (and waits until the library accepted it); nothing when it is not open. */
+    fun endP2pWindow()
 }

@@ -120,10 +120,17 @@ public class NcclCommunicator internal constructor(
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
-    /** The first failure (first cause wins): every later call is refused with it as the cause. */
-    private val failure = AtomicReference<CommunicationException?>(null)
-    private val commReleased = AtomicBoolean(false)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
+    /** The `ncclComm_t`'s lifecycle: first failure, close, abort and release. */
+    private val handle = NcclCommHandle(api, comm, thread, recorder, backendName, timeoutNanos)
+    /** The named exceptions of failures on the device. */
+    private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
+    /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
+    private val resources = StreamResources(runtime, stream)
+    /** The point-to-point window (an open group on the device's thread) of this communicator. */
+    private val p2p = PointToPointWindow(api, thread, handle, failures)
+    /** What this communicator's operations issue with. */
+    private val opContext = NcclOpContext(api, runtime, thread, comm, stream, rank, worldSize, backendName, libraryVersionCode, handle, failures, resources)
 
     /** Runs each operation's native part on the device's thread; a failure is delivered through the operation's result. */
     private val scope = CoroutineScope(SupervisorJob() + dispatcher)
@@ -132,7 +139,7 @@ public class NcclCommunicator internal constructor(
      * The operations from [start] to their end, so that [deadlinePassed] finds a point-to-point call
      * or an own operation (which have no front [Call]) by its flight record.
      */
-    private val live = java.util.concurrent.ConcurrentLinkedQueue<Op>()
+    private val live = java.util.concurrent.ConcurrentLinkedQueue<NcclOp>()
 
     /**
      * The front's deadline ([CommunicatorFront], timed from the call on the core's `DeadlineWatchdog`
@@ -143,7 +150,7 @@ public class NcclCommunicator internal constructor(
      * reached the native thread (queued behind a call blocked in the library).
      */
     override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
-        val op = (call?.state as? Op) ?: live.firstOrNull { it.entry === entry }
+        val op = (call?.state as? NcclOp) ?: live.firstOrNull { it.entry === entry }
         if (op == null) {
             // Recorded, but not yet handed to the engine (its caller was held between the front's record and
             // [start]): marked here, so that [start] ends the operation with this timeout when it comes.
@@ -164,10 +171,10 @@ public class NcclCommunicator internal constructor(
     private val expiredEarly = java.util.concurrent.ConcurrentHashMap<FlightRecorder.Entry, CommunicationException>()
 
     /** Ends [op] with its timeout [e]: the communicator is marked aborted first, then the caller released. */
-    private fun expire(op: Op, e: CommunicationException) {
+    private fun expire(op: NcclOp, e: CommunicationException) {
         op.timedOut = e
         abort(e)
-        if (op.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) {
+        if (op.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) {
             // An allocating call that never attached (its caller still waits for the allocation, which
             // the native thread has not taken, or has not issued yet): it gives up its place.
             op.allocation!!.done.completeExceptionally(e)
@@ -179,16 +186,7 @@ public class NcclCommunicator internal constructor(
     }
 
     // Touched on the native thread only.
-    private val events = ArrayDeque<Long>()
-    private val allEvents = ArrayList<Long>()
-    private var scratch = 0L
     private var inFlight = 0
-    private val status = IntArray(1)
-    /** Page-locked staging buffer (cudaHostAlloc/hipHostMalloc), grown on demand: copies to it never block. */
-    private var pinned = 0L
-    private var pinnedBytes = 0L
-    private val retiredPinned = ArrayList<Long>()
-    private var producerEvent = 0L
 
     /**
      * The stream your kernels write this communicator's inputs on and read its outputs from, as
@@ -216,10 +214,10 @@ public class NcclCommunicator internal constructor(
     public val libraryVersion: String get() = "${api.libraryName} ${NcclVersion.format(libraryVersionCode)}"
 
     /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
-    public val isAborted: Boolean get() = failure.get() != null
+    public val isAborted: Boolean get() = handle.failedWith() != null
 
     /** The first failure. */
-    private fun failedWith(): CommunicationException? = failure.get()
+    private fun failedWith(): CommunicationException? = handle.failedWith()
 
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
@@ -246,24 +244,24 @@ public class NcclCommunicator internal constructor(
      */
     override suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor {
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
-        val o = Op(call.entry, producerStream)
+        val o = NcclOp(opContext, call.entry, producerStream)
         o.call = call
-        val a = Allocation(bytes, currentCoroutineContext()[Job])
+        val a = OutputAllocation(bytes, currentCoroutineContext()[Job])
         o.allocation = a
-        o.state.set(OP_RESERVED)
+        o.state.set(NcclOp.RESERVED)
         call.state = o
         start(o, null)
         val ptr = try {
             a.done.await()
         } catch (c: CancellationException) {
-            if (o.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+            if (o.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) wake()
             throw c
         }
         // The memory is the caller's output from here, unless the native thread took it back first (given up meanwhile).
         if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
         val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
         val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
-        CLEANER.register(t, free)
+        DeviceFree.CLEANER.register(t, free)
         o.output = free
         return t
     }
@@ -272,22 +270,10 @@ public class NcclCommunicator internal constructor(
      * Why the reserved operation [o] was given up before its call attached: its deadline passed
      * ([deadlinePassed]), the communicator failed or was closed, or its caller was cancelled.
      */
-    private fun givenUp(o: Op): Throwable =
+    private fun givenUp(o: NcclOp): Throwable =
         o.timedOut
             ?: refusal(o.name, collective = true)?.let { OperationFailedSignal(it) }
             ?: CancellationException("${o.name} was cancelled before it was issued")
-
-    /** The output allocation of a reserved operation (see [allocate]). */
-    private class Allocation(val bytes: Long, val caller: Job?) {
-        /** The device address, or the named exception of a failed (or never taken) allocation. */
-        val done = CompletableDeferred<Long>()
-        @Volatile var ptr = 0L
-        /**
-         * Who owns the memory, set once: the caller, which wraps it in its output (whose [DeviceFree]
-         * then frees it), or the native thread, which frees it when the operation was given up first.
-         */
-        val owned = AtomicBoolean(false)
-    }
 
     /** Wakes the native thread's progress loop (a reserved operation polls for its call). */
     private fun wake() {
@@ -299,13 +285,13 @@ public class NcclCommunicator internal constructor(
      * front attaches the call; null when it never will (its caller was refused, cancelled or failed
      * first, the communicator failed, or the deadline passed): then the place is given up.
      */
-    private suspend fun reservedBody(o: Op): (Op.() -> Any?)? {
+    private suspend fun reservedBody(o: NcclOp): (NcclOp.() -> Any?)? {
         val a = o.allocation!!
-        if (o.state.get() == OP_RESERVED) {
+        if (o.state.get() == NcclOp.RESERVED) {
             val p = LongArray(1)
             val code = runtime.mallocAsync(p, a.bytes.coerceAtLeast(1), stream)
             if (code != DeviceRuntime.SUCCESS) {
-                o.state.set(OP_ABANDONED)
+                o.state.set(NcclOp.ABANDONED)
                 val e = exceptionOf(OperationFailure.native(runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, o.entry.sequence)
                 abort(e)
                 a.done.completeExceptionally(e)
@@ -315,9 +301,9 @@ public class NcclCommunicator internal constructor(
             a.done.complete(p[0])
         }
         dispatcher.await(NativeRequest {
-            o.state.get() != OP_RESERVED || isClosed || failedWith() != null || a.caller?.isCancelled == true
+            o.state.get() != NcclOp.RESERVED || isClosed || failedWith() != null || a.caller?.isCancelled == true
         })
-        if (o.state.get() == OP_ATTACHED || !o.state.compareAndSet(OP_RESERVED, OP_ABANDONED) && o.state.get() == OP_ATTACHED) return o.body
+        if (o.state.get() == NcclOp.ATTACHED || !o.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED) && o.state.get() == NcclOp.ATTACHED) return o.body
         if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
         return null
     }
@@ -328,23 +314,23 @@ public class NcclCommunicator internal constructor(
      * [allocate] queued for it); the caller waits in [await].
      */
     override fun issue(call: Call): Any? {
-        val own = call.state as? Op // the operation [allocate] queued for it, if any
+        val own = call.state as? NcclOp // the operation [allocate] queued for it, if any
         val body = try {
             nativePart(call)
         } catch (t: Throwable) {
-            if (own != null && own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake() // refused: it gives up its place at once
+            if (own != null && own.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) wake() // refused: it gives up its place at once
             throw t
         }
         if (own != null) {
             own.body = body
-            if (!own.state.compareAndSet(OP_RESERVED, OP_ATTACHED)) {
+            if (!own.state.compareAndSet(NcclOp.RESERVED, NcclOp.ATTACHED)) {
                 // Given up meanwhile: the deadline passed ([deadlinePassed] aborted), the communicator failed or closed, or the caller was cancelled.
                 throw givenUp(own)
             }
             wake()
             return PENDING
         }
-        val o = Op(call.entry, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
+        val o = NcclOp(opContext, call.entry, producerStream, onStream = call.op != CollectiveOp.Split && call.op != CollectiveOp.Group)
         o.call = call
         call.state = o
         start(o, body)
@@ -356,8 +342,8 @@ public class NcclCommunicator internal constructor(
      * its place at once, and the communicator is aborted ([abortNotIssued]).
      */
     override fun notIssued(call: Call, cause: Throwable) {
-        val own = call.state as? Op
-        if (own != null && own.state.compareAndSet(OP_RESERVED, OP_ABANDONED)) wake()
+        val own = call.state as? NcclOp
+        if (own != null && own.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) wake()
         abortNotIssued(call.entry, cause)
     }
 
@@ -399,13 +385,13 @@ public class NcclCommunicator internal constructor(
         return reason.takeIf { failedWith() === it }
     }
 
-    override suspend fun await(call: Call): Any? = finish(call.state as Op)
+    override suspend fun await(call: Call): Any? = finish(call.state as NcclOp)
 
-    /** [block] as an operation's native part (a lambda with [Op] as its receiver). */
-    private fun onDevice(block: Op.() -> Any?): Op.() -> Any? = block
+    /** [block] as an operation's native part (a lambda with [NcclOp] as its receiver). */
+    private fun onDevice(block: NcclOp.() -> Any?): NcclOp.() -> Any? = block
 
     /** What [call] runs on the native thread (null as a result: the front returns the operation's own value). */
-    private fun nativePart(call: Call): Op.() -> Any? {
+    private fun nativePart(call: Call): NcclOp.() -> Any? {
         return when (call.op) {
             CollectiveOp.AllReduce -> {
                 val t = call.input!!
@@ -417,7 +403,7 @@ public class NcclCommunicator internal constructor(
                 val t = call.input!!
                 val root = call.root
                 onDevice {
-                    val type = moveType(t)
+                    val type = moveTypeFor(t, libraryVersionCode)
                     nccl(api.broadcast(t.address, t.address, moveCount(t, type), type, root, comm, stream), "ncclBroadcast")
                     null
                 }
@@ -489,11 +475,7 @@ public class NcclCommunicator internal constructor(
             }
             CollectiveOp.Barrier -> {
                 onDevice {
-                    if (scratch == 0L) {
-                        val p = LongArray(1)
-                        cuda(runtime.mallocAsync(p, 4, stream), "mallocAsync")
-                        scratch = p[0]
-                    }
+                    val scratch = resources.barrierScratch(::cuda)
                     nccl(api.allReduce(scratch, scratch, 1, NcclDataType.INT32, NcclRedOp.SUM, comm, stream), "ncclAllReduce")
                     null
                 }
@@ -502,13 +484,13 @@ public class NcclCommunicator internal constructor(
                 val extra = call.extra as IntArray
                 val color = if (extra[0] == 0) null else extra[1]
                 val key = extra[2]
-                onDevice { splitOnDevice(color, key) }
+                onDevice { splitOnDevice(color, key, commConfig, ::child) }
             }
             CollectiveOp.Group -> {
                 // As the interface's group: a split with color 0 for the members, in the order given.
                 @Suppress("UNCHECKED_CAST")
                 val position = (call.extra as List<Int>).indexOf(rank)
-                onDevice { splitOnDevice(if (position >= 0) 0 else null, if (position >= 0) position else 0) }
+                onDevice { splitOnDevice(if (position >= 0) 0 else null, if (position >= 0) position else 0, commConfig, ::child) }
             }
             else -> throw IllegalStateException("${call.op} is not a collective the front issues")
         }
@@ -557,127 +539,21 @@ public class NcclCommunicator internal constructor(
     }
 
     /** The object collectives' bytes, staged through temporary device buffers on this communicator's stream. */
-    private val objects = object : ObjectTransport {
-        override suspend fun allGatherLength(operation: String, length: Long): LongArray =
-            allGather(operation, longBytes(length)).map { longsOf(it)[0] }.toLongArray()
-
-        override suspend fun broadcastLengths(operation: String, lengths: LongArray, root: Int): LongArray =
-            longsOf(broadcast(operation, longBytes(*lengths), root))
-
-        override suspend fun sendLength(operation: String, length: Long, dst: Int, tag: Int) {
-            send(operation, longBytes(length), dst, tag)
-        }
-
-        override suspend fun recvLength(operation: String, src: Int, tag: Int): Pair<Long, MessageInfo> =
-            recv(operation, 8, src, tag).let { (bytes, info) -> longsOf(bytes)[0] to info }
-
-        override suspend fun allGather(operation: String, bytes: ByteArray): List<ByteArray> {
-            val all = stagedAllGather(operation, bytes)
-            return List(worldSize) { r -> all.copyOfRange(r * bytes.size, (r + 1) * bytes.size) }
-        }
-
-        override suspend fun broadcast(operation: String, bytes: ByteArray, root: Int): ByteArray = stagedBroadcast(operation, bytes, root)
-
-        override suspend fun gather(operation: String, bytes: ByteArray, root: Int): List<ByteArray>? = own(beginOwnCollective(operation, root)) {
-            val n = bytes.size.toLong()
-            val dev = temp(n * worldSize)
-            val seg = staging(n * worldSize)
-            MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, rank * n, bytes.size)
-            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            group {
-                if (rank == root) {
-                    for (r in 0 until worldSize) if (r != rank) nccl(api.recv(dev + r * n, n, BYTES, r, comm, stream), "ncclRecv")
-                } else {
-                    nccl(api.send(dev + rank * n, n, BYTES, root, comm, stream), "ncclSend")
-                }
-            }
-            if (rank == root) cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            if (rank == root) List(worldSize) { r -> seg.asSlice(r * n, n).toArray(ValueLayout.JAVA_BYTE) } else null
-        }
-
-        override suspend fun scatter(operation: String, rows: List<ByteArray>?, size: Int, root: Int): ByteArray = own(beginOwnCollective(operation, root)) {
-            val n = size.toLong()
-            val dev = temp(n * worldSize)
-            val seg = staging(n * worldSize)
-            if (rank == root) {
-                for ((r, row) in rows!!.withIndex()) MemorySegment.copy(row, 0, seg, ValueLayout.JAVA_BYTE, r * n, row.size)
-                cuda(runtime.memcpyAsync(dev, seg.address(), n * worldSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            }
-            group {
-                if (rank == root) {
-                    for (r in 0 until worldSize) if (r != rank) nccl(api.send(dev + r * n, n, BYTES, r, comm, stream), "ncclSend")
-                } else {
-                    nccl(api.recv(dev + rank * n, n, BYTES, root, comm, stream), "ncclRecv")
-                }
-            }
-            cuda(runtime.memcpyAsync(seg.address(), dev + rank * n, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-        }
-
-        override suspend fun send(operation: String, bytes: ByteArray, dst: Int, tag: Int) {
-            own(beginPointToPoint(operation, null, dst, tag)) {
-                thread.p2pOwner?.endP2pWindow()
-                val n = bytes.size.toLong()
-                val dev = temp(n)
-                val seg = staging(n)
-                MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-                cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-                group { nccl(api.send(dev, n, BYTES, dst, comm, stream), "ncclSend") }
-                awaitStream(this)
-            }
-        }
-
-        override suspend fun recv(operation: String, size: Int, src: Int, tag: Int): Pair<ByteArray, MessageInfo> {
-            val bytes = own(beginPointToPoint(operation, null, src, tag)) {
-                thread.p2pOwner?.endP2pWindow()
-                val n = size.toLong()
-                val dev = temp(n)
-                val seg = staging(n)
-                group { nccl(api.recv(dev, n, BYTES, src, comm, stream), "ncclRecv") }
-                cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-                awaitStream(this)
-                seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-            }
-            return bytes to MessageInfo(src, 0, size.toLong())
-        }
-    }
-
-    private suspend fun stagedAllGather(name: String, bytes: ByteArray): ByteArray = own(beginOwnCollective(name)) {
-        val n = bytes.size.toLong()
-        val seg = staging(n * worldSize)
-        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-        val dev = temp(n * worldSize)
-        cuda(runtime.memcpyAsync(dev + rank * n, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-        nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
-        cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-        awaitStream(this)
-        seg.asSlice(0, n * worldSize).toArray(ValueLayout.JAVA_BYTE)
-    }
-
-    private suspend fun stagedBroadcast(name: String, bytes: ByteArray, root: Int): ByteArray = own(beginOwnCollective(name, root)) {
-        val n = bytes.size.toLong()
-        val seg = staging(n)
-        MemorySegment.copy(bytes, 0, seg, ValueLayout.JAVA_BYTE, 0, bytes.size)
-        val dev = temp(n)
-        if (rank == root) cuda(runtime.memcpyAsync(dev, seg.address(), n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-        nccl(api.broadcast(dev, dev, n, BYTES, root, comm, stream), "ncclBroadcast")
-        cuda(runtime.memcpyAsync(seg.address(), dev, n, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-        awaitStream(this)
-        seg.asSlice(0, n).toArray(ValueLayout.JAVA_BYTE)
-    }
+    private val objects = StagedObjectTransport(rank, worldSize, object : StagedObjectTransport.Operations {
+        override suspend fun <T> collective(operation: String, root: Int, body: NcclOp.() -> T): T = own(beginOwnCollective(operation, root), issue = body)
+        override suspend fun <T> pointToPoint(operation: String, peer: Int, tag: Int, body: NcclOp.() -> T): T = own(beginPointToPoint(operation, null, peer, tag), issue = body)
+    })
 
     // ---------------------------------------------------------------- point to point
 
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
-        val o = Op(entry, producerStream, p2p = true)
+        val o = NcclOp(opContext, entry, producerStream, p2p = true)
         start(o) { nccl(api.send(tensor.address, tensor.byteSize, BYTES, dst, comm, stream), "ncclSend") }
         finish(o)
     }
 
     override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        val o = Op(entry, producerStream, p2p = true)
+        val o = NcclOp(opContext, entry, producerStream, p2p = true)
         start(o) { nccl(api.recv(tensor.address, tensor.byteSize, BYTES, src, comm, stream), "ncclRecv") }
         finish(o)
         return MessageInfo(src, 0, tensor.byteSize)
@@ -718,7 +594,7 @@ public class NcclCommunicator internal constructor(
         try {
             for (o in ops) { o.tensor.retain("sendRecv"); held++ }
             recorded(entry) {
-                val op = Op(entry, producerStream)
+                val op = NcclOp(opContext, entry, producerStream)
                 start(op) {
                     thread.p2pOwner?.endP2pWindow()
                     group {
@@ -779,456 +655,31 @@ public class NcclCommunicator internal constructor(
             dispatcher.dispatch(EmptyCoroutineContext, task)
             if (!done.await(timeoutNanos, TimeUnit.NANOSECONDS)) {
                 // The native thread is blocked in the library: abort from here so that it returns.
-                if (!commReleased.get()) releaseComm(abort = true)
+                if (!handle.isReleased) handle.release(abort = true)
             }
         }
         if (done.count == 0L) thread.release(timeoutNanos) // a thread still blocked is left running (daemon) rather than joined forever
         runCatching { onClose?.close() }
     }
 
+    /** A child of a split (or group) sharing this device's native thread: one launch order per device (SharedDispatcher). */
+    private fun child(childComm: Long, childStream: Long, childRank: Int, childWorldSize: Int): NcclCommunicator =
+        NcclCommunicator(
+            api, runtime, thread.retain(), childComm, childStream, childRank, childWorldSize, device, backendName,
+            config.copy(worldSize = childWorldSize, rank = childRank, localRank = config.localRank),
+            libraryVersionCode, commConfig,
+        )
+
     override fun toString(): String = "NcclCommunicator($backendName rank $rank of $worldSize on $device)"
 
     // ---------------------------------------------------------------- machinery
-
-    /**
-     * One operation, from the call to its completion: its flight record [entry] (made by the front,
-     * queued until the native thread starts it), the producer stream of the moment,
-     * whether it ends with an event on the stream ([onStream]), the front's [call] (collectives: its
-     * signature, for checkConsistency), and whether it is a point-to-point call that joins the
-     * thread's window ([p2p]). Created on the caller's thread; the rest is touched on the native thread.
-     */
-    private inner class Op(
-        /** The flight record (the front's), by which [deadlinePassed] finds an operation without a [Call]. */
-        val entry: FlightRecorder.Entry,
-        val producer: Long,
-        val onStream: Boolean = true,
-        val p2p: Boolean = false,
-        /** Whether the peers issue a counterpart that NCCL pairs with it by order (every operation but [waitEvent]). */
-        val paired: Boolean = true,
-    ) {
-        /** The operation's name, as the flight record and exceptions show it. */
-        val name: String get() = entry.operation
-        /** The front's call, for a collective (its signature, for checkConsistency). */
-        var call: Call? = null
-        /** [OP_ATTACHED], or for an operation [allocate] queued before its call: [OP_RESERVED] until attached, [OP_ABANDONED] when it never will be. */
-        val state = AtomicInteger(OP_ATTACHED)
-        /** A reserved operation's output allocation. */
-        var allocation: Allocation? = null
-        /** A reserved operation's native part, set by [issue] before it attaches it. */
-        var body: (Op.() -> Any?)? = null
-        /** Completed once this operation issued its library calls (or gave up): the next one of the device may issue. */
-        var issuedSignal: CompletableDeferred<Unit>? = null
-
-        /** Completed by the native thread, or exceptionally by the watchdog at the deadline (first wins). */
-        val result = CompletableDeferred<Any?>()
-        /** Set by the native thread when it takes the operation (before that it is queued). */
-        @Volatile var started = false
-        var job: Job? = null
-        @Volatile var native: Job? = null
-        @Volatile var issued = false
-        @Volatile var finished = false
-        val temps = ArrayList<Long>()
-        /** The free of the output [allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
-        var output: DeviceFree? = null
-
-        /** Set on the watchdog's thread ([deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
-        @Volatile var timedOut: CommunicationException? = null
-
-        fun nccl(code: Int, call: String) {
-            when (code) {
-                NcclResult.SUCCESS -> Unit
-                NcclResult.IN_PROGRESS -> waitReady(comm, call, this)
-                else -> throw fail(this, ncclError(code, call, this))
-            }
-        }
-
-        fun cuda(code: Int, call: String) {
-            if (code != DeviceRuntime.SUCCESS) throw fail(this, runtimeError(code, call, this))
-        }
-
-        /** A stream-ordered temporary (`cudaMallocAsync`), freed with `cudaFreeAsync` after the call. */
-        fun temp(bytes: Long): Long {
-            val p = LongArray(1)
-            cuda(runtime.mallocAsync(p, bytes.coerceAtLeast(1), stream), "mallocAsync")
-            temps += p[0]
-            return p[0]
-        }
-
-        /**
-         * Runs [body] with the `ncclRedOp_t` of [op] for [tensor]'s dtype: [builtin] ([redOp]'s code) as
-         * it is; for [ReduceOp.PreMulSum] an operator made now from this rank's factor in the dtype
-         * (`ncclRedOpCreatePreMulSum` with `ncclScalarHostImmediate`: NCCL copies the scalar before it
-         * returns) and destroyed with `ncclRedOpDestroy` once [body] returned or threw, as PyTorch's
-         * `ncclRedOpRAII` destroys it after the launch (pytorch/pytorch
-         * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `getNcclReduceOp`/`unpackPreMulSum`). NCCL
-         * resolves the operator when each call is enqueued (NVIDIA/nccl `src/enqueue.cc`,
-         * `taskAppend` copies the operator through `hostToDevRedOp` "since the op handle may be destroyed
-         * before ncclGroupEnd()"), and "an operator may be destroyed as soon
-         * as the last NCCL function which is given that operator returns" (`src/nccl.h.in`). After an
-         * abort the operator ended with the communicator (`ncclCommAbort` frees `userRedOps`): it is
-         * not destroyed again.
-         */
-        fun <T> withRedOp(op: ReduceOp, tensor: Tensor, builtin: Int, body: (Int) -> T): T {
-            if (op !is ReduceOp.PreMulSum) return body(builtin)
-            val handle = IntArray(1)
-            Arena.ofConfined().use { a ->
-                val scalar = a.allocate(8)
-                val factor = op.factorIn(tensor.dtype)
-                when (tensor.dtype) {
-                    DType.Float64 -> scalar.set(ValueLayout.JAVA_DOUBLE, 0, factor)
-                    DType.Float32 -> scalar.set(ValueLayout.JAVA_FLOAT, 0, factor.toFloat())
-                    DType.Float16 -> scalar.set(ValueLayout.JAVA_SHORT, 0, dev.tpcomm.HalfPrecision.floatToFloat16(factor.toFloat()))
-                    DType.BFloat16 -> scalar.set(ValueLayout.JAVA_SHORT, 0, dev.tpcomm.HalfPrecision.floatToBFloat16(factor.toFloat()))
-                    else -> throw IllegalStateException("PreMulSum on ${tensor.dtype} passed the argument checks")
-                }
-                nccl(api.redOpCreatePreMulSum(handle, scalar, dt(tensor), NcclRedOp.SCALAR_HOST_IMMEDIATE, comm), "ncclRedOpCreatePreMulSum")
-            }
-            val result = try {
-                body(handle[0])
-            } catch (t: Throwable) {
-                if (!commReleased.get()) api.redOpDestroy(handle[0], comm) // the call's own failure is what the caller sees
-                throw t
-            }
-            if (!commReleased.get()) nccl(api.redOpDestroy(handle[0], comm), "ncclRedOpDestroy")
-            return result
-        }
-
-        /**
-         * `ncclGroupStart`, [body], `ncclGroupEnd`. A failure inside the body ends the group first and
-         * only then aborts: NCCL carries out an abort issued inside an open group only at its end.
-         */
-        fun group(body: () -> Unit) {
-            nccl(api.groupStart(), "ncclGroupStart")
-            thread.groupDepth++
-            var error: Throwable? = null
-            try {
-                body()
-            } catch (t: Throwable) {
-                error = t
-            }
-            val end = api.groupEnd()
-            thread.groupDepth--
-            if (thread.groupDepth == 0 && failedWith() != null && !commReleased.get()) releaseComm(abort = true)
-            if (error != null) throw error
-            nccl(end, "ncclGroupEnd")
-        }
-
-        /**
-         * Opens (once) the group that point-to-point calls of this communicator issued back to back
-         * share. NCCL's group is per host thread (docs/nccl-semantics.md N10), so another
-         * communicator's open window on this device's thread is ended first.
-         */
-        fun openP2p(sending: Boolean) {
-            val owner = thread.p2pOwner
-            if (owner != null && owner !== this@NcclCommunicator) owner.endP2pWindow()
-            if (thread.p2pOwner == null) {
-                nccl(api.groupStart(), "ncclGroupStart")
-                thread.groupDepth++
-                thread.p2pOwner = this@NcclCommunicator
-                thread.p2pOpenedAt = System.nanoTime()
-                thread.p2pSends = false
-                thread.p2pRecvs = false
-            }
-            if (sending) thread.p2pSends = true else thread.p2pRecvs = true
-        }
-
-        /** Makes this communicator's stream wait for the work queued on the op's producer stream so far (unless [NO_PRODUCER_STREAM]). */
-        fun orderAfterProducer() {
-            if (producer == NO_PRODUCER_STREAM) return
-            if (producerEvent == 0L) {
-                val e = LongArray(1)
-                cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
-                producerEvent = e[0]
-            }
-            cuda(runtime.eventRecord(producerEvent, producer), "eventRecord(producerStream)")
-            cuda(runtime.streamWaitEvent(stream, producerEvent), "streamWaitEvent")
-        }
-
-        /** Page-locked host memory of at least [bytes] (the communicator's one staging buffer, grown on demand). */
-        fun staging(bytes: Long): MemorySegment {
-            if (pinnedBytes < bytes) {
-                // The old buffer may still be read by copies queued before: free it stream-ordered... cudaFreeHost
-                // synchronises, so it is kept until close instead; only growth allocates.
-                if (pinned != 0L) retiredPinned += pinned
-                val p = LongArray(1)
-                cuda(runtime.hostAlloc(p, bytes.coerceAtLeast(64)), "hostAlloc")
-                pinned = p[0]
-                pinnedBytes = bytes.coerceAtLeast(64)
-            }
-            return MemorySegment.ofAddress(pinned).reinterpret(pinnedBytes)
-        }
-
-        /** `count` contiguous blocks of `outer` rows of `rowBytes` each, at [blocks], into the columns of [dst]. */
-        fun blocksToColumns(dst: Long, blocks: Long, blockBytes: Long, outer: Long) {
-            val row = blockBytes / outer
-            for (r in 0 until worldSize) {
-                cuda(
-                    runtime.memcpy2DAsync(dst + r * row, row * worldSize, blocks + r * blockBytes, row, row, outer, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream),
-                    "memcpy2DAsync",
-                )
-            }
-        }
-
-        /** The inverse of [blocksToColumns]: column block `r` of [src] into contiguous block `r` at [blocks]. */
-        fun columnsToBlocks(blocks: Long, src: Long, blockBytes: Long, outer: Long) {
-            val row = blockBytes / outer
-            for (r in 0 until worldSize) {
-                cuda(
-                    runtime.memcpy2DAsync(blocks + r * blockBytes, row, src + r * row, row * worldSize, row, outer, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream),
-                    "memcpy2DAsync",
-                )
-            }
-        }
-
-        /**
-         * checkConsistency (only when set to true: off by default on the GPU engine, since it waits
-         * for the stream before each collective): all-gathers every rank's signature of this call
-         * ([Call.encodeSignature], staged through device memory) and fails with
-         * [CollectiveMismatchException] naming the differing ranks and fields ([compareSignatures]).
-         */
-        fun checkSignature(sig: LongArray, sequence: Long) {
-            val n = sig.size * 8L
-            val seg = staging(n * worldSize)
-            MemorySegment.copy(sig, 0, seg, ValueLayout.JAVA_LONG, rank * n, sig.size)
-            val dev = temp(n * worldSize)
-            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
-            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            val all = LongArray(sig.size * worldSize) { i -> seg.getAtIndex(ValueLayout.JAVA_LONG, i.toLong()) }
-            val mismatch = compareSignatures(all, sequence, "a $backendName communicator of $worldSize ranks") ?: return
-            entry.fail(RuntimeException(mismatch.message))
-            throw fail(this, exceptionOf(mismatch, name, entry.sequence))
-        }
-
-        /** gather's device part: on [root] the blocks of every rank into [out] (through a temporary when [outer] > 1), elsewhere one ncclSend. */
-        fun gatherOnDevice(input: Tensor, out: Tensor?, root: Int, outer: Long) {
-            if (rank == root) {
-                out!!
-                val blocks = if (outer == 1L) out.address else temp(out.byteSize)
-                group {
-                    for (r in 0 until worldSize) {
-                        val slot = blocks + r * input.byteSize
-                        if (r == rank) {
-                            cuda(runtime.memcpyAsync(slot, input.address, input.byteSize, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                        } else {
-                            nccl(api.recv(slot, input.byteSize, BYTES, r, comm, stream), "ncclRecv")
-                        }
-                    }
-                }
-                if (outer != 1L) blocksToColumns(out.address, blocks, input.byteSize, outer)
-            } else {
-                group { nccl(api.send(input.address, input.byteSize, BYTES, root, comm, stream), "ncclSend") }
-            }
-        }
-
-        /** scatter's device part: [root] sends block r of [input] to rank r (its own by a device copy); the others receive theirs. */
-        fun scatterOnDevice(output: Tensor, input: Tensor?, root: Int, outer: Long) {
-            if (rank == root) {
-                val src = input!!
-                val chunk = output.byteSize
-                val blocks = if (outer == 1L) src.address else temp(src.byteSize).also { columnsToBlocks(it, src.address, chunk, outer) }
-                group {
-                    for (r in 0 until worldSize) {
-                        val slot = blocks + r * chunk
-                        if (r == rank) {
-                            cuda(runtime.memcpyAsync(output.address, slot, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                        } else {
-                            nccl(api.send(slot, chunk, BYTES, r, comm, stream), "ncclSend")
-                        }
-                    }
-                }
-            } else {
-                group { nccl(api.recv(output.address, output.byteSize, BYTES, root, comm, stream), "ncclRecv") }
-            }
-        }
-
-        /** allToAll's device part: one group of ncclSend/ncclRecv per peer, the own block by a device copy. */
-        fun allToAllOnDevice(out: Tensor, input: Tensor, outer: Long) {
-            val chunk = input.byteSize / worldSize
-            val sendBlocks = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, chunk, outer) }
-            val recvBlocks = if (outer == 1L) out.address else temp(input.byteSize)
-            group {
-                for (r in 0 until worldSize) {
-                    if (r == rank) {
-                        cuda(runtime.memcpyAsync(recvBlocks + r * chunk, sendBlocks + r * chunk, chunk, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                    } else {
-                        nccl(api.send(sendBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclSend")
-                        nccl(api.recv(recvBlocks + r * chunk, chunk, BYTES, r, comm, stream), "ncclRecv")
-                    }
-                }
-            }
-            if (outer != 1L) blocksToColumns(out.address, recvBlocks, chunk, outer)
-        }
-
-        /**
-         * split's device part (also group's: color 0 for the members): `ncclCommSplit` once the
-         * parent's stream drained, waited out until NCCL's job stored the child; the child (or null)
-         * as a communicator sharing this device's native thread.
-         */
-        fun splitOnDevice(color: Int?, key: Int): NcclCommunicator? {
-            // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
-            // (on this thread, so no later call of this device's communicators is issued meanwhile).
-            awaitStream(this)
-            // The child appears in the cell only when NCCL's background job completes the split
-            // (NVIDIA/nccl src/init.cc:3098-3099 sets *newcomm = NULL, 1959-1961 stores the child),
-            // so the cell lives until the parent leaves ncclInProgress; after a failure or timeout it
-            // is left allocated (8 bytes), since the aborted job may still write it.
-            val cell = Arena.ofShared()
-            val out = cell.allocate(ValueLayout.JAVA_LONG)
-            out.set(ValueLayout.JAVA_LONG, 0, 0L)
-            val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
-            if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
-            // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
-            // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
-            // ncclCommSplit, src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). So whatever it
-            // returned, wait until the parent leaves ncclInProgress (the job is linked to the parent:
-            // src/group.cc ncclAsyncLaunch / ncclGroupEndInternal), then until the job stored the child
-            // (ncclCommInitRankFunc stores *newcomm at its end; PyTorch's NCCLComm::split also waits for it).
-            waitReady(comm, "ncclCommSplit", this)
-            var child = out.get(ValueLayout.JAVA_LONG, 0)
-            if (color != null && child == 0L) {
-                val backoff = Backoff.forLibraryThread()
-                while (child == 0L) {
-                    timedOut?.let { throw it }
-                    failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
-                    backoff.idle()
-                    child = out.get(ValueLayout.JAVA_LONG, 0)
-                }
-            }
-            cell.close()
-            return if (child == 0L) {
-                null
-            } else {
-                checkAsync(child, this)
-                val counts = IntArray(1)
-                nccl(api.commCount(child, counts), "ncclCommCount")
-                val ranks = IntArray(1)
-                nccl(api.commUserRank(child, ranks), "ncclCommUserRank")
-                val s = LongArray(1)
-                cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
-                // The child shares this native thread: one launch order per device (SharedDispatcher).
-                NcclCommunicator(
-                    api, runtime, thread.retain(), child, s[0], ranks[0], counts[0], device, backendName,
-                    config.copy(worldSize = counts[0], rank = ranks[0], localRank = config.localRank),
-                    libraryVersionCode, commConfig,
-                )
-            }
-        }
-
-        /** Along the normalised dim [d]. */
-        fun issueAllGather(out: Tensor, input: Tensor, d: Int) {
-            val outer = outerCount(input.shape, d)
-            val type = moveType(input)
-            if (outer == 1L) {
-                nccl(api.allGather(input.address, out.address, moveCount(input, type), type, comm, stream), "ncclAllGather")
-            } else {
-                val blocks = temp(out.byteSize)
-                nccl(api.allGather(input.address, blocks, moveCount(input, type), type, comm, stream), "ncclAllGather")
-                blocksToColumns(out.address, blocks, input.byteSize, outer)
-            }
-        }
-
-        /**
-         * allGatherV as PyTorch's ProcessGroupNCCL::allgather does for outputs of different sizes: one
-         * out-of-place ncclBroadcast per rank (root r sends its input into rows `prefix[r]` of every
-         * rank's output), coalesced into one group.
-         */
-        fun issueAllGatherV(out: Tensor, input: Tensor, sizes: List<Int>) {
-            val rowBytes = input.stride(0) * input.dtype.byteSize
-            group {
-                var at = 0L
-                for (r in 0 until worldSize) {
-                    val bytes = sizes[r] * rowBytes
-                    // NCCL reads sendbuff on the root only; elsewhere it is given the receive slice
-                    // (an in-place broadcast there), so no rank passes a range its input does not hold.
-                    val send = if (r == rank) input.address else out.address + at
-                    if (bytes > 0) nccl(api.broadcast(send, out.address + at, bytes, BYTES, r, comm, stream), "ncclBroadcast")
-                    at += bytes
-                }
-            }
-        }
-
-        /**
-         * reduceScatterV as PyTorch's ProcessGroupNCCL::reduce_scatter does for outputs of different
-         * sizes: one out-of-place ncclReduce per rank (rows `prefix[r]` of every input reduced into
-         * rank r's output), coalesced into one group. The receive buffer matters on the root only.
-         */
-        fun issueReduceScatterV(out: Tensor, input: Tensor, sizes: List<Int>, red: Int) {
-            val rowElements = input.stride(0)
-            val esize = input.dtype.byteSize
-            group {
-                var at = 0L
-                for (r in 0 until worldSize) {
-                    val count = sizes[r] * rowElements
-                    // recvbuff matters on the root only; elsewhere the send slice is given (an in-place
-                    // reduce there, which NCCL does not write on non-roots), so no rank passes a range its
-                    // output does not hold.
-                    val send = input.address + at * esize
-                    if (count > 0) nccl(api.reduce(send, if (r == rank) out.address else send, count, dt(input), red, r, comm, stream), "ncclReduce")
-                    at += count
-                }
-            }
-        }
-
-        /**
-         * allToAllV as PyTorch's torch::cuda::nccl::all2all_single_unequal_split
-         * (torch/csrc/cuda/nccl.cpp, behind ProcessGroupNCCL::alltoall_base with split sizes): one
-         * group of ncclSend/ncclRecv per peer, skipping empty blocks; the block to and from this rank
-         * is a device copy, as in [allToAll].
-         */
-        fun issueAllToAllV(out: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>) {
-            val rowBytes = input.stride(0) * input.dtype.byteSize
-            group {
-                var sendAt = 0L
-                var recvAt = 0L
-                for (r in 0 until worldSize) {
-                    val sendBytes = inputSplits[r] * rowBytes
-                    val recvBytes = outputSplits[r] * rowBytes
-                    if (r == rank) {
-                        if (sendBytes > 0) cuda(runtime.memcpyAsync(out.address + recvAt, input.address + sendAt, sendBytes, DeviceRuntime.MEMCPY_DEVICE_TO_DEVICE, stream), "memcpyAsync")
-                    } else {
-                        if (sendBytes > 0) nccl(api.send(input.address + sendAt, sendBytes, BYTES, r, comm, stream), "ncclSend")
-                        if (recvBytes > 0) nccl(api.recv(out.address + recvAt, recvBytes, BYTES, r, comm, stream), "ncclRecv")
-                    }
-                    sendAt += sendBytes
-                    recvAt += recvBytes
-                }
-            }
-        }
-
-        /**
-         * allToAllV's split check (with checkConsistency): every rank's inputSplits all-gathered (staged
-         * as [checkSignature] stages its words), so each rank sees what its peers send it and puts
-         * the splits word into [sig]'s extra word ([setSplitsWord]) before the signatures are compared.
-         */
-        fun completeSplitsWord(sig: LongArray, inputSplits: List<Int>, outputSplits: List<Int>) {
-            val n = 8L * worldSize
-            val seg = staging(n * worldSize)
-            for (j in 0 until worldSize) seg.setAtIndex(ValueLayout.JAVA_LONG, rank.toLong() * worldSize + j, inputSplits[j].toLong())
-            val dev = temp(n * worldSize)
-            cuda(runtime.memcpyAsync(dev + rank * n, seg.address() + rank * n, n, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, stream), "memcpyAsync")
-            nccl(api.allGather(dev + rank * n, dev, n, BYTES, comm, stream), "ncclAllGather")
-            cuda(runtime.memcpyAsync(seg.address(), dev, n * worldSize, DeviceRuntime.MEMCPY_DEVICE_TO_HOST, stream), "memcpyAsync")
-            awaitStream(this)
-            val sentToMe = IntArray(worldSize) { j -> seg.getAtIndex(ValueLayout.JAVA_LONG, j.toLong() * worldSize + rank).toInt() }
-            setSplitsWord(sig, 0, sentToMe, outputSplits)
-        }
-
-        /** Along the normalised dim [d]. */
-        fun issueReduceScatter(out: Tensor, input: Tensor, red: Int, d: Int) {
-            val outer = outerCount(input.shape, d)
-            val src = if (outer == 1L) input.address else temp(input.byteSize).also { columnsToBlocks(it, input.address, out.byteSize, outer) }
-            nccl(api.reduceScatter(src, out.address, out.numel, dt(input), red, comm, stream), "ncclReduceScatter")
-        }
-    }
 
     /**
      * Queues [o]'s native part ([onNative] running [issue]) on the device's thread. Its deadline is
      * the front's, from the call (docs/gpu.md, "Deadlines": also while it waits for the native thread;
      * [deadlinePassed] releases its caller at the deadline).
      */
-    private fun start(o: Op, issue: (Op.() -> Any?)?) {
+    private fun start(o: NcclOp, issue: (NcclOp.() -> Any?)?) {
         live.add(o)
         if (expiredEarly.isNotEmpty()) expiredEarly.remove(o.entry)?.let { e -> expire(o, e) }
         o.native = scope.launch {
@@ -1261,9 +712,9 @@ public class NcclCommunicator internal constructor(
      * Waits for [o]'s result. A caller cancelled while it waits leaves at once; when the operation
      * was already issued, its peers cannot finish it without this rank, and when it was still queued
      * it will never be issued ([abortNotIssued]): either way the communicator aborts (but for an
-     * operation no peer pairs with, [Op.paired]).
+     * operation no peer pairs with, [NcclOp.paired]).
      */
-    private suspend fun finish(o: Op): Any? {
+    private suspend fun finish(o: NcclOp): Any? {
         try {
             return o.result.await()
         } catch (e: CancellationException) {
@@ -1292,8 +743,8 @@ public class NcclCommunicator internal constructor(
     }
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
-    private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, paired: Boolean = true, issue: Op.() -> T): T = recorded(entry) {
-        val o = Op(entry, producerStream, onStream, paired = paired)
+    private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, paired: Boolean = true, issue: NcclOp.() -> T): T = recorded(entry) {
+        val o = NcclOp(opContext, entry, producerStream, onStream, paired = paired)
         start(o, issue)
         @Suppress("UNCHECKED_CAST")
         finish(o) as T
@@ -1303,7 +754,7 @@ public class NcclCommunicator internal constructor(
      * The native thread's part of an operation: start its record, order after the producer,
      * signature (checkConsistency), issue, completion, frees. Its outcome is recorded by the front.
      */
-    private suspend fun onNative(o: Op, issue: Op.() -> Any?): Any? {
+    private suspend fun onNative(o: NcclOp, issue: NcclOp.() -> Any?): Any? {
         o.timedOut?.let { throw it }
         o.started = true
         o.entry.begin()
@@ -1314,42 +765,32 @@ public class NcclCommunicator internal constructor(
             // Any point-to-point window open on this device's thread (this communicator's or another's)
             // ends before anything else is issued: NCCL's group is per thread (docs/nccl-semantics.md N10).
             val owner = thread.p2pOwner
-            if (owner != null && (!o.p2p || owner !== this)) owner.endP2pWindow()
-            o.orderAfterProducer()
+            if (owner != null && (!o.p2p || owner !== p2p)) owner.endP2pWindow()
+            resources.orderAfter(o.producer, o::cuda)
             val call = o.call
             if (o.onStream && config.checkConsistency == true && worldSize > 1) {
                 val signature = LongArray(CollectiveSignature.SIZE)
                 if (call != null) {
                     call.encodeSignature(signature, 0)
                     if (call.op == CollectiveOp.AllToAllV) o.completeSplitsWord(signature, call.sizes!!, call.outputSizes!!)
-                    o.checkSignature(signature, call.sequence)
+                    o.checkSignature(signature, call.sequence, ::compareSignatures)
                 } else if (encodeStepSignature(o.entry, signature, 0)) {
                     // A staged step of an object collective: signed as the front signs every composite's steps.
-                    o.checkSignature(signature, o.entry.collectiveSequence)
+                    o.checkSignature(signature, o.entry.collectiveSequence, ::compareSignatures)
                 }
             }
-            if (o.p2p) o.openP2p(sending = o.name == "send")
+            if (o.p2p) p2p.join(sending = o.name == "send", o::nccl)
             val result = o.issue()
             o.issuedSignal?.complete(Unit)
             if (o.p2p) {
-                // Calls queued behind this one join the open group. It ends once this thread's queue is
-                // drained and the group holds both directions (a send and a receive: the exchange that must
-                // progress together), or P2P_GRACE_NANOS after it opened, or when another call comes.
-                var polls = 0
-                dispatcher.await(NativeRequest {
-                    when {
-                        thread.p2pOwner !== this -> true
-                        polls++ == 0 -> false
-                        (thread.p2pSends && thread.p2pRecvs) || System.nanoTime() - thread.p2pOpenedAt > P2P_GRACE_NANOS -> { endP2pWindow(); true }
-                        else -> false
-                    }
-                })
+                // Calls queued behind this one join the open group (PointToPointWindow.closeWhenDue).
+                dispatcher.await(p2p.closeWhenDue())
             }
             if (o.onStream) {
-                val event = acquireEvent(o)
+                val event = o.acquireEvent()
                 o.cuda(runtime.eventRecord(event, stream), "eventRecord")
-                dispatcher.await(completion(o, event))
-                events.addLast(event)
+                dispatcher.await(o.completion(event))
+                resources.recycleEvent(event)
             }
             // Stream-ordered frees: never cudaFree/hipFree (a device synchronisation) on this thread.
             for (p in o.temps) runtime.freeAsync(p, stream)
@@ -1368,110 +809,10 @@ public class NcclCommunicator internal constructor(
             throw e
         } catch (e: Throwable) {
             o.output?.disarm()
-            throw fail(o, exceptionOf(OperationFailure(OperationFailure.OTHER, "unexpected failure while issuing: $e", e), o.name, o.entry.sequence))
+            throw o.fail(exceptionOf(OperationFailure(OperationFailure.OTHER, "unexpected failure while issuing: $e", e), o.name, o.entry.sequence))
         } finally {
             inFlight--
         }
-    }
-
-    /**
-     * Ends this communicator's point-to-point window (the open group on the device's thread) and
-     * waits until the library accepted it; a failure aborts this communicator, whose calls in the
-     * window then fail. Called by any communicator of the thread that must issue something else
-     * first (native thread only).
-     */
-    internal fun endP2pWindow() {
-        if (thread.p2pOwner !== this) return
-        thread.p2pOwner = null
-        val end = api.groupEnd()
-        thread.groupDepth--
-        if (failedWith() != null) {
-            if (!commReleased.get()) releaseComm(abort = true)
-            return
-        }
-        var state = end
-        val backoff = Backoff.forLibraryThread()
-        while (state == NcclResult.IN_PROGRESS) {
-            // The calls in the window are timed by the watchdog: a timeout aborts this communicator.
-            if (failedWith() != null) return
-            state = api.asyncState(comm, status)
-            if (state == NcclResult.IN_PROGRESS) backoff.idle()
-        }
-        if (state != NcclResult.SUCCESS) {
-            val text = runCatching { api.getErrorString(state) }.getOrNull()
-            val message = "ncclGroupEnd of the point-to-point calls failed: ${NcclResult.name(state)} ($state)" + (text?.let { ": $it" } ?: "") +
-                ". ${NcclResult.hint(state)}. The communicator was aborted."
-            abort(exceptionOf(OperationFailure.native(message, state), "send/recv", CommunicationErrors.NO_SEQUENCE))
-        }
-    }
-
-    private fun completion(op: Op, event: Long): NativeRequest = NativeRequest {
-        op.timedOut?.let { throw it }
-        failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
-        when (val q = runtime.eventQuery(event)) {
-            DeviceRuntime.SUCCESS -> {
-                // A kernel that gave up on a failed peer also lets the event complete: check before reporting success.
-                checkAsync(comm, op)
-                return@NativeRequest true
-            }
-            DeviceRuntime.ERROR_NOT_READY -> Unit
-            else -> throw fail(op, runtimeError(q, "eventQuery", op))
-        }
-        checkAsync(comm, op)
-        false
-    }
-
-    /** Spins on the native thread until [handle] leaves `ncclInProgress` (non-blocking init, split, enqueue). */
-    private fun waitReady(handle: Long, call: String, op: Op, alsoAbort: Long = 0L) {
-        // NCCL finishes a non-blocking call on a thread of its own (src/group.cc:825-857): yield to it rather than sleep.
-        val backoff = Backoff.forLibraryThread()
-        while (true) {
-            op.timedOut?.let { e ->
-                if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
-                throw e
-            }
-            failedWith()?.let { cause -> throw OperationFailedSignal(abortedFailure(cause)) }
-            when (val state = api.asyncState(handle, status)) {
-                NcclResult.SUCCESS -> return
-                NcclResult.IN_PROGRESS -> Unit
-                else -> {
-                    if (alsoAbort != 0L && alsoAbort != comm) api.commAbort(alsoAbort)
-                    throw fail(op, ncclError(state, call, op))
-                }
-            }
-            // The deadline is the front's ([deadlinePassed]): op.timedOut above.
-            backoff.idle()
-        }
-    }
-
-    /** Waits on the native thread (inside an operation) until the stream's work so far is done; used only by the object collectives. */
-    private fun awaitStream(op: Op) {
-        val event = acquireEvent(op)
-        op.cuda(runtime.eventRecord(event, stream), "eventRecord")
-        val request = completion(op, event)
-        val backoff = Backoff.forLibraryThread()
-        while (!request.poll()) {
-            // Blocking here keeps the issue order of the communicator's calls; a cancelled caller still gets out.
-            if (op.job?.isActive == false) throw CancellationException("${op.name} was cancelled while waiting for the device")
-            op.timedOut?.let { throw it }
-            backoff.idle()
-        }
-        events.addLast(event)
-    }
-
-    private fun checkAsync(handle: Long, op: Op) {
-        val state = api.asyncState(handle, status)
-        if (state != NcclResult.SUCCESS && state != NcclResult.IN_PROGRESS) {
-            throw fail(op, ncclError(state, "ncclCommGetAsyncError", op))
-        }
-    }
-
-    private fun acquireEvent(op: Op): Long {
-        events.pollFirst()?.let { return it }
-        val e = LongArray(1)
-        op.cuda(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
-        allEvents += e[0]
-        return e[0]
     }
 
     /**
@@ -1480,165 +821,40 @@ public class NcclCommunicator internal constructor(
      * [CommunicationTimeoutException] ([cancellationReason]), any other cancellation an abort.
      * Returns the exception when it became the communicator's failure, else null.
      */
-    private fun abortForCancellation(o: Op, cause: CancellationException): CommunicationException? =
+    private fun abortForCancellation(o: NcclOp, cause: CancellationException): CommunicationException? =
         abortForCaller(
             o.name, o.entry.sequence, cause, "while in flight (the other ranks cannot finish it without this one)",
             "a ${o.name} call in flight was cancelled (${cause.message}); the other ranks cannot finish it, so the communicator was aborted",
         )
 
-    /** Marks [op] failed with [error], aborts the communicator, and returns [error] for throwing. */
-    private fun fail(op: Op, error: CommunicationException): CommunicationException {
-        op.entry.fail(error)
-        abort(error)
-        return error
-    }
-
-    /**
-     * First failure wins: records it and calls `ncclCommAbort`. On the native thread inside an open
-     * group the abort waits for the group's end ([Op.group]): NCCL would only carry it out at
-     * `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs inside
-     * `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on the
-     * native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is blocked in
-     * a library call), called right away from a separate thread, as PyTorch's watchdog calls
-     * `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
-     * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
-     * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
-     */
-    private fun abort(cause: CommunicationException) {
-        if (!failure.compareAndSet(null, cause)) return
-        recorder.recordAbort(cause)
-        if (dispatcher.isNativeThread) {
-            releaseAfterGroups()
-            return
-        }
-        thread.runOnThread(Runnable { releaseAfterGroups() })
-        AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
-            if (!commReleased.get() && !dispatcher.isClosed) releaseComm(abort = true)
-        }
-    }
-
-    /**
-     * On the native thread: `ncclCommAbort` once no group is open on it. This communicator's own
-     * point-to-point window is ended first (ending it releases the communicator), another's too
-     * (an abort inside it would join that group: docs/nccl-semantics.md N12); inside an [Op.group]
-     * body the abort waits for the group's end, which releases it.
-     */
-    private fun releaseAfterGroups() {
-        thread.p2pOwner?.endP2pWindow()
-        if (thread.groupDepth == 0) releaseComm(abort = true)
-    }
-
-    private fun releaseComm(abort: Boolean) {
-        if (!commReleased.compareAndSet(false, true)) return
-        if (abort) {
-            api.commAbort(comm)
-            return
-        }
-        // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
-        // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
-        // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
-        var code = api.commFinalize(comm)
-        if (code == NcclResult.IN_PROGRESS) {
-            val deadline = System.nanoTime() + timeoutNanos
-            val backoff = Backoff.forLibraryThread()
-            while (true) {
-                code = api.asyncState(comm, status)
-                if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
-                backoff.idle()
-            }
-        }
-        if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
-    }
+    /** First failure wins: records it and aborts the communicator ([NcclCommHandle.abort]). */
+    private fun abort(cause: CommunicationException) = handle.abort(cause)
 
     private fun nativeClose() {
         val busy = inFlight > 0
-        failure.compareAndSet(null, closedException()) // the lifecycle's own exception (no operation of the front)
+        handle.failQuietly(closedException()) // the lifecycle's own exception (no operation of the front)
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
         val healthy = !busy && failedWith()?.operation == "close"
-        releaseComm(abort = !healthy)
-        if (scratch != 0L) runtime.freeAsync(scratch, stream)
-        scratch = 0L
-        if (producerEvent != 0L) runtime.eventDestroy(producerEvent)
-        producerEvent = 0L
+        handle.release(abort = !healthy)
         // Page-locked memory is freed only when the device is known idle (cudaFreeHost synchronises);
         // after a failure the device may still write it, so it is left to the process.
-        if (healthy) (retiredPinned + pinned).filter { it != 0L }.forEach { runtime.freeHost(it) }
-        pinned = 0L
-        retiredPinned.clear()
-        for (e in allEvents) runtime.eventDestroy(e)
-        allEvents.clear()
-        events.clear()
+        resources.release(healthy)
         // Outputs of this communicator still alive are freed on its stream later: it is destroyed with the device's thread.
         thread.retireStream(stream)
     }
 
     // ---------------------------------------------------------------- validation and errors
 
-    /**
-     * The `ncclRedOp_t` code of [op] on [dtype], which the validator accepted ([NcclLimits.reductionRefusal]):
-     * Bool is reduced as uint8 with max (Sum, Max: a logical or) and min (Product, Min: a logical and), as
-     * PyTorch's `getNcclReduceOp` does. Returns -1 for [ReduceOp.PreMulSum], whose operator [Op.withRedOp]
-     * creates per call on the native thread.
-     */
-    private fun redOp(op: ReduceOp, dtype: DType): Int = when {
-        op is ReduceOp.PreMulSum -> -1
-        dtype == DType.Bool -> if (op == ReduceOp.Product || op == ReduceOp.Min) NcclRedOp.MIN else NcclRedOp.MAX
-        else -> NcclRedOp.of(op) ?: throw IllegalStateException("$op on $dtype passed the argument checks but NCCL has no code for it")
-    }
-
     // The failures below fail the flight record first, so that the dump the exception carries shows it failed.
 
-    /** A failed library call of [op] ([OperationFailure.NATIVE], named by the front's [exceptionOf]). */
-    private fun ncclError(code: Int, call: String, op: Op): CommunicationException {
-        val text = runCatching { api.getErrorString(code) }.getOrNull()
-        val last = runCatching { api.getLastError(comm) }.getOrNull()?.takeIf { it.isNotBlank() }
-        val message = "$call failed: ${NcclResult.name(code)} ($code)" + (text?.let { ": $it" } ?: "") + (last?.let { " — $it" } ?: "") +
-            ". ${NcclResult.hint(code)}. The communicator was aborted."
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure.native(message, code), op.name, op.entry.sequence)
-    }
+    private fun runtimeMessage(code: Int, call: String): String = failures.runtimeMessage(code, call)
 
-    private fun runtimeMessage(code: Int, call: String): String {
-        val text = runCatching { runtime.getErrorString(code) }.getOrNull()
-        return "${runtime.platformName} $call failed with error $code" + (text?.let { ": $it" } ?: "") + ". The communicator was aborted."
-    }
+    private fun notStartedMessage(): String = failures.notStartedMessage()
 
-    /** A failed runtime call of [op] (an [OperationFailure.NATIVE] flagged as the runtime's). */
-    private fun runtimeError(code: Int, call: String, op: Op): CommunicationException {
-        val message = runtimeMessage(code, call)
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure.native(message, code, isRuntimeError = true), op.name, op.entry.sequence)
-    }
-
-    /** Why a call queued behind a native thread blocked in a library call failed: the deadline still runs from the call. */
-    private fun notStartedMessage(): String =
-        "did not start within ${config.timeout}: the device's native thread was blocked in a library call the whole time " +
-            "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
-
-    /** [op] passed its deadline ([OperationFailure.TIMEOUT]), queued or started. */
-    private fun timeoutError(op: Op): CommunicationException {
-        val message = if (!op.started) {
-            notStartedMessage()
-        } else {
-            "did not complete within ${config.timeout} (a rank never arrived, or the device is stuck); " +
-                "the communicator was aborted with ncclCommAbort"
-        }
-        op.entry.fail(RuntimeException(message))
-        return exceptionOf(OperationFailure(OperationFailure.TIMEOUT, message), op.name, op.entry.sequence)
-    }
-
-
-    /** The `ncclDataType_t` a reduction of [t] uses; the validator refused the dtypes without one ([NcclLimits.reductionRefusal]). */
-    private fun dt(t: Tensor): Int = NcclDataType.of(t.dtype) ?: throw IllegalStateException("${t.dtype} has no NCCL type; the validator refuses it")
-
-    /** The type data movement uses: [t]'s own where this library has it, else bytes ([moveCount] then counts bytes). */
-    private fun moveType(t: Tensor): Int =
-        NcclDataType.of(t.dtype)?.takeIf { libraryVersionCode >= NcclDataType.minimumVersion(t.dtype) } ?: BYTES
-
-    /** The element count for [type]: bytes when [moveType] fell back to bytes. */
-    private fun moveCount(t: Tensor, type: Int): Long = if (type == BYTES) t.byteSize else t.numel
+    /** [op] passed its deadline ([NcclFailures.timeoutError]). */
+    private fun timeoutError(op: NcclOp): CommunicationException = failures.timeoutError(op.entry, op.started)
 
     public companion object {
         /**
@@ -1651,83 +867,7 @@ public class NcclCommunicator internal constructor(
         /** [producerStream] value that opts out of ordering with the caller's stream. */
         public const val NO_PRODUCER_STREAM: Long = -1L
 
-        /** [Op.state]s. */
-        private const val OP_ATTACHED = 0
-        private const val OP_RESERVED = 1
-        private const val OP_ABANDONED = 2
-
-        /** Point-to-point messages move bytes (`ncclUint8`), so any dtypes of equal byte size match. */
-        private const val BYTES = NcclDataType.UINT8
-
-        private fun longBytes(vararg values: Long): ByteArray =
-            java.nio.ByteBuffer.allocate(8 * values.size).also { b -> values.forEach { b.putLong(it) } }.array()
-
-        private fun longsOf(bytes: ByteArray): LongArray = java.nio.ByteBuffer.wrap(bytes).let { b -> LongArray(bytes.size / 8) { b.getLong() } }
-        private val CLEANER: Cleaner = Cleaner.create()
-
-        /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
-        private const val ABORT_GRACE_MS = 100L
-
-        /**
-         * How long a group of point-to-point calls in one direction stays open for the opposite call
-         * (the receive of a ring step issued right after its send) before it is issued alone.
-         */
-        private const val P2P_GRACE_NANOS = 5_000_000L
-
-
-        private fun outerCount(shape: List<Int>, d: Int): Long {
-            var o = 1L
-            for (i in 0 until d) o *= shape[i]
-            return o
-        }
     }
-
-    /**
-     * Frees an output's device memory once its tensor is unreachable, ordered after the work queued
-     * on [consumer] (the producer stream of the call that made it, the stream the caller reads
-     * outputs on) by then: on the device's native thread, an event on [consumer] that [stream] waits
-     * for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends). Without that order
-     * the pool could hand the block to the next allocation while a kernel still reads it (PyTorch's
-     * `recordStream` exists for this; docs/nccl-semantics.md C7). After the thread ended, from the
-     * Cleaner thread with the tensor's device made current, `cudaFreeAsync` on [consumer] itself.
-     * [disarm]ed (by a call that failed after it was issued: the device may still write the memory),
-     * it frees nothing. It never references the tensor.
-     */
-    private class DeviceFree(
-        val runtime: DeviceRuntime,
-        val thread: DeviceThread,
-        val device: Int,
-        val stream: Long,
-        val ptr: Long,
-        val consumer: Long,
-    ) : Runnable {
-        @Volatile private var armed = true
-
-        /** Leaves the memory allocated (read on the native thread, where the failing call disarms it). */
-        fun disarm() {
-            armed = false
-        }
-
-        override fun run() {
-            val onThread = thread.runOnThread(Runnable {
-                if (!armed) return@Runnable
-                if (consumer != NO_PRODUCER_STREAM) {
-                    val e = LongArray(1)
-                    if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
-                        runtime.eventRecord(e[0], consumer)
-                        runtime.streamWaitEvent(stream, e[0])
-                        runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
-                    }
-                }
-                runtime.freeAsync(ptr, stream)
-            })
-            if (!onThread && armed) {
-                runtime.setDevice(device)
-                runtime.freeAsync(ptr, if (consumer == NO_PRODUCER_STREAM) LEGACY_DEFAULT_STREAM else consumer)
-            }
-        }
-    }
-
 }
 
 internal fun deviceIndex(device: Device): Int = when (device) {

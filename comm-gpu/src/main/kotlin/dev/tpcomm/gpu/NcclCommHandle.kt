@@ -1,0 +1,108 @@
+package dev.tpcomm.gpu
+
+import dev.tpcomm.CommunicationException
+import dev.tpcomm.coroutines.AbortEscalation
+import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.coroutines.FlightRecorder
+import java.util.concurrent.atomic.AtomicBoolean
+import java.util.concurrent.atomic.AtomicReference
+
+/**
+ * The lifecycle of one `ncclComm_t` ([comm]): the communicator's first failure (first cause wins)
+ * and its one release, `ncclCommAbort` or `ncclCommFinalize` then
+ * `ncclCommDestroy` ([release]).
+ *
+ * Role: the single owner of the handle's end; every other part of a communicator asks it whether
+ * the communicator failed ([failedWith]) and aborts through it ([abort]). Thread-safety: [abort],
+ * [failedWith] and [release] from any thread (atomics; the handle is released once);
+ * [releaseAfterGroups] on the native thread only. Lifetime: created and owned by [NcclCommunicator],
+ * for as long as the communicator lives.
+ */
+internal class NcclCommHandle(
+    private val api: NcclApi,
+    /** The `ncclComm_t`. */
+    val comm: Long,
+    private val thread: DeviceThread,
+    private val recorder: FlightRecorder,
+    private val backendName: String,
+    private val timeoutNanos: Long,
+) {
+    /** The first failure (first cause wins): every later call is refused with it as the cause. */
+    private val failure = AtomicReference<CommunicationException?>(null)
+    private val released = AtomicBoolean(false)
+    private val status = IntArray(1)
+
+    /** The first failure, or null. */
+    fun failedWith(): CommunicationException? = failure.get()
+
+    /** Records [cause] as the failure unless there is one already (no abort: the caller releases). */
+    fun failQuietly(cause: CommunicationException) {
+        failure.compareAndSet(null, cause)
+    }
+
+    /** True once `ncclCommAbort` or `ncclCommDestroy` was called: nothing may touch [comm] any more. */
+    val isReleased: Boolean get() = released.get()
+
+    /**
+     * First failure wins: records it and calls `ncclCommAbort`. On the native thread inside an open
+     * group the abort waits for the group's end ([NcclOp.group]): NCCL would only carry it out at
+     * `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs inside
+     * `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on the
+     * native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is blocked in
+     * a library call), called right away from a separate thread, as PyTorch's watchdog calls
+     * `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
+     * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
+     * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
+     */
+    fun abort(cause: CommunicationException) {
+        if (!failure.compareAndSet(null, cause)) return
+        recorder.recordAbort(cause)
+        if (thread.dispatcher.isNativeThread) {
+            releaseAfterGroups()
+            return
+        }
+        thread.runOnThread(Runnable { releaseAfterGroups() })
+        AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
+            if (!released.get() && !thread.dispatcher.isClosed) release(abort = true)
+        }
+    }
+
+    /**
+     * On the native thread: `ncclCommAbort` once no group is open on it. This communicator's own
+     * point-to-point window is ended first (ending it releases the communicator), another's too
+     * (an abort inside it would join that group: docs/nccl-semantics.md N12); inside an [NcclOp.group]
+     * body the abort waits for the group's end, which releases it.
+     */
+    fun releaseAfterGroups() {
+        thread.p2pOwner?.endP2pWindow()
+        if (thread.groupDepth == 0) release(abort = true)
+    }
+
+    /** Releases [comm] once: `ncclCommAbort` when [abort], else finalize then destroy (abort if that fails). */
+    fun release(abort: Boolean) {
+        if (!released.compareAndSet(false, true)) return
+        if (abort) {
+            api.commAbort(comm)
+            return
+        }
+        // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
+        // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
+        // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
+        var code = api.commFinalize(comm)
+        if (code == NcclResult.IN_PROGRESS) {
+            val deadline = System.nanoTime() + timeoutNanos
+            val backoff = Backoff.forLibraryThread()
+            while (true) {
+                code = api.asyncState(comm, status)
+                if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
+                backoff.idle()
+            }
+        }
+        if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
+    }
+
+    private companion object {
+        /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
+        const val ABORT_GRACE_MS = 100L
+    }
+}

@@ -1,0 +1,60 @@
+package dev.tpcomm.gpu
+
+import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.coroutines.OperationFailedSignal
+import java.lang.foreign.Arena
+import java.lang.foreign.ValueLayout
+
+// ncclCommSplit on the device's thread, as an extension of the operation ([NcclOp]) that runs it.
+// Stateless; native thread only.
+
+/**
+ * split's device part (also group's: color 0 for the members): `ncclCommSplit` once the
+ * parent's stream drained, waited out until NCCL's job stored the child; the child (or null)
+ * as a communicator sharing this device's native thread, made by [makeChild] from its handle, stream, rank and size.
+ */
+internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommConfig, makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int) -> NcclCommunicator): NcclCommunicator? {
+    // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
+    // (on this thread, so no later call of this device's communicators is issued meanwhile).
+    awaitStream()
+    // The child appears in the cell only when NCCL's background job completes the split
+    // (NVIDIA/nccl src/init.cc:3098-3099 sets *newcomm = NULL, 1959-1961 stores the child),
+    // so the cell lives until the parent leaves ncclInProgress; after a failure or timeout it
+    // is left allocated (8 bytes), since the aborted job may still write it.
+    val cell = Arena.ofShared()
+    val out = cell.allocate(ValueLayout.JAVA_LONG)
+    out.set(ValueLayout.JAVA_LONG, 0, 0L)
+    val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
+    if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
+    // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
+    // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
+    // ncclCommSplit, src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). So whatever it
+    // returned, wait until the parent leaves ncclInProgress (the job is linked to the parent:
+    // src/group.cc ncclAsyncLaunch / ncclGroupEndInternal), then until the job stored the child
+    // (ncclCommInitRankFunc stores *newcomm at its end; PyTorch's NCCLComm::split also waits for it).
+    waitReady(comm, "ncclCommSplit")
+    var child = out.get(ValueLayout.JAVA_LONG, 0)
+    if (color != null && child == 0L) {
+        val backoff = Backoff.forLibraryThread()
+        while (child == 0L) {
+            timedOut?.let { throw it }
+            ctx.handle.failedWith()?.let { cause -> throw OperationFailedSignal(ctx.failures.aborted(cause)) }
+            backoff.idle()
+            child = out.get(ValueLayout.JAVA_LONG, 0)
+        }
+    }
+    cell.close()
+    return if (child == 0L) {
+        null
+    } else {
+        checkAsync(child)
+        val counts = IntArray(1)
+        nccl(api.commCount(child, counts), "ncclCommCount")
+        val ranks = IntArray(1)
+        nccl(api.commUserRank(child, ranks), "ncclCommUserRank")
+        val s = LongArray(1)
+        cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
+        // The child shares this native thread: one launch order per device (SharedDispatcher).
+        makeChild(child, s[0], ranks[0], counts[0])
+    }
+}
