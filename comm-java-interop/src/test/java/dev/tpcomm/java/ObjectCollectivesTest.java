@@ -92,6 +92,36 @@ class ObjectCollectivesTest {
         }
     }
 
+    /**
+     * Issue 32, finding 1: futures issued back to back, two object collectives and a tensor
+     * all-reduce between them, then joined. Each object collective is several library calls; before
+     * the front issued it as one operation, the second future's length exchange paired with the
+     * first one's payload on another rank and the communicator aborted with a mismatch.
+     */
+    @Test
+    void objectCollectiveFuturesIssuedBackToBackPairInCallOrder() throws Exception {
+        List<JavaCommunicator> world = world(3);
+        try {
+            Ranks.run(world, comm -> {
+                int r = comm.getRank();
+                for (int round = 0; round < 20; round++) {
+                    var first = comm.allGatherObject("v" + r + "-".repeat((r + round) % 5), String.class);
+                    Tensor ones = Tensor.of(new float[] {1f, (float) r});
+                    var sum = comm.allReduce(ones);
+                    var second = comm.allGatherObject(List.of("x".repeat(r + 1), "y".repeat(round % 3)).toString(), String.class);
+                    var fromRoot = comm.broadcastObject(r == round % 3 ? "root " + round : null, round % 3, String.class);
+                    for (int i = 0; i < 3; i++) assertEquals("v" + i + "-".repeat((i + round) % 5), first.join().get(i));
+                    assertArrayEquals(new float[] {3f, 3f}, sum.join().toFloatArray());
+                    for (int i = 0; i < 3; i++) assertEquals(List.of("x".repeat(i + 1), "y".repeat(round % 3)).toString(), second.join().get(i));
+                    assertEquals("root " + round, fromRoot.join());
+                }
+                return null;
+            });
+        } finally {
+            Ranks.closeAll(world);
+        }
+    }
+
     @Test
     void codecOverloadsMoveJavaRecords() throws Exception {
         List<JavaCommunicator> world = world(3);

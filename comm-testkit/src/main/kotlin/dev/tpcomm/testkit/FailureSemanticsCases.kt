@@ -103,11 +103,12 @@ internal object FailureSemanticsCases {
                 expectFailure(ctx, "allReduce on the split communicator while rank $late never calls it", r, timeout(ctx), "CommunicationTimeoutException", timeoutLike)
                 expectBroken(ctx, victim, "the split communicator that timed out")
             } else {
-                // Never calls on the split communicator; waits until the others' deadline passed there and
-                // their abort ended (on the GPU engine the abort runs on the device thread the parent's
-                // next call waits for: a loaded 2-core machine took over 2 timeouts once), so that its
-                // call on the parent does not wait past the parent's own deadline.
-                delay(timeout(ctx) * 4)
+                // Never calls on the split communicator. Its call on the parent must fall between the
+                // others' arrival there (their deadline on the split one, T, plus the time their abort
+                // takes, d) and the end of either side's deadline on the parent: X + T > T + d and
+                // T + d + T > X. X = T leaves a whole timeout of margin on both sides (2T did not: the
+                // GPU engine's abort on a loaded 2-core machine took d > 0, and the parent timed out).
+                delay(timeout(ctx))
             }
             expectUsable(ctx, comm, "the parent of the communicator that timed out")
             victim.close()
