@@ -14,8 +14,9 @@
 #
 # The dump is what code outside the module can call, read from the compiled classes: public and
 # protected JVM declarations, minus Kotlin `internal`/`private` ones (from @kotlin.Metadata) and
-# synthetic members (scripts/api/ApiDump.java). Declarations marked @InternalTpcommApi are public and
-# listed: they need the opt-in, but changing them still changes what compiles against the module.
+# synthetic members (scripts/api/ApiDump.java), minus classes and functions marked @InternalTpcommApi:
+# the dump is what users may call (kotlinx.coroutines' dumps leave kotlinx.coroutines.internal out);
+# tpcomm's own modules, which opt in, are built together and need no dump between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

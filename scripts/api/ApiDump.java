@@ -1,6 +1,8 @@
 // Prints the public API of a compiled module: every class, constructor, method and field that code
 // outside the module can use, as the JVM sees it, minus what Kotlin hides (internal and private
-// declarations, read from each class's @kotlin.Metadata with kotlin-metadata-jvm) and synthetic
+// declarations, read from each class's @kotlin.Metadata with kotlin-metadata-jvm), minus classes and
+// functions marked @InternalTpcommApi (tpcomm's modules' own machinery, as kotlinx.coroutines' dumps
+// leave kotlinx.coroutines.internal out; properties so marked are still listed) and synthetic
 // members. One line per declaration, sorted, so that a change to the public surface is a diff.
 // Usage: java -cp <asm.jar>:<kotlin-metadata-jvm.jar>:<kotlin-stdlib.jar> ApiDump.java <classes dir> [<source dir>...]
 // A class file left behind by an earlier build (the Kotlin compiler does not delete the output of a
@@ -43,6 +45,7 @@ public class ApiDump {
         String name, superName, outer;
         String[] interfaces;
         boolean innerNonPublic;
+        boolean internalApi; // marked @InternalTpcommApi: for tpcomm's own modules, not users (kotlinx.coroutines leaves its .internal out too)
         final List<String[]> methods = new ArrayList<>(); // access, name, descriptor
         final List<String[]> fields = new ArrayList<>();
         Integer k, xi;
@@ -69,6 +72,7 @@ public class ApiDump {
         }
 
         @Override public AnnotationVisitor visitAnnotation(String desc, boolean visible) {
+            if (desc.equals(INTERNAL_API)) internalApi = true;
             if (!desc.equals("Lkotlin/Metadata;")) return null;
             return new AnnotationVisitor(Opcodes.ASM9) {
                 @Override public void visit(String n, Object v) {
@@ -100,10 +104,19 @@ public class ApiDump {
         }
 
         @Override public MethodVisitor visitMethod(int access, String name, String desc, String signature, String[] exceptions) {
-            methods.add(new String[] {Integer.toString(access), name, desc});
-            return null;
+            String[] m = new String[] {Integer.toString(access), name, desc, ""};
+            methods.add(m);
+            return new MethodVisitor(Opcodes.ASM9) {
+                @Override public AnnotationVisitor visitAnnotation(String d, boolean v) {
+                    if (d.equals(INTERNAL_API)) m[3] = "internal";
+                    return null;
+                }
+            };
         }
     }
+
+    /** tpcomm's opt-in marker for what is public across its modules but not for users. */
+    static final String INTERNAL_API = "Ldev/tpcomm/InternalTpcommApi;";
 
     static boolean visible(int access) { return (access & (Opcodes.ACC_PUBLIC | Opcodes.ACC_PROTECTED)) != 0 && (access & Opcodes.ACC_SYNTHETIC) == 0; }
 
@@ -179,7 +192,7 @@ public class ApiDump {
         for (Scanned c : scanned.values()) {
             if (stale.contains(c.name)) continue;
             if (c.outer != null) outers.put(c.name, c.outer);
-            if (!visible(c.access) || c.innerNonPublic) continue;
+            if (!visible(c.access) || c.innerNonPublic || c.internalApi) continue;
             Set<String> hidden = new HashSet<>();
             boolean kotlinFacade = false;
             if (c.k != null) {
@@ -210,7 +223,7 @@ public class ApiDump {
             }
             for (String[] m : c.methods) {
                 int a = Integer.parseInt(m[0]);
-                if (!visible(a) || (a & Opcodes.ACC_BRIDGE) != 0 || hidden.contains(m[1] + m[2])) continue;
+                if (!visible(a) || (a & Opcodes.ACC_BRIDGE) != 0 || hidden.contains(m[1] + m[2]) || !m[3].isEmpty()) continue;
                 if (m[1].contains("$") && !m[1].startsWith("access$")) continue; // internal members are mangled (name$module)
                 if (m[1].startsWith("access$")) continue;
                 members.add("  " + flags(a) + " " + m[1] + " " + m[2]);
