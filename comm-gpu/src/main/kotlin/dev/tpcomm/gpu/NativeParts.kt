@@ -6,7 +6,9 @@ import dev.tpcomm.spi.CollectiveOp
 // The mapping from the front's call to its device part: what each collective the front issues runs
 // on the native thread, built on the caller's thread when the front issues it (the arguments read
 // from the call then), run later as an extension of the operation ([NcclOp]); the device parts
-// themselves are in DeviceLaunches, SplitOnDevice and ConsistencyCheck. Stateless; any thread.
+// themselves are in DeviceLaunches, SplitOnDevice and ConsistencyCheck.
+// Role: argument mapping only (it issues nothing). Thread-safety: stateless, any thread (the part it
+// returns runs on the native thread). Lifetime: none; each part lives as long as its operation.
 
 /** [block] as an operation's native part (a lambda with [NcclOp] as its receiver). */
 private fun onDevice(block: NcclOp.() -> Any?): NcclOp.() -> Any? = block
