@@ -40,7 +40,7 @@ internal class DeviceThread(
     /**
      * Completed once the last operation the thread took (of any communicator) issued its library
      * calls: the next one issues after it, so launches keep the order of the calls even while an
-     * operation waits for its call to be attached ([NcclCommunicator]'s reserved operations). Native thread only.
+     * operation waits for its call to be attached ([NcclOperationQueue]'s reserved operations). Native thread only.
      */
     var issueTail: kotlinx.coroutines.CompletableDeferred<Unit>? = null
 

@@ -34,12 +34,12 @@ import kotlinx.coroutines.Job
 internal class NcclOp(
     /** What the communicator's operations issue with. */
     val ctx: NcclOpContext,
-    /** The flight record (the front's), by which [deadlinePassed] finds an operation without a [Call]. */
+    /** The flight record (the front's), by which [NcclOperationQueue.deadlinePassed] finds an operation without a [Call]. */
     val entry: FlightRecorder.Entry,
     val producer: Long,
     val onStream: Boolean = true,
     val p2p: Boolean = false,
-    /** Whether the peers issue a counterpart that NCCL pairs with it by order (every operation but [waitEvent]). */
+    /** Whether the peers issue a counterpart that NCCL pairs with it by order (every operation but [NcclCommunicator.waitEvent]). */
     val paired: Boolean = true,
 ) {
     val api: NcclApi get() = ctx.api
@@ -54,11 +54,11 @@ internal class NcclOp(
     val name: String get() = entry.operation
     /** The front's call, for a collective (its signature, for checkConsistency). */
     var call: CommunicatorFront.Call? = null
-    /** [ATTACHED], or for an operation [allocate] queued before its call: [RESERVED] until attached, [ABANDONED] when it never will be. */
+    /** [ATTACHED], or for an operation [NcclOperationQueue.allocate] queued before its call: [RESERVED] until attached, [ABANDONED] when it never will be. */
     val state = AtomicInteger(ATTACHED)
     /** A reserved operation's output allocation. */
     var allocation: OutputAllocation? = null
-    /** A reserved operation's native part, set by [issue] before it attaches it. */
+    /** A reserved operation's native part, set by [NcclOperationQueue.issue] before it attaches it. */
     var body: (NcclOp.() -> Any?)? = null
     /** Completed once this operation issued its library calls (or gave up): the next one of the device may issue. */
     var issuedSignal: CompletableDeferred<Unit>? = null
@@ -72,10 +72,10 @@ internal class NcclOp(
     @Volatile var issued = false
     @Volatile var finished = false
     val temps = ArrayList<Long>()
-    /** The free of the output [allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
+    /** The free of the output [NcclOperationQueue.allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
     var output: DeviceFree? = null
 
-    /** Set on the watchdog's thread ([deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
+    /** Set on the watchdog's thread ([NcclOperationQueue.deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
     @Volatile var timedOut: CommunicationException? = null
 
     fun nccl(code: Int, call: String) {
@@ -194,7 +194,7 @@ internal class NcclOp(
                     throw fail(ctx.failures.ncclError(state, call, entry))
                 }
             }
-            // The deadline is the front's ([deadlinePassed]): timedOut above.
+            // The deadline is the front's ([NcclOperationQueue.deadlinePassed]): timedOut above.
             backoff.idle()
         }
     }
@@ -233,7 +233,7 @@ internal class NcclOp(
     companion object {
         /** [state]: attached to its call (every operation but a reserved one). */
         const val ATTACHED = 0
-        /** [state]: queued by [NcclCommunicator]'s allocation before its call attached. */
+        /** [state]: queued by [NcclOperationQueue.allocate] before its call attached. */
         const val RESERVED = 1
         /** [state]: given up before its call attached. */
         const val ABANDONED = 2
@@ -241,7 +241,7 @@ internal class NcclOp(
 }
 
 /**
- * The output allocation of a reserved [NcclOp] (see [NcclCommunicator]'s `allocate`): the device
+ * The output allocation of a reserved [NcclOp] (see [NcclOperationQueue.allocate]): the device
  * address once the native thread allocated it, and who owns the memory. Thread-safety: [done] and
  * [owned] from any thread. Lifetime: the operation's.
  */
