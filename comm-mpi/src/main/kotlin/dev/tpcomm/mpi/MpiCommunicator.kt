@@ -1508,7 +1508,7 @@ public class MpiCommunicator internal constructor(
 
     private fun peerAbortMessage(from: Int, reason: Int): String = when (reason) {
         MpiAbortNotices.REASON_PROGRAM_FAILED ->
-            "rank $from failed (an exception escaped its program, or it exited with a non-zero status; its output names the cause)"
+            "rank $from failed (an exception escaped its program, it exited with a non-zero status, or a signal interrupted it; its output names the cause)"
         MpiAbortNotices.REASON_TIMEOUT -> "rank $from aborted the communicator: its call passed its deadline"
         else -> "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
     }

@@ -249,7 +249,11 @@ internal class MpiRuntime(
      * The JVM is shutting down (`main` returned, `System.exit`, or a signal such as the launcher's
      * SIGTERM after a peer died). With an operation still in progress this rank cannot finish it
      * and `MPI_Finalize` would wait for it: say so, naming the operation, and end the process with
-     * exit code [MpiCommunicator.ABORT_CODE]. Otherwise finalize ([finalizeOnce]).
+     * exit code [MpiCommunicator.ABORT_CODE]. A signal (SIGINT, SIGTERM, SIGHUP:
+     * [MpiProgramFailure.signalStatus]) between operations ends the job the same way a failed program
+     * does ([programFailed]: the peers are told, then `MPI_Abort`): the program was interrupted, its
+     * peers may be waiting for it in a collective, and `MPI_Finalize` would hold them until their
+     * timeout (issue 32 finding 6). Otherwise finalize ([finalizeOnce]).
      */
     fun onShutdown() {
         val status = MpiProgramFailure.exitStatus
@@ -267,6 +271,11 @@ internal class MpiRuntime(
                     "ending with exit code ${MpiCommunicator.ABORT_CODE}",
             )
             haltNow(MpiCommunicator.ABORT_CODE, "shut down during an MPI operation")
+            return
+        }
+        val signal = MpiProgramFailure.signalStatus
+        if (signal != 0 && !finalized) {
+            programFailed("it was interrupted by signal ${signal - 128} (exit status $signal) before it finished", signal, DUMP_GRACE_MILLIS)
             return
         }
         finalizeOnce()
@@ -322,9 +331,10 @@ internal class MpiRuntime(
      * by the JVM), aborts every communicator of the process and tells the peers (their notice thread
      * names this rank: `CommunicatorAbortedException: ... rank R failed ...`), then ends the job
      * with `MPI_Abort(MPI_COMM_WORLD, code)` ([abort]: the dumps are written first). Nothing is
-     * done once MPI was finalized. Returns only when [halt] is replaced.
+     * done once MPI was finalized. [graceMillis]: how long the peers get to print and dump first
+     * ([abort]). Returns only when [halt] is replaced.
      */
-    fun programFailed(description: String, code: Int) {
+    fun programFailed(description: String, code: Int, graceMillis: Long = PROGRAM_FAILURE_GRACE_MILLIS) {
         if (finalized || halted || aborting.get()) return
         System.err.println(
             "tpcomm-mpi: rank $worldRank: the program failed ($description); aborting the job now (MPI_Abort, exit code $code) " +
@@ -338,7 +348,7 @@ internal class MpiRuntime(
                 System.err.println("tpcomm-mpi: rank $worldRank: could not tell the peers: $t")
             }
         }
-        abort(binding.abi.commWorld, code, PROGRAM_FAILURE_GRACE_MILLIS)
+        abort(binding.abi.commWorld, code, graceMillis)
     }
 
     /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */
