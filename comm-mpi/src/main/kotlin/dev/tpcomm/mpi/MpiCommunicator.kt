@@ -180,7 +180,7 @@ public class MpiCommunicator internal constructor(
     /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */
     private val failure = FailureState(errors)
 
-    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
+    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena, runtime::whileMpiOpen)
 
     // Written by the communicator's thread around each blocking call, read by the notice thread and
     // the shutdown message (is this rank blocked in MPI, and in what). The
@@ -223,6 +223,12 @@ public class MpiCommunicator internal constructor(
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
                 now = true,
             )
+        }
+        override fun drain(untilNanos: Long): Boolean {
+            if (dispatcher.isClosed || dispatcher.isNativeThread) return true
+            val done = java.util.concurrent.CountDownLatch(1)
+            dispatcher.dispatch(EmptyCoroutineContext, Runnable { done.countDown() })
+            return done.await(maxOf(0L, untilNanos - System.nanoTime()), java.util.concurrent.TimeUnit.NANOSECONDS)
         }
     }
 

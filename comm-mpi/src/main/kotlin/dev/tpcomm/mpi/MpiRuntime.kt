@@ -135,18 +135,35 @@ internal class MpiRuntime(
      * other ranks: never exit 0.
      */
     fun finalizeOnce() {
+        if (finalized) return
+        // The peers' own deadlines come first: a peer blocked in a collective this rank left
+        // reports it (naming the operation) at the timeout; this rank gives up a margin later.
+        val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+        // After an aborted communicator MPI may never finalize (see below): wait no longer than
+        // the 10 s this backend always allowed then, so such a job still ends promptly.
+        val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
+        val started = System.nanoTime()
+        // Issue 32 finding 5: a communicator's thread may still be inside a blocking call its caller
+        // gave up on (withTimeout, awaitAll(timeout)), with its abort notices queued behind it.
+        // MPI_Finalize while it is inside MPI, or a notice sent after MPI_Finalize, crashed MPICH's
+        // transport (ucp_tag_send_nbx); and a notice not sent leaves the peers' next call waiting.
+        // So every communicator's thread first finishes what it has (outside the lock: a close()
+        // queued there takes it), within the finalize wait.
+        val drained = communicators.drain(started + waitNanos)
         synchronized(lock) {
             if (finalized) return
             finalized = true
             communicators.close()
+            closeGate()
             if (!ownsInit) return
-            // The peers' own deadlines come first: a peer blocked in a collective this rank left
-            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
-            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
-            // After an aborted communicator MPI may never finalize (see below): wait no longer than
-            // the 10 s this backend always allowed then, so such a job still ends promptly.
-            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
-            val started = System.nanoTime()
+            if (!drained) {
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: a communicator's thread is still inside an MPI call after ${waitNanos.nanoseconds} " +
+                        "(an operation its caller gave up on, which a peer never joined); exiting without MPI_Finalize, which must not " +
+                        "run while another thread is inside MPI",
+                )
+                return
+            }
             val finalize = Runnable {
                 Arena.ofConfined().use { a ->
                     val flag = a.allocate(ValueLayout.JAVA_INT)
@@ -215,6 +232,45 @@ internal class MpiRuntime(
                 haltNow(MpiCommunicator.ABORT_CODE, "MPI_Finalize timed out")
             }
         }
+    }
+
+    /** Held (read) while a call of [whileMpiOpen] runs; [closeGate] takes it (write) once, before `MPI_Finalize`. */
+    private val gate = java.util.concurrent.locks.ReentrantReadWriteLock()
+
+    /** Set by [closeGate]: MPI is being finalized; [whileMpiOpen] runs nothing more. */
+    @Volatile private var gateClosed = false
+
+    /**
+     * Runs [block] (MPI calls made outside any operation of the program, such as the abort notices
+     * a communicator's thread sends after its call returned) unless `MPI_Finalize` began, which
+     * waits for it meanwhile: true when it ran. Issue 32 finding 5: a notice sent after
+     * `MPI_Finalize` crashed the JVM inside MPICH's transport (`ucp_tag_send_nbx`).
+     */
+    fun whileMpiOpen(block: () -> Unit): Boolean {
+        val read = gate.readLock()
+        read.lock()
+        try {
+            if (gateClosed) return false
+            block()
+            return true
+        } finally {
+            read.unlock()
+        }
+    }
+
+    /**
+     * Before `MPI_Finalize`: waits (at most [GATE_WAIT_MILLIS]) for the [whileMpiOpen] calls
+     * running, and lets no other start.
+     */
+    private fun closeGate() {
+        val write = gate.writeLock()
+        val got = try {
+            write.tryLock(GATE_WAIT_MILLIS, TimeUnit.MILLISECONDS)
+        } catch (_: InterruptedException) {
+            false
+        }
+        gateClosed = true
+        if (got) write.unlock()
     }
 
     /** When the barrier before `MPI_Finalize` completed ([awaitEveryRank]): every rank had reached it. 0 before. */
@@ -366,6 +422,9 @@ internal class MpiRuntime(
 
         /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
         const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
+
+        /** How long `MPI_Finalize` waits for a [whileMpiOpen] call in progress (a notice send drives MPI 0.2 s at most). */
+        const val GATE_WAIT_MILLIS: Long = 1_000
 
         /** How long `MPI_Abort` may take to end the process before it ends itself. */
         const val ABORT_GRACE_MILLIS: Long = 2_000
