@@ -331,7 +331,16 @@ internal class MpiRuntime(
         }
         val signal = MpiProgramFailure.signalStatus
         if (signal != 0 && !finalized) {
-            programFailed("it was interrupted by signal ${signal - 128} (exit status $signal) before it finished", signal, DUMP_GRACE_MILLIS)
+            val name = when (signal - 128) {
+                1 -> "SIGHUP"
+                2 -> "SIGINT"
+                15 -> "SIGTERM"
+                else -> "signal ${signal - 128}"
+            }
+            programFailed(
+                "it was interrupted by $name (exit status $signal: a user's Ctrl-C, a scheduler, or the launcher ending the job) before it finished",
+                signal, DUMP_GRACE_MILLIS,
+            )
             return
         }
         finalizeOnce()
