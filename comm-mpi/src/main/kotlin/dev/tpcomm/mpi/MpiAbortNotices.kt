@@ -21,7 +21,8 @@ import kotlin.concurrent.withLock
  * the job is aborted). Every method takes one lock, so two threads never touch the same request;
  * below `MPI_THREAD_MULTIPLE` only the communicator's thread calls them. The buffers live in
  * [arena], which the communicator pins for the life of the process once it broke (MPI may still
- * hold the requests).
+ * hold the requests). [send] runs through [whileMpiOpen] (the runtime's [MpiRuntime.whileMpiOpen]):
+ * a notice is never sent once `MPI_Finalize` began.
  */
 internal class MpiAbortNotices(
     private val binding: MpiBinding,
@@ -29,6 +30,7 @@ internal class MpiAbortNotices(
     private val rank: Int,
     private val worldSize: Int,
     arena: Arena,
+    private val whileMpiOpen: (() -> Unit) -> Boolean = { it(); true },
 ) {
     private val abi: MpiAbi = binding.abi
     private val lock = ReentrantLock()
@@ -54,9 +56,14 @@ internal class MpiAbortNotices(
     /**
      * Tells every other rank that this communicator broke, with [reason] ([REASON_FAILED],
      * [REASON_PROGRAM_FAILED] or [REASON_TIMEOUT]), and drives the sends for at most [PUSH_NANOS] (some transports only
-     * move data inside MPI calls). Once only.
+     * move data inside MPI calls). Once only; nothing once `MPI_Finalize` began (the peers are
+     * then told by the end of this process, which the launcher reports).
      */
-    fun send(reason: Int = REASON_FAILED) = lock.withLock {
+    fun send(reason: Int = REASON_FAILED) {
+        whileMpiOpen { sendLocked(reason) }
+    }
+
+    private fun sendLocked(reason: Int) = lock.withLock {
         if (sent) return
         sent = true
         payload.set(ValueLayout.JAVA_INT, 0, reason)

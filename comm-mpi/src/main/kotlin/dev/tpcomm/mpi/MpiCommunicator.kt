@@ -178,7 +178,7 @@ public class MpiCommunicator internal constructor(
     /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */
     private val failure = FailureState(errors)
 
-    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena)
+    private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena, runtime::whileMpiOpen)
 
     // Written by the communicator's thread around each blocking call, read by the notice thread and
     // the shutdown message (is this rank blocked in MPI, and in what). The
@@ -221,6 +221,12 @@ public class MpiCommunicator internal constructor(
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
                 now = true,
             )
+        }
+        override fun drain(untilNanos: Long): Boolean {
+            if (dispatcher.isClosed || dispatcher.isNativeThread) return true
+            val done = java.util.concurrent.CountDownLatch(1)
+            dispatcher.dispatch(EmptyCoroutineContext, Runnable { done.countDown() })
+            return done.await(maxOf(0L, untilNanos - System.nanoTime()), java.util.concurrent.TimeUnit.NANOSECONDS)
         }
     }
 
@@ -732,7 +738,9 @@ public class MpiCommunicator internal constructor(
     /** Work on the MPI thread before the signature's exchange: it may complete the signature (its extra word). */
     private interface PreSignature {
         fun blocking(sig: LongArray)
-        fun polling(sig: LongArray, callerJob: Job?)
+
+        /** Polled on the MPI thread; [watchNotices]: a peer's abort notice ends it ([pollSignature]). */
+        fun polling(sig: LongArray, callerJob: Job?, watchNotices: Boolean = false)
     }
 
     /**
@@ -761,10 +769,10 @@ public class MpiCommunicator internal constructor(
             finish(sig)
         }
 
-        override fun polling(sig: LongArray, callerJob: Job?) {
+        override fun polling(sig: LongArray, callerJob: Job?, watchNotices: Boolean) {
             val i32 = abi.datatype(dev.tpcomm.DType.Int32)
             check(binding.ialltoall(sendAddr, 1, i32, recvAddr, 1, i32, handle, scratchAddress + OFF_REQUEST), operation, entry)
-            pollSignature(operation, entry, callerJob)
+            pollSignature(operation, entry, callerJob, watchNotices)
             finish(sig)
         }
     }
@@ -1050,7 +1058,10 @@ public class MpiCommunicator internal constructor(
         entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature?,
         payload: MpiSlotPayload?, call: () -> Int,
     ) {
-        if (sig != null && preSignature != null) preSignature.blocking(sig)
+        if (sig != null && preSignature != null) {
+            // Its all-to-all is then the first MPI call of this collective: polled, watching the notices.
+            if (exchangeWatchesNotices) preSignature.polling(sig, null, watchNotices = true) else preSignature.blocking(sig)
+        }
         if (sig != null && exchangeSignatureBlocking(sig, operation, entry, payload)) return
         runBlockingCall(operation, entry, keepAlive, call)
     }
@@ -1122,7 +1133,7 @@ public class MpiCommunicator internal constructor(
                     // The signature exchange completes before the operation starts, so mismatched
                     // collectives never reach MPI; polling it here keeps issue order = call order.
                     if (sig != null) {
-                        if (preSignature != null) preSignature.polling(sig, callerJob)
+                        if (preSignature != null) preSignature.polling(sig, callerJob, exchangeWatchesNotices)
                         exchangeSignaturePolling(sig, operation, entry, callerJob)
                         ensureUsable(operation, entry.sequence)
                     }
@@ -1170,7 +1181,7 @@ public class MpiCommunicator internal constructor(
     private suspend fun <T> onThread(entry: FlightRecorder.Entry, block: () -> T): T {
         if (dispatcher.isNativeThread) return block()
         if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
-        if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS, block)
+        if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS) { detached(block) }
         return suspendCancellableCoroutine { cont ->
             queuedCallers[entry] = cont
             cont.invokeOnCancellation { queuedCallers.remove(entry, cont) }
@@ -1178,10 +1189,41 @@ public class MpiCommunicator internal constructor(
                 // Started: from here its deadline is the job policy's ([deadlinePassed]), not a release.
                 queuedCallers.remove(entry, cont)
                 // A call cancelled (or released at its deadline) while queued must not start: the other ranks are told by the abort.
-                if (cont.isActive) cont.resumeWith(runCatching(block))
+                if (cont.isActive) cont.resumeWith(runCatching { detached(block) })
             })
         }
     }
+
+    /** Runs [block] with [callerDetached] set: its caller waits elsewhere and may be released before it returns. */
+    private inline fun <T> detached(block: () -> T): T {
+        callerDetached = true
+        try {
+            return block()
+        } finally {
+            callerDetached = false
+        }
+    }
+
+    /**
+     * True while [onThread] runs a block whose caller is suspended elsewhere: a `withTimeout`,
+     * `awaitAll(timeout)` or cancellation may release that caller while the block is inside MPI,
+     * and the communicator is then aborted once the block returns. The consistency exchange tells
+     * the peers ([MpiSignatureProtocol.DETACHED]). Communicator's thread only.
+     */
+    private var callerDetached: Boolean = false
+
+    /**
+     * Whether the next consistency exchange must watch the peers' abort notices
+     * ([exchangeSignatureBlocking]): set after an exchange in which some rank's caller was
+     * [detached][callerDetached]. Such a rank may abandon the communicator when its caller is
+     * released (issue 32 finding 4: ranks 0 and 1 passed `awaitAll(timeout = 2 s)` while their
+     * all-reduce waited for rank 2, which arrived 6 s later); it tells the peers with an abort
+     * notice only after its own blocking call returned, which is when the peers' call returns too,
+     * so a peer's next call would otherwise be issued before the notice arrives and block in an
+     * `MPI_Allgather` that rank never joins, until the communicator's timeout. Read and written by
+     * whichever thread holds the communicator's MPI calls.
+     */
+    private var exchangeWatchesNotices: Boolean = false
 
     /**
      * The callers whose block [onThread] queued for the communicator's thread and that has not
@@ -1283,10 +1325,19 @@ public class MpiCommunicator internal constructor(
      * left to issue), false when it must still be issued. A mismatch fails every rank here.
      */
     private fun exchangeSignatureBlocking(sig: LongArray, operation: String, entry: FlightRecorder.Entry, payload: MpiSlotPayload? = null): Boolean {
-        signatures.load(sig, payload)
+        signatures.load(sig, payload, callerDetached)
         val t = abi.int64Type
         val ss = signatures.slotSend.address(); val sr = signatures.slotsReceived.address()
-        runBlockingCall("$operation(signature)", entry, null) { binding.allgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle) }
+        if (exchangeWatchesNotices) {
+            // A peer's caller was detached in the previous exchange: it may have abandoned the
+            // communicator since, and its notice may still be on the way. Polled, so that notice ends
+            // this exchange instead of an MPI_Allgather that peer never joins.
+            check(binding.iallgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle, scratchAddress + OFF_REQUEST), operation, entry)
+            pollSignature(operation, entry, null, watchNotices = true)
+        } else {
+            runBlockingCall("$operation(signature)", entry, null) { binding.allgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle) }
+        }
+        exchangeWatchesNotices = signatures.peerDetached(rank)
         if (signatures.digestsAgree()) return finishFromSlots(payload)
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         signatures.loadWords(sig)
@@ -1300,11 +1351,12 @@ public class MpiCommunicator internal constructor(
      * ([pollSignature]), never carrying the operation ([slotsCarry]).
      */
     private fun exchangeSignaturePolling(sig: LongArray, operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
-        signatures.load(sig, null)
+        signatures.load(sig, null, callerJob != null)
         val req = scratchAddress + OFF_REQUEST
         val t = abi.int64Type
         check(binding.iallgather(signatures.slotSend.address(), SLOT_LONGS, t, signatures.slotsReceived.address(), SLOT_LONGS, t, handle, req), operation, entry)
-        pollSignature(operation, entry, callerJob)
+        pollSignature(operation, entry, callerJob, exchangeWatchesNotices)
+        exchangeWatchesNotices = signatures.peerDetached(rank)
         if (signatures.digestsAgree()) return
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         signatures.loadWords(sig)
@@ -1323,8 +1375,12 @@ public class MpiCommunicator internal constructor(
         return true
     }
 
-    /** Polls the signature request in the scratch slot until done, this call's deadline passes ([deadlinePassed]), or the caller is cancelled. */
-    private fun pollSignature(operation: String, entry: FlightRecorder.Entry, callerJob: Job?) {
+    /**
+     * Polls the signature request in the scratch slot until done, this call's deadline passes
+     * ([deadlinePassed]), the caller is cancelled, or, with [watchNotices], a peer's abort notice
+     * arrives ([checkAbortNotices]: a peer that abandoned the communicator never joins this exchange).
+     */
+    private fun pollSignature(operation: String, entry: FlightRecorder.Entry, callerJob: Job?, watchNotices: Boolean = false) {
         val req = scratchAddress + OFF_REQUEST
         val flag = scratchAddress + OFF_FLAG
         // The dispatcher's wait policy (spin, yield, then park up to its longest park), not a spin
@@ -1333,9 +1389,12 @@ public class MpiCommunicator internal constructor(
         while (true) {
             check(binding.test(req, flag, abi.statusIgnore), operation, entry)
             if (scratch.get(ValueLayout.JAVA_INT, OFF_FLAG) != 0) break
-            // This call's own deadline ends it. A peer's abort notice does not: the exchange completes
-            // (a peer that found a mismatch has sent its words), so every rank names the mismatch itself.
+            // This call's own deadline ends it. A peer's abort notice ends it only with watchNotices
+            // (a first exchange after a detached caller): the second exchange, after the digests
+            // differed, completes (a peer that found a mismatch has sent its words), so every rank
+            // names the mismatch itself.
             ownTimeout(entry.sequence)?.let { throw it }
+            if (watchNotices) checkAbortNotices(operation, entry)
             if (callerJob?.isCancelled == true) {
                 // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
                 throw CancellationException("cancelled while exchanging the signature of $operation")
@@ -1500,7 +1559,7 @@ public class MpiCommunicator internal constructor(
 
     private fun peerAbortMessage(from: Int, reason: Int): String = when (reason) {
         MpiAbortNotices.REASON_PROGRAM_FAILED ->
-            "rank $from failed (an exception escaped its program, or it exited with a non-zero status; its output names the cause)"
+            "rank $from failed (an exception escaped its program, it exited with a non-zero status, or a signal interrupted it; its output names the cause)"
         MpiAbortNotices.REASON_TIMEOUT -> "rank $from aborted the communicator: its call passed its deadline"
         else -> "rank $from aborted the communicator (it failed, timed out, or cancelled an in-flight call)"
     }

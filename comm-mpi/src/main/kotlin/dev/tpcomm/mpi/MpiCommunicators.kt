@@ -28,6 +28,13 @@ internal class MpiCommunicators(private val periodMillis: Long = 50) : AutoClose
          * its peers, naming [description]. Called on the failing thread, before `MPI_Abort`.
          */
         fun programFailed(description: String)
+
+        /**
+         * Waits until the communicator's thread has run what was queued on it so far (a blocking
+         * call a released caller left inside MPI has returned, and the abort notices queued behind
+         * it are sent), until [untilNanos] ([System.nanoTime]) at most: false when it had not by then.
+         */
+        fun drain(untilNanos: Long): Boolean
     }
 
     private val members = ConcurrentHashMap.newKeySet<Member>()
@@ -76,6 +83,9 @@ internal class MpiCommunicators(private val periodMillis: Long = 50) : AutoClose
 
     /** What the registered communicators have in progress right now (for the shutdown message). */
     fun activeCalls(): List<String> = members.mapNotNull { it.describeActiveCall() }
+
+    /** [Member.drain] of every registered communicator, before `MPI_Finalize`: false when one did not drain by [untilNanos]. */
+    fun drain(untilNanos: Long): Boolean = members.toList().all { it.drain(untilNanos) }
 
     /** Every registered communicator, for [MpiRuntime.programFailed]. */
     fun all(): List<Member> = members.toList()

@@ -19,9 +19,11 @@ import java.util.logging.Logger
  * - **`System.exit(N)` with N != 0.** The JDK logs `Runtime.exit` calls to the `System.Logger`
  *   named `java.lang.Runtime` at level DEBUG (JDK 21+, `java.lang.Shutdown.logRuntimeExit`, JDK-8301627):
  *   a `java.util.logging` handler on that logger records the status before the shutdown hooks run,
- *   and [MpiRuntime.onShutdown] then ends the job instead of waiting in the barrier (not for a
- *   signal, which exits through the same path from `java.lang.Terminator`: the launcher's SIGTERM
- *   keeps its own handling). Where the
+ *   and [MpiRuntime.onShutdown] then ends the job instead of waiting in the barrier.
+ * - **A signal** (SIGINT from a user's Ctrl-C, SIGTERM, SIGHUP) exits through the same path, from
+ *   `java.lang.Terminator`, with status 128 + the signal's number: recorded apart ([signalStatus]),
+ *   and [MpiRuntime.onShutdown] aborts the job (issue 32 finding 6: a rank interrupted between
+ *   collectives went to `MPI_Finalize` while its peers waited for it until their timeout). Where the
  *   application replaced the `System.Logger` backend (an `LoggerFinder` of its own), the status is
  *   not seen and a non-zero exit is treated as a clean one: the launcher ends the job when the
  *   process exits (docs/mpi.md).
@@ -35,6 +37,13 @@ internal object MpiProgramFailure {
         private set
 
     private var installed = false
+
+    /**
+     * 128 + the number of the first signal that started the JVM's shutdown (130 for SIGINT, 143 for
+     * SIGTERM, 129 for SIGHUP); 0 when none did.
+     */
+    @Volatile var signalStatus: Int = 0
+        private set
 
     /** The `java.lang.Runtime` logger, held strongly (`java.util.logging` keeps loggers weakly). */
     private var exitLogger: Logger? = null
@@ -68,12 +77,14 @@ internal object MpiProgramFailure {
             }
             logger.addHandler(object : Handler() {
                 override fun publish(record: LogRecord) {
-                    // A signal (the launcher's SIGTERM) exits through the same path with 128 + the
-                    // signal's number, from java.lang.Terminator: the launcher is ending this rank,
-                    // not the program failing on its own.
-                    if (record.thrown?.stackTrace?.any { it.className == "java.lang.Terminator" || it.className.startsWith("jdk.internal.misc.Signal") } == true) return
                     val text = record.thrown?.message ?: record.message ?: return
                     val status = STATUS.find(text)?.groupValues?.get(1)?.toIntOrNull() ?: return
+                    // A signal exits through the same path with 128 + the signal's number, from
+                    // java.lang.Terminator: recorded apart, the program did not fail on its own.
+                    if (record.thrown?.stackTrace?.any { it.className == "java.lang.Terminator" || it.className.startsWith("jdk.internal.misc.Signal") } == true) {
+                        if (status != 0 && signalStatus == 0) signalStatus = status
+                        return
+                    }
                     if (status != 0 && exitStatus == 0) exitStatus = status
                 }
                 override fun flush() {}

@@ -135,18 +135,35 @@ internal class MpiRuntime(
      * other ranks: never exit 0.
      */
     fun finalizeOnce() {
+        if (finalized) return
+        // The peers' own deadlines come first: a peer blocked in a collective this rank left
+        // reports it (naming the operation) at the timeout; this rank gives up a margin later.
+        val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
+        // After an aborted communicator MPI may never finalize (see below): wait no longer than
+        // the 10 s this backend always allowed then, so such a job still ends promptly.
+        val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
+        val started = System.nanoTime()
+        // Issue 32 finding 5: a communicator's thread may still be inside a blocking call its caller
+        // gave up on (withTimeout, awaitAll(timeout)), with its abort notices queued behind it.
+        // MPI_Finalize while it is inside MPI, or a notice sent after MPI_Finalize, crashed MPICH's
+        // transport (ucp_tag_send_nbx); and a notice not sent leaves the peers' next call waiting.
+        // So every communicator's thread first finishes what it has (outside the lock: a close()
+        // queued there takes it), within the finalize wait.
+        val drained = communicators.drain(started + waitNanos)
         synchronized(lock) {
             if (finalized) return
             finalized = true
             communicators.close()
+            closeGate()
             if (!ownsInit) return
-            // The peers' own deadlines come first: a peer blocked in a collective this rank left
-            // reports it (naming the operation) at the timeout; this rank gives up a margin later.
-            val full = (finalizeTimeoutNanos.takeIf { it > 0 } ?: DEFAULT_FINALIZE_WAIT_NANOS) + FINALIZE_MARGIN_NANOS
-            // After an aborted communicator MPI may never finalize (see below): wait no longer than
-            // the 10 s this backend always allowed then, so such a job still ends promptly.
-            val waitNanos = if (broken) minOf(full, AFTER_ABORT_FINALIZE_WAIT_NANOS) else full
-            val started = System.nanoTime()
+            if (!drained) {
+                System.err.println(
+                    "tpcomm-mpi: rank $worldRank: a communicator's thread is still inside an MPI call after ${waitNanos.nanoseconds} " +
+                        "(an operation its caller gave up on, which a peer never joined); exiting without MPI_Finalize, which must not " +
+                        "run while another thread is inside MPI",
+                )
+                return
+            }
             val finalize = Runnable {
                 Arena.ofConfined().use { a ->
                     val flag = a.allocate(ValueLayout.JAVA_INT)
@@ -217,6 +234,45 @@ internal class MpiRuntime(
         }
     }
 
+    /** Held (read) while a call of [whileMpiOpen] runs; [closeGate] takes it (write) once, before `MPI_Finalize`. */
+    private val gate = java.util.concurrent.locks.ReentrantReadWriteLock()
+
+    /** Set by [closeGate]: MPI is being finalized; [whileMpiOpen] runs nothing more. */
+    @Volatile private var gateClosed = false
+
+    /**
+     * Runs [block] (MPI calls made outside any operation of the program, such as the abort notices
+     * a communicator's thread sends after its call returned) unless `MPI_Finalize` began, which
+     * waits for it meanwhile: true when it ran. Issue 32 finding 5: a notice sent after
+     * `MPI_Finalize` crashed the JVM inside MPICH's transport (`ucp_tag_send_nbx`).
+     */
+    fun whileMpiOpen(block: () -> Unit): Boolean {
+        val read = gate.readLock()
+        read.lock()
+        try {
+            if (gateClosed) return false
+            block()
+            return true
+        } finally {
+            read.unlock()
+        }
+    }
+
+    /**
+     * Before `MPI_Finalize`: waits (at most [GATE_WAIT_MILLIS]) for the [whileMpiOpen] calls
+     * running, and lets no other start.
+     */
+    private fun closeGate() {
+        val write = gate.writeLock()
+        val got = try {
+            write.tryLock(GATE_WAIT_MILLIS, TimeUnit.MILLISECONDS)
+        } catch (_: InterruptedException) {
+            false
+        }
+        gateClosed = true
+        if (got) write.unlock()
+    }
+
     /** When the barrier before `MPI_Finalize` completed ([awaitEveryRank]): every rank had reached it. 0 before. */
     @Volatile private var everyRankArrivedAt: Long = 0L
 
@@ -249,7 +305,11 @@ internal class MpiRuntime(
      * The JVM is shutting down (`main` returned, `System.exit`, or a signal such as the launcher's
      * SIGTERM after a peer died). With an operation still in progress this rank cannot finish it
      * and `MPI_Finalize` would wait for it: say so, naming the operation, and end the process with
-     * exit code [MpiCommunicator.ABORT_CODE]. Otherwise finalize ([finalizeOnce]).
+     * exit code [MpiCommunicator.ABORT_CODE]. A signal (SIGINT, SIGTERM, SIGHUP:
+     * [MpiProgramFailure.signalStatus]) between operations ends the job the same way a failed program
+     * does ([programFailed]: the peers are told, then `MPI_Abort`): the program was interrupted, its
+     * peers may be waiting for it in a collective, and `MPI_Finalize` would hold them until their
+     * timeout (issue 32 finding 6). Otherwise finalize ([finalizeOnce]).
      */
     fun onShutdown() {
         val status = MpiProgramFailure.exitStatus
@@ -267,6 +327,20 @@ internal class MpiRuntime(
                     "ending with exit code ${MpiCommunicator.ABORT_CODE}",
             )
             haltNow(MpiCommunicator.ABORT_CODE, "shut down during an MPI operation")
+            return
+        }
+        val signal = MpiProgramFailure.signalStatus
+        if (signal != 0 && !finalized) {
+            val name = when (signal - 128) {
+                1 -> "SIGHUP"
+                2 -> "SIGINT"
+                15 -> "SIGTERM"
+                else -> "signal ${signal - 128}"
+            }
+            programFailed(
+                "it was interrupted by $name (exit status $signal: a user's Ctrl-C, a scheduler, or the launcher ending the job) before it finished",
+                signal, DUMP_GRACE_MILLIS,
+            )
             return
         }
         finalizeOnce()
@@ -322,9 +396,10 @@ internal class MpiRuntime(
      * by the JVM), aborts every communicator of the process and tells the peers (their notice thread
      * names this rank: `CommunicatorAbortedException: ... rank R failed ...`), then ends the job
      * with `MPI_Abort(MPI_COMM_WORLD, code)` ([abort]: the dumps are written first). Nothing is
-     * done once MPI was finalized. Returns only when [halt] is replaced.
+     * done once MPI was finalized. [graceMillis]: how long the peers get to print and dump first
+     * ([abort]). Returns only when [halt] is replaced.
      */
-    fun programFailed(description: String, code: Int) {
+    fun programFailed(description: String, code: Int, graceMillis: Long = PROGRAM_FAILURE_GRACE_MILLIS) {
         if (finalized || halted || aborting.get()) return
         System.err.println(
             "tpcomm-mpi: rank $worldRank: the program failed ($description); aborting the job now (MPI_Abort, exit code $code) " +
@@ -338,7 +413,7 @@ internal class MpiRuntime(
                 System.err.println("tpcomm-mpi: rank $worldRank: could not tell the peers: $t")
             }
         }
-        abort(binding.abi.commWorld, code, PROGRAM_FAILURE_GRACE_MILLIS)
+        abort(binding.abi.commWorld, code, graceMillis)
     }
 
     /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */
@@ -356,6 +431,9 @@ internal class MpiRuntime(
 
         /** How much longer than the timeout `MPI_Finalize` waits, so that peers' deadlines report first. */
         const val FINALIZE_MARGIN_NANOS: Long = 2_000_000_000
+
+        /** How long `MPI_Finalize` waits for a [whileMpiOpen] call in progress (a notice send drives MPI 0.2 s at most). */
+        const val GATE_WAIT_MILLIS: Long = 1_000
 
         /** How long `MPI_Abort` may take to end the process before it ends itself. */
         const val ABORT_GRACE_MILLIS: Long = 2_000

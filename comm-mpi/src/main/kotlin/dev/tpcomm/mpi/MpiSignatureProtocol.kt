@@ -12,8 +12,11 @@ import java.lang.foreign.ValueLayout
  * (`MPI_Allgather` of [SLOT_LONGS] longs, [slotSend] into [slotsReceived]). A slot holds:
  *
  * - `[0, 8)`: the digest of the rank's signature ([CollectiveSignature.digest]);
- * - `[8, 16)`: 1 when the rank carries its part of the operation in the slot ([MpiSlotPayload]),
- *   0 when it does not;
+ * - `[8, 16)`: flags: bit 0 ([CARRIED]) when the rank carries its part of the operation in the
+ *   slot ([MpiSlotPayload]); bit 1 ([DETACHED]) when the rank's caller may be released before the
+ *   call completes (it waits suspended elsewhere: a `withTimeout`, `awaitAll(timeout)` or
+ *   cancellation can give up on it), so that the rank may abandon the communicator after the call
+ *   and never join the next one ([peerDetached]);
  * - `[16, 64)`: that part ([PAYLOAD_BYTES] bytes at most: a small all-reduce's elements, a
  *   broadcast root's).
  *
@@ -52,13 +55,13 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, va
 
     /**
      * Fills [slotSend] for [sig]: its digest, then [payload]'s part when there is one and it
-     * [can][MpiSlotPayload.canCarry] be carried. The words themselves go to [send] only when the
-     * digests differ ([loadWords]).
+     * [can][MpiSlotPayload.canCarry] be carried, and whether this rank's caller is [detached]
+     * (bit [DETACHED]). The words themselves go to [send] only when the digests differ ([loadWords]).
      */
-    fun load(sig: LongArray, payload: MpiSlotPayload?) {
+    fun load(sig: LongArray, payload: MpiSlotPayload?, detached: Boolean = false) {
         slotSend.set(ValueLayout.JAVA_LONG, 0, CollectiveSignature.digest(sig))
         val carried = payload != null && payload.canCarry()
-        slotSend.set(ValueLayout.JAVA_LONG, FLAG_AT, if (carried) 1L else 0L)
+        slotSend.set(ValueLayout.JAVA_LONG, FLAG_AT, (if (carried) CARRIED else 0L) or (if (detached) DETACHED else 0L))
         if (carried) payload!!.write(sendPayload)
     }
 
@@ -76,8 +79,20 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, va
 
     /** True when every rank carried its part in its slot (read after [digestsAgree]). */
     fun allCarried(): Boolean {
-        for (r in 0 until worldSize) if (slotsReceived.get(ValueLayout.JAVA_LONG, SLOT_BYTES * r + FLAG_AT) != 1L) return false
+        for (r in 0 until worldSize) if (slotsReceived.get(ValueLayout.JAVA_LONG, SLOT_BYTES * r + FLAG_AT) and CARRIED == 0L) return false
         return true
+    }
+
+    /**
+     * True when the caller of a rank other than [self] was [detached][load] in the call just
+     * exchanged (read after the exchange). This rank's own does not count: had its caller been
+     * released, the communicator is aborted here and has no next call.
+     */
+    fun peerDetached(self: Int): Boolean {
+        for (r in 0 until worldSize) {
+            if (r != self && slotsReceived.get(ValueLayout.JAVA_LONG, SLOT_BYTES * r + FLAG_AT) and DETACHED != 0L) return true
+        }
+        return false
     }
 
     /** Every rank's signature, as [received] holds them after the all-gather. */
@@ -94,6 +109,12 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, va
 
         /** Where a slot's carried flag is. */
         const val FLAG_AT: Long = 8
+
+        /** The flag bit: the rank carried its part in its slot. */
+        const val CARRIED: Long = 1L
+
+        /** The flag bit: the rank's caller may be released before the call completes. */
+        const val DETACHED: Long = 2L
 
         /** Where a slot's payload starts. */
         const val PAYLOAD_AT: Long = 16

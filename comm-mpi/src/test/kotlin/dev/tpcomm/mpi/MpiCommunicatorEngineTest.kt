@@ -21,6 +21,7 @@ import io.mockk.verify
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import kotlin.time.Duration.Companion.milliseconds
+import kotlin.time.Duration.Companion.seconds
 
 private const val SLOT: Long = MpiSignatureProtocol.SLOT_BYTES
 
@@ -43,7 +44,8 @@ class MpiCommunicatorEngineTest : FunSpec({
 
     /**
      * Makes the slot all-gather of a 2-rank communicator give rank 1 this rank's slot (the same call,
-     * carried the same way), then lets [peer] edit the gathered slots (rank 1's starts at [SLOT]).
+     * carried the same way, by a caller that rank 1 holds: its [MpiSignatureProtocol.DETACHED] flag
+     * cleared), then lets [peer] edit the gathered slots (rank 1's starts at [SLOT]).
      * Returns the requests of the polled exchanges.
      */
     fun slotExchange(b: MpiBinding, polling: Boolean = false, peer: (MemorySegment) -> Unit): MutableSet<Long> {
@@ -53,6 +55,7 @@ class MpiCommunicatorEngineTest : FunSpec({
             val all = MemorySegment.ofAddress(recv).reinterpret(2 * SLOT)
             MemorySegment.copy(mine, 0, all, 0, SLOT)
             MemorySegment.copy(mine, 0, all, SLOT, SLOT)
+            all.set(ValueLayout.JAVA_LONG, SLOT + 8, all.get(ValueLayout.JAVA_LONG, SLOT + 8) and MpiSignatureProtocol.DETACHED.inv())
             peer(all)
         }
         val n = MpiCommunicator.SLOT_LONGS
@@ -215,6 +218,34 @@ class MpiCommunicatorEngineTest : FunSpec({
         verify(exactly = 1) { off.allreduce(any(), any(), any(), any(), any(), any()) }
         verify(exactly = 0) { off.allgather(any(), any(), any(), any(), any(), any(), any()) }
         unchecked.close()
+    }
+
+    test("after a call whose peer's caller could be released, the next check is polled and that peer's abort notice ends it (issue 32 finding 4)").config(timeout = 60.seconds) {
+        val b = binding()
+        // Rank 1 called the same, its caller waiting elsewhere (awaitAll(timeout), withTimeout): it may give up.
+        slotExchange(b) { all -> all.set(ValueLayout.JAVA_LONG, SLOT + 8, all.get(ValueLayout.JAVA_LONG, SLOT + 8) or MpiSignatureProtocol.DETACHED) }
+        val notice = java.util.concurrent.atomic.AtomicLong(0L)
+        every { b.irecv(any(), any(), any(), any(), MpiAbortNotices.ABORT_TAG, any(), any()) } answers { notice.set(arg(6)); 0 }
+        // Rank 1 gave up and never joins the next exchange; its notice (source 1) arrives once this
+        // rank is in that exchange (sent when rank 1's own call returned, with this rank's).
+        val polled = java.util.concurrent.atomic.AtomicBoolean(false)
+        every { b.iallgather(any(), any(), any(), any(), any(), any(), any(), any()) } answers { polled.set(true); 0 }
+        every { b.test(any(), any(), any()) } answers {
+            val arrived = polled.get() && notice.get() != 0L && firstArg<Long>() == notice.get()
+            MemorySegment.ofAddress(secondArg<Long>()).reinterpret(4).set(ValueLayout.JAVA_INT, 0, if (arrived) 1 else 0)
+            if (arrived) MemorySegment.ofAddress(thirdArg<Long>()).reinterpret(MpichAbi.statusLayout.size).set(ValueLayout.JAVA_INT, 8, 1)
+            0
+        }
+        val comm = communicator(b, CommConfig(worldSize = 2, rank = 0))
+        comm.allReduce(Tensor.of(floatArrayOf(1f)))
+        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        val e = shouldThrow<CommunicatorAbortedException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
+        e.message shouldContain "rank 1 aborted the communicator"
+        // The second check was the polled MPI_Iallgather, not a second blocking MPI_Allgather rank 1 never joins.
+        verify(exactly = 1) { b.iallgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), any()) }
+        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        comm.isAborted shouldBe true
+        comm.close()
     }
 
     test("a rank that cannot carry its part in its slot makes every rank issue the operation") {
