@@ -16,7 +16,12 @@ import kotlin.time.Duration
  * call order on every rank.
  *
  * **Thread-safety.** Calls may come from any thread or coroutine; their issue order is the order in
- * which the calls were made. Do not modify a tensor while a collective on it is in flight.
+ * which the calls were made, and ranks pair their collectives by that order. Calls made
+ * concurrently from several threads of one rank are issued in whatever order those threads reach
+ * the communicator, which the peers cannot know: same-shape calls may then pair with another
+ * thread's call on a peer, silently. Give each rank one order (one thread or coroutine per
+ * communicator, or an explicit order every rank follows); an object collective or a monitored
+ * barrier is one call in that order. Do not modify a tensor while a collective on it is in flight.
  *
  * **Failure.** Every call has a deadline ([CommConfig.timeout]; an enclosing `withTimeout` also
  * applies). Bad arguments detectable on one rank throw [IllegalArgumentException] before any data
@@ -152,7 +157,7 @@ public interface Communicator : AutoCloseable {
      * ranks. What rank `i` sends to `j` (its `inputSplits[j]`) must be what `j` expects from `i`
      * (its `outputSplits[i]`): a disagreement fails with [CollectiveMismatchException] on every
      * rank before any row moves (where the backend checks consistency: by default on local and
-     * MPI). The mixture-of-experts token exchange is the typical use (README, "Uneven collectives").
+     * MPI). The mixture-of-experts token exchange is the typical use (docs/collectives.md, "Uneven collectives").
      */
     public suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val shape = dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false).allToAllVShape(input, inputSplits, outputSplits)

@@ -35,9 +35,10 @@ import kotlin.coroutines.CoroutineContext
  *
  * 1. **validate** the arguments with the core [CollectiveValidator] built from the backend's
  *    capabilities (device, native memory, `maxTag`, `maxCount`), before anything is recorded or moved;
- * 2. **ensure usable** ([refusal]) and take the **sequence number**, and
- * 3. **record** the call in the [FlightRecorder] and start its deadline, all three under one lock,
- *    so that issue order is call order also for concurrent callers;
+ * 2. wait for the **issue turn** while another caller's composite operation holds it (below);
+ * 3. **record** the call in the [FlightRecorder], **ensure usable** (closed: the front's own
+ *    refusal; then the backend's [refusal]), take the **sequence number** and start its deadline,
+ *    all under one lock, so that issue order is call order also for concurrent callers;
  * 4. **allocate** the output of an allocating collective ([allocate], with the recorded call): after
  *    the record, so that a backend whose allocation waits (for a device thread) is timed from the
  *    call like everything else;
@@ -58,13 +59,23 @@ import kotlin.coroutines.CoroutineContext
  * fifth of the timeout, at most 100 ms) after it. The backend aborts it there, as it aborts anything:
  * that is the only part of a deadline it supplies.
  *
+ * **Composite operations** (the object operations, [monitoredBarrier]) are one operation each:
+ * one record with its own number, one deadline from the call, steps recorded under it
+ * ([FlightRecorder.step]) and signed with its operation; a collective one holds the issue turn
+ * from its call to its end, so no other call of this rank is numbered between its steps. The
+ * protocol is the core's; the backend supplies how the bytes move ([objectTransport],
+ * [monitoredBarrierChannel]).
+ *
+ * **Close** is the front's: one closed flag, a final idempotent [close] (record closed, deadlines
+ * stopped, then the backend's [shutdown]).
+ *
  * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
- * point-to-point moves, [refusal], [deadlinePassed], its capabilities) and new operations are added
- * here once.
+ * point-to-point moves, [refusal], [deadlinePassed], [shutdown], its capabilities) and new
+ * operations are added here once.
  *
  * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
  * call order. Cancellation: a caller cancelled before [issue] issues nothing; what happens to one
- * cancelled while the backend waits is the backend's [await] (README "Semantics every backend
+ * cancelled while the backend waits is the backend's [await] (docs/semantics.md, "Semantics every backend
  * keeps": the communicator aborts, peers get a named exception, no tensor is written afterwards).
  */
 @InternalTpcommApi
@@ -272,7 +283,7 @@ public abstract class CommunicatorFront(
      * The operation recorded as [entry] ([call]: the collective's call; null for a point-to-point
      * call or the backend's own operation) is still in flight past the communicator's timeout: end
      * it with a [dev.tpcomm.CommunicationTimeoutException] that says what it waited for, and abort
-     * what the backend must abort so that its peers end too (README "Semantics every backend keeps").
+     * what the backend must abort so that its peers end too (docs/semantics.md).
      * Called once per operation, on the watchdog's thread, while the caller may be blocked inside a
      * library call: must not block and must not call into a library that could wait on that call.
      */

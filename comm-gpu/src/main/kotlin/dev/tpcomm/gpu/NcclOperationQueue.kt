@@ -317,7 +317,7 @@ internal class NcclOperationQueue(
             o.native?.cancel(e)
             live.remove(o)
             // The caller's own deadline (withTimeout) that aborted the communicator is a timeout, as on
-            // every backend (README), also when the native side's abort for the same cancellation won.
+            // every backend (docs/failures.md), also when the native side's abort for the same cancellation won.
             val timeout = reason as? CommunicationTimeoutException
                 ?: (handle.failedWith() as? CommunicationTimeoutException)?.takeIf { it.cause === e }
             if (timeout != null) throw timeout

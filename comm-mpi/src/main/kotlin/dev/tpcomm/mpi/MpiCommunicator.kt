@@ -1107,7 +1107,7 @@ public class MpiCommunicator internal constructor(
             // Not under the caller's withTimeout (its deadline must fire) or an Overlapping start.
             if (callerMayBeHeld(context)) {
                 // Retained while MPI may write them, as on the communicator's thread: a close() from
-                // another thread meanwhile only marks them closed (README, "Memory"). A blocking call
+                // another thread meanwhile only marks them closed (docs/memory.md). A blocking call
                 // that returned, or failed, is done with them.
                 val holds = MpiTensorHolds.retain(keepAlive, operation)
                 try {
