@@ -1337,7 +1337,7 @@ public class MpiCommunicator internal constructor(
         } else {
             runBlockingCall("$operation(signature)", entry, null) { binding.allgather(ss, SLOT_LONGS, t, sr, SLOT_LONGS, t, handle) }
         }
-        exchangeWatchesNotices = signatures.peerDetached(rank)
+        exchangeWatchesNotices = signatures.anyDetached()
         if (signatures.digestsAgree()) return finishFromSlots(payload)
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         signatures.loadWords(sig)
@@ -1356,7 +1356,7 @@ public class MpiCommunicator internal constructor(
         val t = abi.int64Type
         check(binding.iallgather(signatures.slotSend.address(), SLOT_LONGS, t, signatures.slotsReceived.address(), SLOT_LONGS, t, handle, req), operation, entry)
         pollSignature(operation, entry, callerJob, exchangeWatchesNotices)
-        exchangeWatchesNotices = signatures.peerDetached(rank)
+        exchangeWatchesNotices = signatures.anyDetached()
         if (signatures.digestsAgree()) return
         // Every rank saw the difference: all gather the full signatures to name the ranks and fields.
         signatures.loadWords(sig)

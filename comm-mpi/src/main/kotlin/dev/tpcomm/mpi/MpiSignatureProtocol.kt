@@ -16,7 +16,7 @@ import java.lang.foreign.ValueLayout
  *   slot ([MpiSlotPayload]); bit 1 ([DETACHED]) when the rank's caller may be released before the
  *   call completes (it waits suspended elsewhere: a `withTimeout`, `awaitAll(timeout)` or
  *   cancellation can give up on it), so that the rank may abandon the communicator after the call
- *   and never join the next one ([peerDetached]);
+ *   and never join the next one ([anyDetached]);
  * - `[16, 64)`: that part ([PAYLOAD_BYTES] bytes at most: a small all-reduce's elements, a
  *   broadcast root's).
  *
@@ -84,13 +84,16 @@ internal class MpiSignatureProtocol(private val worldSize: Int, arena: Arena, va
     }
 
     /**
-     * True when the caller of a rank other than [self] was [detached][load] in the call just
-     * exchanged (read after the exchange). This rank's own does not count: had its caller been
-     * released, the communicator is aborted here and has no next call.
+     * True when the caller of any rank, this one included, was [detached][load] in the call just
+     * exchanged (read after the exchange). Every rank reads the same slots, so every rank decides the
+     * same: the next exchange is polled on all of them or on none. (Counting only the peers, as a
+     * first version did, let a rank whose own caller was detached, and not released, block in
+     * `MPI_Allgather` while its peers polled an `MPI_Iallgather`, which MPI never matches with it:
+     * the MPI demo hung on both ranks in `MpiDemoTest`.)
      */
-    fun peerDetached(self: Int): Boolean {
+    fun anyDetached(): Boolean {
         for (r in 0 until worldSize) {
-            if (r != self && slotsReceived.get(ValueLayout.JAVA_LONG, SLOT_BYTES * r + FLAG_AT) and DETACHED != 0L) return true
+            if (slotsReceived.get(ValueLayout.JAVA_LONG, SLOT_BYTES * r + FLAG_AT) and DETACHED != 0L) return true
         }
         return false
     }
