@@ -18,14 +18,11 @@ import dev.tpcomm.spi.MonitoredBarrierChannel
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.ObjectTransport
 import dev.tpcomm.spi.PointToPointBatch
-import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
-import kotlinx.coroutines.suspendCancellableCoroutine
 import kotlinx.coroutines.withContext
 import kotlinx.serialization.KSerializer
-import kotlin.coroutines.AbstractCoroutineContextElement
 import kotlin.coroutines.CoroutineContext
 
 /**
@@ -105,15 +102,8 @@ public abstract class CommunicatorFront(
     /** How long any operation may take (messages of composite operations' deadlines). */
     private val callTimeout: kotlin.time.Duration = timeout
 
-    /**
-     * Who numbers the next collective when it is not anyone's: a [Composite] issuing its steps, or a
-     * [TurnWaiter] it was handed to; null when free (guarded by [issueLock]). While it is held, other
-     * callers wait in [turnQueue], in call order.
-     */
-    private var turn: Any? = null
-
-    /** The callers waiting for the issue turn, first come first served (guarded by [issueLock]). */
-    private val turnQueue = ArrayDeque<TurnWaiter>()
+    /** Who may number the next collective while a composite operation issues its steps (guarded by [issueLock]). */
+    private val issueTurn = IssueTurn(issueLock)
 
     /** What the watchdog calls; a field, so that it lives as long as this communicator (the registration is weak). */
     private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { _ -> scanDeadlines() }
@@ -346,7 +336,7 @@ public abstract class CommunicatorFront(
             if (!entry.inFlight) { i += 2; continue }
             try {
                 val target = expired[i + 1]
-                if (target is Composite) compositeDeadline(entry, target) else deadlinePassed(entry, target as Call?)
+                if (target is CompositeOperation) compositeDeadline(entry, target) else deadlinePassed(entry, target as Call?)
             } catch (t: Throwable) {
                 // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
                 entry.fail(t)
@@ -546,7 +536,7 @@ public abstract class CommunicatorFront(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext, ret: T,
     ): T {
-        val turn = awaitTurn()
+        val turn = issueTurn.await()
         val call = numberInTurn(turn, op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
         return issueBegun(call, ret, turn)
@@ -564,14 +554,14 @@ public abstract class CommunicatorFront(
     ): Tensor {
         val context = currentCoroutineContext()
         context.ensureActive()
-        var turn: TurnWaiter? = null
+        var turn: IssueTurn.Waiter? = null
         val call = tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
-            ?: awaitTurn().let { w -> turn = w; numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
+            ?: issueTurn.await().let { w -> turn = w; numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
         call.context = context
         val output = try {
             allocate(call, input.dtype, shape)
         } catch (t: Throwable) {
-            turn?.let { passTurn(it) }
+            turn?.let { issueTurn.pass(it) }
             val e = failure(call.entry, t)
             notIssued(call, e)
             throw e
@@ -584,13 +574,13 @@ public abstract class CommunicatorFront(
      * Retain, [issue], complete or fail, release, for a [call] already begun (and its output
      * allocated); [turn], when the caller waited for the issue turn, is passed on once [issue] returned.
      */
-    private suspend fun <T> issueBegun(call: Call, ret: T, turn: TurnWaiter?): T {
+    private suspend fun <T> issueBegun(call: Call, ret: T, turn: IssueTurn.Waiter?): T {
         val input = call.input
         val output = call.output
         val heldOutput = try {
             retain(call.name, input, output)
         } catch (t: Throwable) {
-            if (turn != null) passTurn(turn)
+            if (turn != null) issueTurn.pass(turn)
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)
             notIssued(call, t)
@@ -599,11 +589,11 @@ public abstract class CommunicatorFront(
         val r = try {
             issue(call)
         } catch (t: Throwable) {
-            if (turn != null) passTurn(turn)
+            if (turn != null) issueTurn.pass(turn)
             release(input, output, heldOutput)
             throw failure(call.entry, t)
         }
-        if (turn != null) passTurn(turn)
+        if (turn != null) issueTurn.pass(turn)
         if (r === PENDING) return finishPending(call, ret, heldOutput)
         call.entry.complete()
         release(input, output, heldOutput)
@@ -634,8 +624,8 @@ public abstract class CommunicatorFront(
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext,
     ): Call? {
         synchronized(issueLock) {
-            val holder = turn ?: return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null)
-            val composite = context[Composite]
+            val holder = issueTurn.holder ?: return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null)
+            val composite = context[CompositeOperation]
             if (composite == null || holder !== composite) return null
             return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite)
         }
@@ -643,13 +633,13 @@ public abstract class CommunicatorFront(
 
     /** Numbers a call in the issue turn [turn] the caller holds (passing it on when that fails). */
     private fun numberInTurn(
-        turn: TurnWaiter, op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
+        turn: IssueTurn.Waiter, op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
     ): Call {
         try {
             return synchronized(issueLock) { number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null) }
         } catch (t: Throwable) {
-            passTurn(turn)
+            issueTurn.pass(turn)
             throw t
         }
     }
@@ -661,7 +651,7 @@ public abstract class CommunicatorFront(
      */
     private fun number(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: Composite?,
+        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: CompositeOperation?,
     ): Call {
         val entry = if (composite != null) {
             recorder.step(composite.entry, queued = queuesCalls)
@@ -785,7 +775,7 @@ public abstract class CommunicatorFront(
      * message is recorded as a step of it, under its name and number.
      */
     protected suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
-        val composite = currentCoroutineContext()[Composite]?.takeIf { it.front === this }
+        val composite = currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this }
         synchronized(issueLock) {
             if (composite != null) return step(composite, collective = false)
             val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
@@ -807,20 +797,20 @@ public abstract class CommunicatorFront(
      * operation of this communicator it is a step of it. Its outcome is the caller's to record ([recorded]).
      */
     protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
-        val composite = currentCoroutineContext()[Composite]?.takeIf { it.front === this }
+        val composite = currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this }
         synchronized(issueLock) {
-            if (composite != null && turn === composite) return step(composite, collective = true)
-            if (turn == null) return startOwn(name, root)
+            if (composite != null && issueTurn.holder === composite) return step(composite, collective = true)
+            if (issueTurn.holder == null) return startOwn(name, root)
         }
-        val w = awaitTurn()
+        val w = issueTurn.await()
         val entry = try {
             synchronized(issueLock) { startOwn(name, root) }
         } catch (t: Throwable) {
-            passTurn(w); throw t
+            issueTurn.pass(w); throw t
         }
         // Held until the operation ends (a backend orders its own operations as they reach it), whoever ends it.
-        entry.onFinish = Runnable { passTurn(w) }
-        if (!entry.inFlight) passTurn(w)
+        entry.onFinish = Runnable { issueTurn.pass(w) }
+        if (!entry.inFlight) issueTurn.pass(w)
         return entry
     }
 
@@ -836,7 +826,7 @@ public abstract class CommunicatorFront(
     }
 
     /** Under the issue lock: a backend's own step of [composite] (a staged collective or a message), recorded under it. */
-    private fun step(composite: Composite, collective: Boolean): FlightRecorder.Entry {
+    private fun step(composite: CompositeOperation, collective: Boolean): FlightRecorder.Entry {
         val entry = recorder.step(composite.entry, queued = queuesCalls)
         val name = entry.operation
         refused(name, collective)?.let { f ->
@@ -861,48 +851,12 @@ public abstract class CommunicatorFront(
      * (writing nothing) when [entry] is not such a step.
      */
     protected fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
-        val c = entry.composite as? Composite ?: return false
+        val c = entry.composite as? CompositeOperation ?: return false
         CollectiveSignature.encode(dst, at, c.op, null, null, root = if (c.op.hasRoot) c.root else -1, extra = entry.stepIndex.toLong())
         return true
     }
 
     // ------------------------------------------------------------------ composite operations
-
-    /**
-     * A composite operation in progress on the current coroutine (an object collective, a monitored
-     * barrier): the user's one operation, recorded as [entry] with its own sequence number, made of
-     * steps the backend issues one after another. The steps are recorded under [entry] (their
-     * exceptions name the composite), their signatures carry [op], and the composite's deadline, from
-     * its call, ends whichever step is in flight.
-     */
-    private class Composite(
-        @JvmField val front: CommunicatorFront,
-        @JvmField val op: CollectiveOp,
-        @JvmField val entry: FlightRecorder.Entry,
-        @JvmField val naming: ObjectProtocol.Naming,
-        /** The composite's root, or -1. */
-        @JvmField val root: Int,
-    ) : AbstractCoroutineContextElement(Composite) {
-        companion object Key : CoroutineContext.Key<Composite>
-
-        /** Steps numbered so far (guarded by the front's issue lock). */
-        var steps = 0
-
-        /** The latest step's record and call (null for a backend's own step): what the composite's deadline ends. */
-        @Volatile var stepEntry: FlightRecorder.Entry? = null
-        @Volatile var stepCall: Call? = null
-
-        /** Set once the composite's deadline passed between steps: a later step is refused with it. */
-        @Volatile var expired: CommunicationException? = null
-
-        override fun toString(): String = "Composite(${op.apiName} #${entry.sequence})"
-    }
-
-    /** A caller waiting for the issue turn. Its fields are guarded by the front's issue lock. */
-    private class TurnWaiter {
-        var granted = false
-        var cont: CancellableContinuation<Unit>? = null
-    }
 
     /**
      * Runs [block], the steps of the composite operation [op], as one operation: recorded once (with
@@ -913,7 +867,7 @@ public abstract class CommunicatorFront(
      */
     private suspend fun <R> composite(
         op: CollectiveOp, root: Int = FlightRecorder.NONE, peer: Int = FlightRecorder.NONE, tag: Int = FlightRecorder.NONE,
-        block: suspend (Composite) -> R,
+        block: suspend (CompositeOperation) -> R,
     ): R {
         val context = currentCoroutineContext()
         context.ensureActive()
@@ -921,12 +875,12 @@ public abstract class CommunicatorFront(
         val c = if (!collective) {
             synchronized(issueLock) { startComposite(op, root, peer, tag, null) }
         } else {
-            synchronized(issueLock) { if (turn == null) startComposite(op, root, peer, tag, null) else null }
-                ?: awaitTurn().let { w ->
+            synchronized(issueLock) { if (issueTurn.holder == null) startComposite(op, root, peer, tag, null) else null }
+                ?: issueTurn.await().let { w ->
                     try {
                         synchronized(issueLock) { startComposite(op, root, peer, tag, w) }
                     } catch (t: Throwable) {
-                        passTurn(w); throw t
+                        issueTurn.pass(w); throw t
                     }
                 }
         }
@@ -937,7 +891,7 @@ public abstract class CommunicatorFront(
         } catch (t: Throwable) {
             throw failure(c.entry, t)
         } finally {
-            if (collective) passTurn(c)
+            if (collective) issueTurn.pass(c)
         }
     }
 
@@ -945,52 +899,19 @@ public abstract class CommunicatorFront(
      * Under the issue lock: records a composite, refuses it when unusable, takes the issue turn (a
      * collective one; from [waiter] when it waited for it) and starts its deadline.
      */
-    private fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: TurnWaiter?): Composite {
+    private fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: IssueTurn.Waiter?): CompositeOperation {
         val name = op.apiName
         val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = queuesCalls)
         refused(name, collective = !op.isPointToPoint)?.let { f ->
             val e = exceptionOf(f, name, entry.sequence)
             entry.fail(e); throw e
         }
-        val c = Composite(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence), if (root >= 0) root else -1)
+        val c = CompositeOperation(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence), if (root >= 0) root else -1)
         if (!op.isPointToPoint) {
-            check(turn === waiter) { "the issue turn of $backendName rank $rank is held by ${turn}, not by the caller of $name" }
-            turn = c
+            issueTurn.takeOver(waiter, c)
         }
         deadlines.track(entry, c)
         return c
-    }
-
-    /** Waits (cancellably) until the issue turn is this caller's; the caller then passes it on with [passTurn]. */
-    private suspend fun awaitTurn(): TurnWaiter {
-        val w = TurnWaiter()
-        synchronized(issueLock) {
-            if (turn == null) { turn = w; return w }
-            turnQueue.addLast(w)
-        }
-        suspendCancellableCoroutine<Unit> { cont ->
-            // Not yet given the turn: leave the queue. Given it: the resumption's handler passes it on.
-            cont.invokeOnCancellation { synchronized(issueLock) { if (!w.granted) turnQueue.remove(w) } }
-            val granted = synchronized(issueLock) { if (!w.granted) w.cont = cont; w.granted }
-            if (granted) cont.resume(Unit) { _, _, _ -> passTurn(w) }
-        }
-        return w
-    }
-
-    /** Passes the issue turn from [holder] to the first waiter, or frees it; nothing when [holder] does not hold it. */
-    private fun passTurn(holder: Any) {
-        val next: TurnWaiter
-        val cont: CancellableContinuation<Unit>
-        synchronized(issueLock) {
-            if (turn !== holder) return
-            val first = turnQueue.removeFirstOrNull()
-            turn = first
-            if (first == null) return
-            first.granted = true
-            next = first
-            cont = first.cont ?: return // it has not suspended yet: it finds itself granted
-        }
-        cont.resume(Unit) { _, _, _ -> passTurn(next) }
     }
 
     /**
@@ -998,7 +919,7 @@ public abstract class CommunicatorFront(
      * operation does at its deadline ([deadlinePassed]); between steps, the next step is refused
      * with the timeout and the backend ends what it must.
      */
-    private fun compositeDeadline(entry: FlightRecorder.Entry, c: Composite) {
+    private fun compositeDeadline(entry: FlightRecorder.Entry, c: CompositeOperation) {
         val step = c.stepEntry
         if (step != null && step.inFlight) {
             deadlinePassed(step, c.stepCall)
