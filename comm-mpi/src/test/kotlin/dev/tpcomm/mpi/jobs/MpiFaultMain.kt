@@ -37,11 +37,6 @@ import kotlin.time.Duration.Companion.seconds
  *   others' deadline), then calls it too. The others print what they caught and rethrow it.
  */
 object MpiFaultMain {
-    private fun say(line: String) {
-        System.out.println(line)
-        System.out.flush()
-    }
-
     @JvmStatic
     fun main(args: Array<String>) {
         val mode = args[0]

@@ -29,11 +29,6 @@ import kotlin.time.Duration.Companion.seconds
  * - `DONE rank <r>` before the process exits.
  */
 object MpiLatePeerMain {
-    private fun say(line: String) {
-        System.out.println(line)
-        System.out.flush()
-    }
-
     @JvmStatic
     fun main(args: Array<String>) {
         val timeoutSeconds = args.getOrElse(0) { "30" }.toInt()

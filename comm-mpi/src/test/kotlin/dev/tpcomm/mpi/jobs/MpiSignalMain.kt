@@ -21,11 +21,6 @@ import kotlin.time.Duration.Companion.seconds
  * when it returned (which must not happen).
  */
 object MpiSignalMain {
-    private fun say(line: String) {
-        System.out.println(line)
-        System.out.flush()
-    }
-
     @JvmStatic
     fun main(args: Array<String>) {
         val signal = args[0]
