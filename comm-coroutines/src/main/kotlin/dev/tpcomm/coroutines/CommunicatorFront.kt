@@ -1,6 +1,7 @@
 package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommunicationException
+import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.Device
 import dev.tpcomm.DType
@@ -203,11 +204,11 @@ public abstract class CommunicatorFront(
 
     /**
      * Why this communicator cannot start [operation] now ([collective]: a collective, which also
-     * needs every peer still open), or null when it can: the backend's own reasons (a failure, a peer
-     * that closed); the front refuses a closed communicator itself. Called under the issue lock; must
-     * not block.
+     * needs every peer still open), or null when it can: the backend's own reasons beyond the
+     * front's (a peer that closed its communicator). The front refuses a closed or failed
+     * communicator itself, first. Called under the issue lock; must not block. None by default.
      */
-    protected abstract fun refusal(operation: String, collective: Boolean): OperationFailure?
+    protected open fun refusal(operation: String, collective: Boolean): OperationFailure? = null
 
     /**
      * Issues [call] and returns its result when it completed without waiting (null: the operation's
@@ -260,11 +261,22 @@ public abstract class CommunicatorFront(
 
     /**
      * Called when the front gives up on [call] after it was numbered and recorded, before [issue],
-     * because of [cause]: its output could not be allocated, or its tensors could not be retained. A backend that
-     * prepared something for it ([allocate]) lets it go (perhaps a second time: idempotent), and
-     * one whose peers would otherwise wait for that number ends them. Must not block.
+     * because of [cause]: its output could not be allocated, or its tensors could not be retained. A
+     * backend that prepared something for it ([allocate]) lets it go (perhaps a second time:
+     * idempotent). The front then aborts the communicator ([abortNotIssued]): its peers could never
+     * complete that number. Must not block.
      */
     protected open fun notIssued(call: Call, cause: Throwable) {}
+
+    /**
+     * The communicator failed with [cause], its first failure ([abortWith]; [detail] is what the
+     * backend passed there, [ABORT_FROM_FRONT] when the front aborted: a numbered call given up, a
+     * caller's cancellation, [abort]): end on the library what is still in flight and tell the peers
+     * what they must know (an abort notice, `ncclCommAbort`). Called once, after the failure is
+     * recorded, on the thread that aborted: possibly the watchdog's, while this communicator's own
+     * thread is blocked in a library call. Must not block.
+     */
+    protected abstract fun aborting(cause: Throwable, detail: Int)
 
     /** Called with each communicator [split] or [group] returned on this rank. */
     protected open fun adopted(child: Communicator) {}
@@ -308,13 +320,113 @@ public abstract class CommunicatorFront(
      */
     protected abstract fun shutdown()
 
-    /** Why [operation] is refused now: closed (the front's one wording), or the backend's [refusal]. */
+    /** Why [operation] is refused now: closed, failed (the front's one wording each), or the backend's [refusal]. */
     private fun refused(operation: String, collective: Boolean): OperationFailure? {
         if (closedFlag.get()) {
             val closed = closedException()
             return OperationFailure(OperationFailure.ABORTED, abortedMessage(closed), closed)
         }
+        failures.cause?.let { return abortedFailure(it) }
         return refusal(operation, collective)
+    }
+
+    // ------------------------------------------------------------------ failure and abort
+
+    /** The one failure state of this communicator on this rank: its first failure wins. */
+    private val failures = dev.tpcomm.spi.FailureState(errors)
+
+    /**
+     * The first failure of this communicator on this rank (a timeout, a mismatch, a library error,
+     * a cancelled in-flight call, a peer's abort, [abort]), or null while it is usable; closing it
+     * is not a failure. Thread-safe.
+     */
+    public val failure: Throwable? get() = failures.cause
+
+    /**
+     * True once this communicator failed on this rank ([failure]): every later call throws
+     * [dev.tpcomm.CommunicatorAbortedException] naming that failure. Thread-safe.
+     */
+    public val isAborted: Boolean get() = failures.isAborted
+
+    /**
+     * Aborts this communicator on this rank, as a failure would: unless it failed before, every call
+     * in flight on it ends with a [CommunicationException], every later call throws
+     * [dev.tpcomm.CommunicatorAbortedException] naming [reason], and the peers are told as far as
+     * the backend can (in process: every rank of the communicator fails at once; MPI: an abort
+     * notice ends the peers' calls; NCCL and RCCL: `ncclCommAbort`, the peers end at their own
+     * deadline). Communicators split from this one are not aborted. Returns false when the
+     * communicator had failed already (the first failure stays). Thread-safe; never blocks; may be
+     * called from any thread, a watchdog of the user's included, while a call is blocked in the library.
+     */
+    public fun abort(reason: String = "aborted by its user"): Boolean =
+        abortWith(errors.aborted(ABORT, CommunicationErrors.NO_SEQUENCE, "rank $rank aborted the communicator: $reason"), ABORT_FROM_FRONT)
+
+    /**
+     * Records [cause] as this communicator's failure unless it failed before (the first failure
+     * wins), and then records the abort in the flight recorder and lets the backend end what is in
+     * flight ([aborting], with [detail]). Returns true when [cause] became the failure. Thread-safe;
+     * never blocks.
+     */
+    @InternalTpcommApi
+    public fun abortWith(cause: Throwable, detail: Int = ABORT_FROM_FRONT): Boolean {
+        if (!failures.abort(cause)) return false
+        recorder.recordAbort(cause)
+        try {
+            aborting(cause, detail)
+        } catch (t: Throwable) {
+            System.err.println("tpcomm: $backendName rank $rank: aborting the communicator after $cause failed: $t")
+            t.printStackTrace()
+        }
+        return true
+    }
+
+    /**
+     * The deadline of the operation recorded as [entry] passed and the backend named it [timeout]
+     * (what it waited for, in the backend's words): the record carries it ([FlightRecorder.Entry.timeout]: the call ends
+     * with it, named, whatever failed the communicator first), fails with it, and the communicator
+     * aborts with it ([abortWith], [detail] for the backend's [aborting]). What the backend calls
+     * from [deadlinePassed] before it releases the caller. Returns whether [timeout] became the
+     * communicator's failure.
+     */
+    @InternalTpcommApi
+    public fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException, detail: Int = ABORT_FROM_FRONT): Boolean {
+        entry.timedOut = timeout
+        entry.fail(timeout)
+        return abortWith(timeout, detail)
+    }
+
+    /**
+     * The front's rule for a call numbered (and recorded as [operation] #[sequence]) that this rank
+     * gives up before issuing it ([cause]: its caller was cancelled while it waited for its output or
+     * for the library's thread, a tensor was closed meanwhile): the peers' call of that number would
+     * meet this rank's next call, or wait until their deadline, so the communicator aborts now,
+     * unless it has no peers or is closed. A caller's deadline (`withTimeout`) is a
+     * [CommunicationTimeoutException] ([cancellationReason]), anything else an abort. Returns the
+     * exception when it became the communicator's failure, else null. Never blocks.
+     */
+    @InternalTpcommApi
+    public fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException? {
+        if (worldSize == 1 || isClosed || isAborted) return null
+        val why = "its peers pair calls by their order on the communicator, so theirs would wait for it or meet this rank's next call"
+        val reason = if (cause is TimeoutCancellationException) {
+            cancellationReason(operation, sequence, cause, "before it was issued ($why)")
+        } else {
+            errors.aborted(
+                operation, sequence,
+                "rank $rank gave up $operation #$sequence before issuing it (${cause.message ?: cause.javaClass.name}); $why: the communicator was aborted",
+                cause,
+            )
+        }
+        return reason.takeIf { abortWith(it) }
+    }
+
+    /** [notIssued], then the front's rule ([abortNotIssued]) for [call], given up before [issue] because of [cause]. */
+    private fun gaveUp(call: Call, cause: Throwable) {
+        try {
+            notIssued(call, cause)
+        } finally {
+            abortNotIssued(call.entry.operation, call.entry.sequence, cause)
+        }
     }
 
     /**
@@ -563,7 +675,7 @@ public abstract class CommunicatorFront(
         } catch (t: Throwable) {
             turn?.let { issueTurn.pass(it) }
             val e = failure(call.entry, t)
-            notIssued(call, e)
+            gaveUp(call, e)
             throw e
         }
         call.output = output
@@ -583,7 +695,7 @@ public abstract class CommunicatorFront(
             if (turn != null) issueTurn.pass(turn)
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)
-            notIssued(call, t)
+            gaveUp(call, t)
             throw t
         }
         val r = try {
@@ -925,7 +1037,9 @@ public abstract class CommunicatorFront(
             deadlinePassed(step, c.stepCall)
             return
         }
-        c.expired = errors.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
+        val e = errors.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
+        c.expired = e
+        expire(entry, e)
         deadlinePassed(entry, null)
     }
 
@@ -993,6 +1107,12 @@ public abstract class CommunicatorFront(
     public companion object {
         /** [issue]'s answer when the caller must [await] the call. */
         @JvmField public val PENDING: Any = Any()
+
+        /** [aborting]'s detail when the front aborted (a backend passes its own values to [abortWith]). */
+        public const val ABORT_FROM_FRONT: Int = 0
+
+        /** The operation named by [abort]'s exception. */
+        public const val ABORT: String = "abort"
 
         private const val ROW_DIM0 = 8
 

@@ -180,6 +180,16 @@ public class FlightRecorder(
         private var endNanos: Long = 0
         private var error: String? = null
 
+        /** The timeout that ended this operation at its deadline (the front's [CommunicatorFront.expire]), or null. */
+        @Volatile @JvmField internal var timedOut: dev.tpcomm.CommunicationTimeoutException? = null
+
+        /**
+         * The timeout that ended this operation at its deadline, or null: the backend ends the
+         * operation with it, named, whatever failed the communicator first. Thread-safe.
+         */
+        @InternalTpcommApi
+        public val timeout: dev.tpcomm.CommunicationTimeoutException? get() = timedOut
+
         /** The front's composite operation this entry is a collective step of, and the step's index (from 1); null/0 otherwise. */
         @JvmField internal var composite: Any? = null
         @JvmField internal var stepIndex: Int = 0

@@ -68,6 +68,10 @@ class CommunicatorFrontSpec : FunSpec({
         override fun notIssued(call: Call, cause: Throwable) {
             log += "not issued ${call.name} #${call.sequence}"
         }
+
+        override fun aborting(cause: Throwable, detail: Int) {
+            log += "aborting detail=$detail: ${(cause as? dev.tpcomm.CommunicationException)?.operation}"
+        }
         var pending: CompletableDeferred<Any?>? = null
 
         override fun refusal(operation: String, collective: Boolean): OperationFailure? = refuse
@@ -202,8 +206,28 @@ class CommunicatorFrontSpec : FunSpec({
         val input = Tensor.zeros(DType.Float32, 2)
         b.onAllocate = { input.close() } // another thread's close, between the check and the retain
         shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(input) } }.message shouldContain "closed"
-        b.log shouldBe listOf("not issued allGather #1")
+        // The backend lets go of what it prepared; the front's rule then aborts: the peers could never complete #1.
+        b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
         b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        b.isAborted shouldBe true
+        b.failure!!.message shouldContain "rank 0 gave up allGather #1 before issuing it"
+        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        next.message shouldContain "gave up allGather #1"
+    }
+    test("abort: the first failure wins, the backend is told once, later calls are refused naming it, and close still runs") {
+        val b = Scripted()
+        b.abort("the user's own watchdog fired") shouldBe true
+        b.abort("again") shouldBe false
+        b.log shouldBe listOf("aborting detail=0: abort")
+        b.isAborted shouldBe true
+        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        e.message shouldContain "the user's own watchdog fired"
+        e.operation shouldBe "allReduce"
+        shouldThrow<CommunicatorAbortedException> { runBlocking { b.send(Tensor.zeros(DType.Float32, 2), 1) } }
+        b.flightRecorder.snapshot().last().state shouldBe FlightRecorder.State.Failed
+        b.close()
+        b.isClosed shouldBe true
+        b.log.size shouldBe 1
     }
 
     test("deadlines run from the call: a collective still waiting past the timeout is handed to the backend once, off the caller's thread, and ends named") {
@@ -269,12 +293,13 @@ class CommunicatorFrontSpec : FunSpec({
         seenOutput shouldBe null
         b.deadlines.single() shouldContain "allGather record=1 call=1 on tpcomm-watchdog"
         // Nothing issued; the backend is told the numbered call was given up (its peers cannot complete it).
-        b.log shouldBe listOf("not issued allGather #1")
+        b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
         b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
-        // The next collective is numbered after it.
+        // The communicator aborted (the front's rule): the next collective is refused, naming allGather #1.
         b.allocGate = null
-        runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
-        b.log shouldBe listOf("not issued allGather #1", "issue allReduce #2 record=2 inFlight=true")
+        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        next.message shouldContain "allGather #1"
+        b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
     }
 
     test("a deadline never fires before the timeout, however late the watchdog's scans run") {

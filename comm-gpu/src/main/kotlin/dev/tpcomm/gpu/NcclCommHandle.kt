@@ -3,60 +3,56 @@ package dev.tpcomm.gpu
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.coroutines.AbortEscalation
 import dev.tpcomm.coroutines.Backoff
-import dev.tpcomm.coroutines.FlightRecorder
 import java.util.concurrent.atomic.AtomicBoolean
-import java.util.concurrent.atomic.AtomicReference
 
 /**
- * The lifecycle of one `ncclComm_t` ([comm]): the communicator's first failure (first cause wins)
- * and its one release, `ncclCommAbort` or `ncclCommFinalize` then
- * `ncclCommDestroy` ([release]).
+ * The lifecycle of one `ncclComm_t` ([comm]): its one release, `ncclCommAbort` or
+ * `ncclCommFinalize` then `ncclCommDestroy` ([release]). The communicator's failure is the front's
+ * ([dev.tpcomm.coroutines.CommunicatorFront.abortWith]): [failedWith] reads it, [abort] records it
+ * there, and the front's abort comes back as [aborted], which calls `ncclCommAbort`.
  *
  * Role: the single owner of the handle's end; every other part of a communicator asks it whether
- * the communicator failed ([failedWith]) and aborts through it ([abort]). Thread-safety: [abort],
- * [failedWith] and [release] from any thread (atomics; the handle is released once);
- * [releaseAfterGroups] on the native thread only. Lifetime: created and owned by [NcclCommunicator],
- * for as long as the communicator lives.
+ * the communicator failed or was closed ([failedWith]) and aborts through it ([abort]).
+ * Thread-safety: [abort], [aborted], [failedWith] and [release] from any thread (the handle is
+ * released once); [releaseAfterGroups] on the native thread only. Lifetime: created and owned by
+ * [NcclCommunicator], for as long as the communicator lives.
  */
 internal class NcclCommHandle(
     private val api: NcclApi,
     /** The `ncclComm_t`. */
     val comm: Long,
     private val thread: DeviceThread,
-    private val recorder: FlightRecorder,
     private val backendName: String,
     private val timeoutNanos: Long,
+    /** The front's first failure, or its closed exception once closed; null while usable. */
+    private val failure: () -> Throwable?,
+    /** The front's abort ([dev.tpcomm.coroutines.CommunicatorFront.abortWith]): first failure wins. */
+    private val abortFront: (Throwable) -> Unit,
 ) {
-    /** The first failure (first cause wins): every later call is refused with it as the cause. */
-    private val failure = AtomicReference<CommunicationException?>(null)
     private val released = AtomicBoolean(false)
     private val status = IntArray(1)
 
-    /** The first failure, or null. */
-    fun failedWith(): CommunicationException? = failure.get()
-
-    /** Records [cause] as the failure unless there is one already (no abort: the caller releases). */
-    fun failQuietly(cause: CommunicationException) {
-        failure.compareAndSet(null, cause)
-    }
+    /** The communicator's first failure (or the closed exception once closed), or null. */
+    fun failedWith(): Throwable? = failure()
 
     /** True once `ncclCommAbort` or `ncclCommDestroy` was called: nothing may touch [comm] any more. */
     val isReleased: Boolean get() = released.get()
 
+    /** Aborts the communicator with [cause] through the front (first failure wins); the front's abort then calls [aborted]. */
+    fun abort(cause: CommunicationException) = abortFront(cause)
+
     /**
-     * First failure wins: records it and calls `ncclCommAbort`. On the native thread inside an open
-     * group the abort waits for the group's end ([NcclOp.group]): NCCL would only carry it out at
-     * `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs inside
-     * `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on the
-     * native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is blocked in
-     * a library call), called right away from a separate thread, as PyTorch's watchdog calls
-     * `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
+     * The front recorded the communicator's failure: call `ncclCommAbort`. On the native thread
+     * inside an open group the abort waits for the group's end ([NcclOp.group]): NCCL would only
+     * carry it out at `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs
+     * inside `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on
+     * the native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is
+     * blocked in a library call), called right away from a separate thread, as PyTorch's watchdog
+     * calls `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
      * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
      * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
      */
-    fun abort(cause: CommunicationException) {
-        if (!failure.compareAndSet(null, cause)) return
-        recorder.recordAbort(cause)
+    fun aborted() {
         if (thread.dispatcher.isNativeThread) {
             releaseAfterGroups()
             return

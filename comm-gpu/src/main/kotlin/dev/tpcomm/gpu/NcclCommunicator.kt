@@ -104,7 +104,15 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
     /** The `ncclComm_t`'s lifecycle: first failure, close, abort and release. */
-    private val handle = NcclCommHandle(api, comm, thread, recorder, backendName, timeoutNanos)
+    private val handle = NcclCommHandle(api, comm, thread, backendName, timeoutNanos, { failure ?: closedCause() }, { abortWith(it) })
+
+    /** The closed exception operations still in flight end with once the front closed, made once. */
+    @Volatile private var closed: Throwable? = null
+
+    private fun closedCause(): Throwable? {
+        if (!isClosed) return null
+        return closed ?: closedException().also { closed = it }
+    }
     /** The named exceptions of failures on the device. */
     private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
     /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
@@ -129,6 +137,11 @@ public class NcclCommunicator internal constructor(
                 this@NcclCommunicator.compareSignatures(all, sequence, description)
             override fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean =
                 this@NcclCommunicator.encodeStepSignature(entry, dst, at)
+            override fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException) {
+                this@NcclCommunicator.expire(entry, timeout)
+            }
+            override fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException? =
+                this@NcclCommunicator.abortNotIssued(operation, sequence, cause)
         },
     )
 
@@ -167,12 +180,6 @@ public class NcclCommunicator internal constructor(
      */
     public val libraryVersion: String get() = "${api.libraryName} ${NcclVersion.format(libraryVersionCode)}"
 
-    /** True once the communicator was aborted (by a failure, a timeout, a cancellation) or closed. */
-    public val isAborted: Boolean get() = handle.failedWith() != null
-
-    /** The first failure. */
-    private fun failedWith(): CommunicationException? = handle.failedWith()
-
     /** The JSON dump of this communicator's recent operations (see [FlightRecorder.dumpJson]). */
     public fun flightRecorderDump(): String = recorder.dumpJson()
 
@@ -180,10 +187,6 @@ public class NcclCommunicator internal constructor(
 
     /** Calls wait for the device's native thread (shared by every communicator of the device): recorded as queued until it starts them. */
     override val queuesCalls: Boolean get() = true
-
-    override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        return failedWith()?.let { abortedFailure(it) }
-    }
 
     /**
      * Device memory for the output of the allocating collective [call], allocated on this
@@ -212,10 +215,15 @@ public class NcclCommunicator internal constructor(
 
     /**
      * The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up
-     * its place at once, and the communicator is aborted ([NcclOperationQueue.abortNotIssued]).
+     * its place at once (the front then aborts the communicator: NCCL pairs calls by their order).
      */
     override fun notIssued(call: Call, cause: Throwable) {
-        queue.notIssued(call, cause)
+        queue.refused(call)
+    }
+
+    /** The front recorded the communicator's failure: `ncclCommAbort` ([NcclCommHandle.aborted]). */
+    override fun aborting(cause: Throwable, detail: Int) {
+        handle.aborted()
     }
 
     override suspend fun await(call: Call): Any? = queue.finish(call.state as NcclOp)
@@ -254,11 +262,11 @@ public class NcclCommunicator internal constructor(
         override suspend fun recv(src: Int): Long = objects.recvLength(MonitoredBarrier.OPERATION, src, 0).first
 
         override fun ensureUsable() {
-            refusal(MonitoredBarrier.OPERATION, collective = false)?.let { throw exceptionOf(it, MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
+            (failure ?: closedCause())?.let { throw exceptionOf(abortedFailure(it), MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
         }
 
         override fun abort(cause: CommunicationException) {
-            this@NcclCommunicator.abort(cause)
+            abortWith(cause)
         }
     }
 
@@ -336,7 +344,7 @@ public class NcclCommunicator internal constructor(
         } catch (t: Throwable) {
             if (held < ops.size) { // a tensor closed before the batch was issued: its peers' counterparts have no partner
                 entry.fail(t)
-                queue.abortNotIssued(entry, t)
+                abortNotIssued(entry.operation, entry.sequence, t)
             }
             throw t
         } finally {
@@ -406,16 +414,12 @@ public class NcclCommunicator internal constructor(
         queue.finish(o) as T
     }
 
-    /** First failure wins: records it and aborts the communicator ([NcclCommHandle.abort]). */
-    private fun abort(cause: CommunicationException) = handle.abort(cause)
-
     private fun nativeClose() {
         val busy = queue.busy
-        handle.failQuietly(closedException()) // the lifecycle's own exception (no operation of the front)
         // A window open on the device's thread (this communicator's or another's) ends first: a
         // finalize or abort issued inside it would join that group (docs/nccl-semantics.md N10, N12).
         thread.p2pOwner?.endP2pWindow()
-        val healthy = !busy && failedWith()?.operation == "close"
+        val healthy = !busy && failure == null
         handle.release(abort = !healthy)
         // Page-locked memory is freed only when the device is known idle (cudaFreeHost synchronises);
         // after a failure the device may still write it, so it is left to the process.

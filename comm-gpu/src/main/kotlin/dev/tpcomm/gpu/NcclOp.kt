@@ -75,8 +75,8 @@ internal class NcclOp(
     /** The free of the output [NcclOperationQueue.allocate] made for this call (null: none): disarmed when the call fails after it was issued (the device may still write it). */
     var output: DeviceFree? = null
 
-    /** Set on the watchdog's thread ([NcclOperationQueue.deadlinePassed]) when the deadline passed; the native thread throws it at its next poll. */
-    @Volatile var timedOut: CommunicationException? = null
+    /** The timeout its record carries once the deadline passed ([NcclOperationQueue.deadlinePassed]); the native thread throws it at its next poll. */
+    val timedOut: CommunicationException? get() = entry.timeout
 
     fun nccl(code: Int, call: String) {
         when (code) {

@@ -13,7 +13,6 @@ import dev.tpcomm.coroutines.OperationFailedSignal
 import dev.tpcomm.coroutines.OperationFailure
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
-import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.ConcurrentLinkedQueue
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
@@ -69,6 +68,12 @@ internal class NcclOperationQueue(
 
         /** The signature of a composite's step [entry] into [dst] at [at]; false when it is not one. */
         fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean
+
+        /** The deadline's action: [entry] carries [timeout], fails with it, and the communicator aborts with it. */
+        fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException)
+
+        /** The front's rule for a numbered call given up before its issue: the communicator aborts. */
+        fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException?
     }
 
     private val runtime: DeviceRuntime get() = ctx.runtime
@@ -86,9 +91,6 @@ internal class NcclOperationQueue(
      * or an own operation (which have no front [Call]) by its flight record.
      */
     private val live = ConcurrentLinkedQueue<NcclOp>()
-
-    /** Timed-out flight records whose operation [start] had not taken yet (see [deadlinePassed]). */
-    private val expiredEarly = ConcurrentHashMap<FlightRecorder.Entry, CommunicationException>()
 
     // Touched on the native thread only.
     private var inFlight = 0
@@ -108,25 +110,25 @@ internal class NcclOperationQueue(
     fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
         val op = (call?.state as? NcclOp) ?: live.firstOrNull { it.entry === entry }
         if (op == null) {
-            // Recorded, but not yet handed to the engine (its caller was held between the front's record and
-            // [start]): marked here, so that [start] ends the operation with this timeout when it comes.
-            val e = failures.named(OperationFailure(OperationFailure.TIMEOUT, failures.notStartedMessage()), entry.operation, entry.sequence)
-            entry.fail(e)
-            expiredEarly[entry] = e
-            abort(e)
-            // [start] may have taken it meanwhile, before the mark: whichever side removes the mark ends it.
-            val late = live.firstOrNull { it.entry === entry } ?: return
-            if (expiredEarly.remove(entry) != null) expire(late, e)
+            // Recorded, but not yet handed to the engine (its caller was held between the front's
+            // record and [start]): the record carries the timeout, so that [start] ends the
+            // operation with it when it comes.
+            front.expire(entry, failures.named(OperationFailure(OperationFailure.TIMEOUT, failures.notStartedMessage()), entry.operation, entry.sequence) as CommunicationTimeoutException)
+            // [start] may have taken it meanwhile, before the mark: both sides end it (idempotent).
+            live.firstOrNull { it.entry === entry }?.let { release(it, entry.timeout!!) }
             return
         }
         if (op.timedOut != null) return
-        expire(op, failures.timeoutError(op.entry, op.started))
+        val e = failures.timeoutError(op.entry, op.started) as CommunicationTimeoutException
+        front.expire(op.entry, e)
+        release(op, e)
     }
 
-    /** Ends [op] with its timeout [e]: the communicator is marked aborted first, then the caller released. */
-    private fun expire(op: NcclOp, e: CommunicationException) {
-        op.timedOut = e
-        abort(e)
+    /**
+     * Releases the caller of [op], ended by its timeout [e] (the front recorded it and aborted the
+     * communicator first). Idempotent.
+     */
+    private fun release(op: NcclOp, e: CommunicationException) {
         if (op.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) {
             // An allocating call that never attached (its caller still waits for the allocation, which
             // the native thread has not taken, or has not issued yet): it gives up its place.
@@ -249,22 +251,13 @@ internal class NcclOperationQueue(
     }
 
     /**
-     * The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up
-     * its place at once, and the communicator is aborted ([abortNotIssued]).
-     */
-    fun notIssued(call: Call, cause: Throwable) {
-        refused(call)
-        abortNotIssued(call.entry, cause)
-    }
-
-    /**
      * Queues [o]'s native part ([onNative] running [issue]) on the device's thread. Its deadline is
      * the front's, from the call (docs/gpu.md, "Deadlines": also while it waits for the native thread;
      * [deadlinePassed] releases its caller at the deadline).
      */
     fun start(o: NcclOp, issue: (NcclOp.() -> Any?)?) {
         live.add(o)
-        if (expiredEarly.isNotEmpty()) expiredEarly.remove(o.entry)?.let { e -> expire(o, e) }
+        o.timedOut?.let { e -> release(o, e) }
         o.native = scope.launch {
             o.job = coroutineContext[Job]
             // Its place in the device's issue order: the order the native thread takes operations in,
@@ -404,24 +397,16 @@ internal class NcclOperationQueue(
 
     /**
      * The operation of [entry] was numbered but will never be issued ([cause]: its caller was
-     * cancelled while it waited for the device's thread or for its output, or a tensor was closed
-     * meanwhile). NCCL pairs the ranks' calls by their order on a communicator: each collective takes
-     * the communicator's next operation count (NVIDIA/nccl `src/enqueue.cc`, where a collective's
-     * proxy operations get `opCount = collOpCount++`; p2p operations likewise per peer), and no tag
-     * or number travels with the data. The peers' call of that number would meet this rank's next
-     * call and mix their data (with checkConsistency off, the default, silently). So the communicator
-     * is aborted, unless it already failed or closed or has no peers, as MPI's is for a call
-     * cancelled before it started. A caller's deadline is a [CommunicationTimeoutException], as for
-     * [abortForCancellation]; returns the exception when it became the communicator's failure.
+     * cancelled while it waited for the device's thread or for its output). NCCL pairs the ranks'
+     * calls by their order on a communicator: each collective takes the communicator's next
+     * operation count (NVIDIA/nccl `src/enqueue.cc`, where a collective's proxy operations get
+     * `opCount = collOpCount++`; p2p operations likewise per peer), and no tag or number travels
+     * with the data, so the peers' call of that number would meet this rank's next call and mix
+     * their data (with checkConsistency off, the default, silently): the front's rule aborts the
+     * communicator ([Front.abortNotIssued]).
      */
-    fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? {
-        if (ctx.worldSize == 1 || front.isClosed) return null
-        val why = "NCCL pairs the ranks' calls by their order on the communicator, so the other ranks' ${entry.operation} would meet this rank's next call"
-        return abortForCaller(
-            entry.operation, entry.sequence, cause, "before it was issued ($why)",
-            "${entry.operation} #${entry.sequence} was given up before it was issued (${cause.message}); $why: the communicator was aborted",
-        )
-    }
+    private fun abortNotIssued(entry: FlightRecorder.Entry, cause: Throwable): CommunicationException? =
+        front.abortNotIssued(entry.operation, entry.sequence, cause)
 
     /**
      * Aborts the communicator because its caller gave up [operation] #[sequence] ([cause]), unless it

@@ -21,7 +21,6 @@ import dev.tpcomm.coroutines.NativeDispatcherClosedException
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
-import dev.tpcomm.spi.FailureState
 import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.MonitoredBarrierChannel
 import kotlinx.coroutines.CoroutineDispatcher
@@ -175,9 +174,6 @@ public class MpiCommunicator internal constructor(
     private val staging = MpiDeviceStaging(this, hostWork)
 
 
-    /** This communicator's failure state (first cause wins); the front's [errors] builds its exceptions. */
-    private val failure = FailureState(errors)
-
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena, runtime::whileMpiOpen)
 
     // Written by the communicator's thread around each blocking call, read by the notice thread and
@@ -202,7 +198,7 @@ public class MpiCommunicator internal constructor(
         // An aborted communicator's leftover operations are abandoned (their peers were told);
         // only a usable communicator's operation in progress makes a shutdown a failure.
         override fun describeActiveCall(): String? = when {
-            failure.isAborted -> null
+            isAborted -> null
             activeCallCell.get() != 0L -> "$currentOperation #${this@MpiCommunicator.currentSequence} on $name"
             inFlightOps > 0 -> "$inFlightOps non-blocking operation(s) on $name"
             else -> null
@@ -210,12 +206,12 @@ public class MpiCommunicator internal constructor(
         override fun pollPeerNotices() {
             // Only where MPI allows a second thread; below MPI_THREAD_MULTIPLE the communicator's own
             // thread tests the notices before its calls.
-            if (worldSize == 1 || !runtime.multiThreaded || isClosed || failure.isAborted) return
+            if (worldSize == 1 || !runtime.multiThreaded || isClosed || isAborted) return
             val from = notices.pollFromOtherThread()
             if (from >= 0) peerAborted(from, notices.reason)
         }
         override fun programFailed(description: String) {
-            if (isClosed || failure.isAborted) return
+            if (isClosed || isAborted) return
             markBroken(
                 exceptionOf(OperationFailure.ABORTED, PROGRAM_FAILED, CommunicationErrors.NO_SEQUENCE, "the program of rank $rank failed: $description"),
                 reason = MpiAbortNotices.REASON_PROGRAM_FAILED,
@@ -260,17 +256,23 @@ public class MpiCommunicator internal constructor(
      */
     public fun profile(): Map<String, MpiOpProfile> = stats.mapValues { it.value.snapshot() }
 
-    /**
-     * Whether this communicator was aborted (a timeout, a mismatch, an MPI error, a cancelled call,
-     * or another rank's abort notice): every later call throws [CommunicatorAbortedException].
-     */
-    public val isAborted: Boolean get() = failure.isAborted
-
     // ------------------------------------------------------------------ what the front asks of MPI
 
-    override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        val cause = failure.cause ?: return null
-        return OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
+    /**
+     * The front recorded the communicator's failure [cause]: the process's MPI counts as broken, and
+     * the peers are told with an abort notice ([markBroken]'s [detail]: whether, why, and whether at
+     * once; an abort of the front's own tells them, as a failure).
+     */
+    override fun aborting(cause: Throwable, detail: Int) {
+        runtime.broken = true
+        val notify = detail == ABORT_FROM_FRONT || detail and NOTIFY_PEERS != 0
+        if (!notify || worldSize == 1 || isClosed) return
+        val reason = if (detail == ABORT_FROM_FRONT) MpiAbortNotices.REASON_FAILED else detail and REASON_MASK
+        if (dispatcher.isNativeThread || (detail and NOTIFY_NOW != 0 && runtime.multiThreaded)) {
+            notices.send(reason)
+        } else {
+            dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send(reason) })
+        }
     }
 
     /**
@@ -808,9 +810,9 @@ public class MpiCommunicator internal constructor(
         val name = "send"
         val copy = tensor.copy()
         recordingFailures(entry, copy) {
-            ensureUsable(name, entry.sequence)
+            ensureUsable(name, entry)
             dispatcher.execute {
-                ensureUsable(name, entry.sequence)
+                ensureUsable(name, entry)
                 checkAbortNotices(name, entry)
                 val p = MpiPending(this, entry, name, MpiPending.Kind.Request, copy)
                 check(binding.isend(copy.segment.address(), n, abi.datatype(copy.dtype), rank, tag, handle, p.request), name, entry)
@@ -912,7 +914,7 @@ public class MpiCommunicator internal constructor(
         }
 
         override fun ensureUsable() {
-            this@MpiCommunicator.ensureUsable(MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE)
+            this@MpiCommunicator.ensureUsable(MonitoredBarrier.OPERATION, null)
         }
 
         override fun abort(cause: CommunicationException) {
@@ -928,10 +930,10 @@ public class MpiCommunicator internal constructor(
         val entry = call.entry
         val sig = sig(call)
         val newHandle = recordingFailures(entry, null) {
-            ensureUsable(name, entry.sequence)
+            ensureUsable(name, entry)
             // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
             onThread(entry) {
-                ensureUsable(name, entry.sequence)
+                ensureUsable(name, entry)
                 if (sig != null) exchangeSignatureBlocking(sig, name, entry)
                 val out = scratchAddress + OFF_HANDLE
                 runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
@@ -974,9 +976,9 @@ public class MpiCommunicator internal constructor(
         }
         val entry = beginOwnCollective(name)
         val newHandle = recordingFailures(entry, null) {
-            ensureUsable(name, entry.sequence)
+            ensureUsable(name, entry)
             onThread(entry) {
-                ensureUsable(name, entry.sequence)
+                ensureUsable(name, entry)
                 val out = scratchAddress + OFF_HANDLE
                 runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
                 val made = abi.readHandle(scratch, OFF_HANDLE)
@@ -996,7 +998,7 @@ public class MpiCommunicator internal constructor(
      */
     override fun shutdown() {
         runtime.communicators.unregister(watched)
-        val free = !failure.isAborted && inFlightOps == 0 && !runtime.finalized
+        val free = !isAborted && inFlightOps == 0 && !runtime.finalized
         try {
             if (!dispatcher.isClosed) {
                 runBlocking {
@@ -1037,7 +1039,7 @@ public class MpiCommunicator internal constructor(
         payload: MpiSlotPayload? = null, call: () -> Int,
     ) {
         try {
-            ensureUsable(operation, entry.sequence)
+            ensureUsable(operation, entry)
             checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, call)
             entry.complete()
         } catch (e: Throwable) {
@@ -1118,13 +1120,13 @@ public class MpiCommunicator internal constructor(
             }
         }
         recordingFailures(entry, keepAlive) {
-            ensureUsable(operation, entry.sequence)
+            ensureUsable(operation, entry)
             val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
             val holds = MpiTensorHolds.retain(keepAlive, operation)
             val pending = try { onThread(entry) {
                 var handedOver = false
                 try {
-                ensureUsable(operation, entry.sequence)
+                ensureUsable(operation, entry)
                 if (!blockingMode) checkAbortNotices(operation, entry)
                 if (blockingMode) {
                     checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, blocking)
@@ -1135,7 +1137,7 @@ public class MpiCommunicator internal constructor(
                     if (sig != null) {
                         if (preSignature != null) preSignature.polling(sig, callerJob, exchangeWatchesNotices)
                         exchangeSignaturePolling(sig, operation, entry, callerJob)
-                        ensureUsable(operation, entry.sequence)
+                        ensureUsable(operation, entry)
                     }
                     // A caller cancelled while the signature was exchanged must not start the operation.
                     if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
@@ -1267,12 +1269,12 @@ public class MpiCommunicator internal constructor(
         start: (Long) -> Int,
     ): MpiStatusResult {
         recordingFailures(entry, keepAlive) {
-            ensureUsable(operation, entry.sequence)
+            ensureUsable(operation, entry)
             val holds = MpiTensorHolds.retain(keepAlive, operation)
             val pending = dispatcher.execute {
                 var handedOver = false
                 val p = try {
-                    ensureUsable(operation, entry.sequence)
+                    ensureUsable(operation, entry)
                     checkAbortNotices(operation, entry)
                     val p = MpiPending(this, entry, operation, kind, keepAlive)
                     p.result = result
@@ -1393,7 +1395,7 @@ public class MpiCommunicator internal constructor(
             // (a first exchange after a detached caller): the second exchange, after the digests
             // differed, completes (a peer that found a mismatch has sent its words), so every rank
             // names the mismatch itself.
-            ownTimeout(entry.sequence)?.let { throw it }
+            entry.timeout?.let { throw it }
             if (watchNotices) checkAbortNotices(operation, entry)
             if (callerJob?.isCancelled == true) {
                 // The signature exchange stays in flight: its buffers belong to the (now broken) communicator.
@@ -1405,8 +1407,8 @@ public class MpiCommunicator internal constructor(
 
     /** A pending operation of a communicator broken by another call fails at once (its buffers stay pinned). */
     internal fun ensureNotBrokenWhileInFlight(operation: String, entry: FlightRecorder.Entry) {
-        val cause = failure.cause ?: return
-        ownTimeout(entry.sequence)?.let { throw it }
+        val cause = failure ?: return
+        entry.timeout?.let { throw it }
         val late = peerTimedOut
         if (late >= 0) throw exceptionOf(OperationFailure.TIMEOUT, operation, entry.sequence, peerTimeoutMessage(late, operation), cause)
         throw exceptionOf(OperationFailure.ABORTED, operation, entry.sequence, "aborted while this call was in flight: ${abortedMessage(cause)}", cause)
@@ -1453,20 +1455,13 @@ public class MpiCommunicator internal constructor(
     internal val cudaAwareness: String
         get() = "MPIX_Query_cuda_support ${if (runtime.cudaSupport < 0) "is missing" else "returned ${runtime.cudaSupport}"}; mpi.cudaAware=${mpiConfig.cudaAware}"
 
-    private fun ensureUsable(operation: String, sequence: Long) {
+    /** Throws when this communicator is closed or failed; the call recorded as [entry] that timed out ends with its own timeout. */
+    private fun ensureUsable(operation: String, entry: FlightRecorder.Entry?) {
+        val sequence = entry?.sequence ?: CommunicationErrors.NO_SEQUENCE
         if (isClosed) throw exceptionOf(OperationFailure.ABORTED, operation, sequence, abortedMessage(closedException()), closedException())
-        ownTimeout(sequence)?.let { throw it }
-        failure.ensureUsable(operation, sequence)
+        entry?.timeout?.let { throw it }
+        failure?.let { throw errors.abortedBy(operation, sequence, it) }
     }
-
-    /**
-     * The timeout of the call recorded as [sequence] once its deadline passed ([deadlinePassed]),
-     * whatever broke the communicator first: that call ends with it, named, rather than as aborted.
-     */
-    private fun ownTimeout(sequence: Long): CommunicationTimeoutException? = if (timeouts.isEmpty()) null else timeouts[sequence]
-
-    /** The timeouts [deadlinePassed] raised, by flight-record sequence (a communicator that times out is broken: few entries). */
-    private val timeouts = ConcurrentHashMap<Long, CommunicationTimeoutException>()
 
     /**
      * Runs [block], the body of [entry]'s operation: a closed dispatcher becomes
@@ -1503,7 +1498,7 @@ public class MpiCommunicator internal constructor(
 
     private fun failed(entry: FlightRecorder.Entry, e: Throwable) {
         entry.fail(e)
-        if (e is CancellationException && !failure.isAborted) {
+        if (e is CancellationException && !isAborted) {
             markBroken(
                 exceptionOf(OperationFailure.ABORTED, 
                     entry.operationName(), entry.sequence,
@@ -1514,27 +1509,21 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * Aborts this communicator with [cause] (first cause wins) and tells the peers. The notice is
-     * sent from the communicator's thread, after the call it may be blocked in; with [now] (the
-     * job is about to end: a deadline with `MPI_Abort`, or the program failed) and under
-     * `MPI_THREAD_MULTIPLE`, from this thread at once. Not at once for a caller's deadline or a
-     * cancellation: this rank's blocking call is still inside MPI and completes when the peers
-     * join it, which a notice received first would make them refuse (the call, and the job with
-     * it, would then only end at the communicator's deadline).
+     * Aborts this communicator with [cause] through the front (first cause wins), which then tells
+     * the peers ([aborting]) unless [notifyPeers] is false (the cause is a peer's notice), with
+     * [reason]. The notice is sent from the communicator's thread, after the call it may be blocked
+     * in; with [now] (the job is about to end: a deadline with `MPI_Abort`, or the program failed)
+     * and under `MPI_THREAD_MULTIPLE`, from this thread at once. Not at once for a caller's deadline
+     * or a cancellation: this rank's blocking call is still inside MPI and completes when the peers
+     * join it, which a notice received first would make them refuse (the call, and the job with it,
+     * would then only end at the communicator's deadline).
      */
     private fun markBroken(cause: Throwable, notifyPeers: Boolean = true, reason: Int = MpiAbortNotices.REASON_FAILED, now: Boolean = false) {
-        if (failure.abort(cause)) {
-            recorder.recordAbort(cause)
-            runtime.broken = true
-            if (notifyPeers && worldSize > 1 && !isClosed) {
-                if (dispatcher.isNativeThread || (now && runtime.multiThreaded)) {
-                    notices.send(reason)
-                } else {
-                    dispatcher.dispatch(EmptyCoroutineContext, Runnable { notices.send(reason) })
-                }
-            }
-        }
+        abortWith(cause, abortDetail(notifyPeers, reason, now))
     }
+
+    private fun abortDetail(notifyPeers: Boolean, reason: Int, now: Boolean): Int =
+        DETAIL_SET or (if (notifyPeers) NOTIFY_PEERS else 0) or (if (now) NOTIFY_NOW else 0) or (reason and REASON_MASK)
 
     /**
      * A peer's abort notice arrived (seen by the watchdog, [MpiCommunicators.Member.pollPeerNotices]):
@@ -1611,8 +1600,7 @@ public class MpiCommunicator internal constructor(
                 if (mpiConfig.abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
         ) as CommunicationTimeoutException
         val dump = e.flightRecorderDump
-        timeouts[sequence] = e
-        markBroken(e, reason = MpiAbortNotices.REASON_TIMEOUT, now = mpiConfig.abortOnTimeout)
+        expire(entry, e, abortDetail(notifyPeers = true, MpiAbortNotices.REASON_TIMEOUT, now = mpiConfig.abortOnTimeout))
         // A caller still queued for the communicator's thread is released now; its call never starts.
         queuedCallers.remove(entry)?.cancel(e)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
@@ -1713,5 +1701,12 @@ public class MpiCommunicator internal constructor(
         const val OFF_HANDLE: Long = 0
         const val OFF_REQUEST: Long = 8
         const val OFF_FLAG: Long = 16
+
+        /** [markBroken]'s detail for the front's [aborting]: the notice's reason, and whether and when to send it. */
+        private const val REASON_MASK: Int = 0xff
+        private const val NOTIFY_PEERS: Int = 1 shl 8
+        private const val NOTIFY_NOW: Int = 1 shl 9
+        /** Set in every detail of this backend's, so that none equals [ABORT_FROM_FRONT]. */
+        private const val DETAIL_SET: Int = 1 shl 10
     }
 }

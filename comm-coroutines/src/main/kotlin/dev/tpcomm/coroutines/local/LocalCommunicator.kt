@@ -75,16 +75,18 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
 
     // ---------------------------------------------------------------- failures
 
-    /** The failure of a call refused or ended because the group was aborted by [cause]. */
-    fun abortedBy(cause: Throwable): OperationFailure =
-        OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${LocalWorldState.describe(cause)}", cause)
+    /** The failure of a call ended because the group was aborted by [cause] (the front's wording). */
+    fun abortedBy(cause: Throwable): OperationFailure = abortedFailure(cause)
 
     /** The abort of the group when this rank's close leaves others unable to finish ([message] says why). */
     fun closeFailure(message: String): CommunicationException =
         exceptionOf(OperationFailure(OperationFailure.ABORTED, message), CommunicationErrors.CLOSE, CommunicationErrors.NO_SEQUENCE)
 
+    /**
+     * The front's failure is this rank's; the group's abort reaches every rank's front. Until it has
+     * (an abort racing with this call), the slot the call meets fails it ([issue]).
+     */
     override fun refusal(operation: String, collective: Boolean): OperationFailure? {
-        group.abortCause?.let { return abortedBy(it) }
         if (collective && group.anyClosed) {
             return OperationFailure(
                 OperationFailure.ABORTED,
@@ -95,18 +97,12 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     }
 
     /**
-     * A numbered collective this rank gives up before it arrives ([cause]: its output could not be
-     * allocated, or a tensor was closed meanwhile): its peers could never complete that number, so
-     * the group aborts now instead of at the deadline.
+     * The front aborted this rank's communicator (a numbered call given up, a caller's cancellation,
+     * [abort]): the group aborts, so every rank's calls in flight end at once. An abort that came
+     * from the group ([FROM_GROUP]) has nothing left to do.
      */
-    override fun notIssued(call: Call, cause: Throwable) {
-        group.abort(
-            exceptionOf(
-                OperationFailure.ABORTED, call.name, call.entry.sequence,
-                "rank $rank gave up ${call.name} #${call.sequence} before issuing it ($cause); the collective cannot complete without it",
-                cause,
-            ),
-        )
+    override fun aborting(cause: Throwable, detail: Int) {
+        if (detail != FROM_GROUP) group.abort(cause)
     }
 
     /**
@@ -428,6 +424,9 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
 
         /** The tag of the monitored barrier's messages: negative, so no user receive (tags >= 0, or `ANY_TAG`) matches it. */
         const val CONTROL_TAG = -2
+
+        /** [aborting]'s detail when the group's abort reached this rank's front ([LocalGroup.abort]). */
+        const val FROM_GROUP = 1
 
         /** Busy-wait iterations before a waiting rank suspends. `-Dtpcomm.local.spin=N` overrides. */
         private val SPIN: Int = Integer.getInteger("tpcomm.local.spin", 0)

@@ -1,18 +1,21 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.coroutines.OperationFailure
-import dev.tpcomm.spi.FailureState
+import dev.tpcomm.coroutines.CommunicatorFront
 import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.atomic.AtomicReference
 import java.util.concurrent.atomic.AtomicReferenceArray
 
 /**
  * One communicator group of a local world (the world itself or a group made by split/group):
  * [size] ranks, the ring of [OpSlot]s where their collectives meet, and one [Mailbox] per rank
- * for point-to-point messages. Each group has its own sequence numbers and its own failure state:
- * a failure of one of its calls ([abort]) fails this group's communicators on every rank and no
- * other group's, neither the one it was split from nor those split from it (MPI's and NCCL's
- * communicators fail one at a time too). Only the abort of the whole world
- * ([LocalWorldState.abort]) reaches every group.
+ * for point-to-point messages: the in-process library's communicator, shared by its ranks. Each
+ * group has its own sequence numbers and its own abort flag (the library's, as `ncclCommAbort` sets
+ * NCCL's): a failure of one of its calls ([abort]) fails the slots and messages in flight on every
+ * rank and aborts the front of each rank's communicator ([CommunicatorFront.abortWith], which holds
+ * the communicator's one failure state), and no other group's, neither the one it was split from
+ * nor those split from it (MPI's and NCCL's communicators fail one at a time too). Only the abort
+ * of the whole world ([LocalWorldState.abort]) reaches every group.
  */
 internal class LocalGroup(val world: LocalWorldState, val size: Int, val description: String) {
     private val ring = AtomicReferenceArray<OpSlot?>(RING)
@@ -21,18 +24,18 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
     private val closedCount = AtomicInteger()
     @Volatile var firstClosedRank: Int = -1
 
-    /** This group's failure (the world's rank -1 errors: the group, not one rank): the first cause wins. */
-    private val failures = FailureState(world.errors)
+    /** Why this group was aborted (the first cause wins), or null while it is usable: what its slots and mailboxes fail with. */
+    private val aborted = AtomicReference<Throwable?>(null)
 
     /** The first failure of this group (or the world's abort), or null while it is usable. */
-    val abortCause: Throwable? get() = failures.cause
+    val abortCause: Throwable? get() = aborted.get()
 
     val anyClosed: Boolean get() = closedCount.get() > 0
 
     init {
         world.groups.add(this)
         // A split that completes while the world is being aborted: the abort may have missed this group.
-        world.failures.cause?.let { abort(it) }
+        world.worldAbortCause?.let { abort(it) }
     }
 
     /**
@@ -43,10 +46,12 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      * was already aborted.
      */
     fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
-        if (!failures.abort(reason)) return false
-        for (c in communicators) c.flightRecorder.recordAbort(reason)
-        val generic = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: ${LocalWorldState.describe(reason)}", reason)
+        if (!aborted.compareAndSet(null, reason)) return false
+        val generic = communicators[0].abortedBy(reason)
         failPending(failure, generic, timedOut)
+        // Each rank's front records the failure and refuses later calls (its own abort, if it came
+        // first, already holds the failure: the first cause wins there too).
+        for (c in communicators) c.abortWith(reason, LocalCommunicator.FROM_GROUP)
         return true
     }
 

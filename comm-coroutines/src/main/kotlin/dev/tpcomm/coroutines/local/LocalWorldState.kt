@@ -2,9 +2,9 @@ package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.spi.CommunicationErrors
-import dev.tpcomm.spi.FailureState
 import java.util.concurrent.CopyOnWriteArrayList
 import java.util.concurrent.atomic.AtomicBoolean
+import java.util.concurrent.atomic.AtomicReference
 
 /**
  * State shared by a world and every group split from it: its configuration, its groups, and the
@@ -20,8 +20,11 @@ internal class LocalWorldState(val config: CommConfig) {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
     val errors = CommunicationErrors(-1, LocalCommunicator.BACKEND) { null }
 
-    /** The abort of the whole world (every group, present and future): the first cause wins. */
-    val failures = FailureState(errors)
+    /** Why the whole world (every group, present and future) was aborted: the first cause wins. */
+    private val worldAbort = AtomicReference<Throwable?>(null)
+
+    /** Why the whole world was aborted ([abort]), or null; a group's own failure does not show here. */
+    val worldAbortCause: Throwable? get() = worldAbort.get()
 
     /** [LocalBackendFactory.ALLOW_HEAP_MEMORY_OPTION]: read (and refused when malformed) once, at creation. */
     val allowHeapMemory: Boolean = LocalBackendFactory.allowHeapMemory(config)
@@ -39,16 +42,16 @@ internal class LocalWorldState(val config: CommConfig) {
      * whole world), or null while they are usable. A failure of a group split from the world does
      * not show here.
      */
-    val abortCause: Throwable? get() = rootGroup?.abortCause ?: failures.cause
+    val abortCause: Throwable? get() = rootGroup?.abortCause ?: worldAbort.get()
     val isClosed: Boolean get() = closed.get()
 
     /**
      * Aborts the whole world with [reason]: every group, and any group a split still in progress
-     * makes ([LocalGroup]'s constructor checks [failures]). Every pending call fails and later calls
+     * makes ([LocalGroup]'s constructor checks [abortCause]). Every pending call fails and later calls
      * fail with CommunicatorAbortedException. Returns false if the world was already aborted.
      */
     fun abort(reason: Throwable): Boolean {
-        if (!failures.abort(reason)) return false
+        if (!worldAbort.compareAndSet(null, reason)) return false
         for (g in groups) g.abort(reason)
         return true
     }
