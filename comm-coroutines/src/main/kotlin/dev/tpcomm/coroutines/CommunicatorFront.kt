@@ -160,6 +160,9 @@ public abstract class CommunicatorFront(
         /** The backend's own state of this call (set from [allocate] or [issue] on). */
         @JvmField public var state: Any? = null
 
+        /** Whether the front retained [output] besides the input (not null, not the input): what [releaseHandedOver] releases. */
+        @JvmField internal var heldOutput: Boolean = false
+
         /** The caller's coroutine context (its `withTimeout`, its `Overlapping` marker, its job). */
         @JvmField public var context: kotlin.coroutines.CoroutineContext = kotlin.coroutines.EmptyCoroutineContext
 
@@ -690,7 +693,7 @@ public abstract class CommunicatorFront(
         val input = call.input
         val output = call.output
         val heldOutput = try {
-            retain(call.name, input, output)
+            retain(call.name, input, output).also { call.heldOutput = it }
         } catch (t: Throwable) {
             if (turn != null) issueTurn.pass(turn)
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
@@ -702,13 +705,13 @@ public abstract class CommunicatorFront(
             issue(call)
         } catch (t: Throwable) {
             if (turn != null) issueTurn.pass(turn)
-            release(input, output, heldOutput)
+            if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
             throw failure(call.entry, t)
         }
         if (turn != null) issueTurn.pass(turn)
         if (r === PENDING) return finishPending(call, ret, heldOutput)
         call.entry.complete()
-        release(input, output, heldOutput)
+        if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
         @Suppress("UNCHECKED_CAST")
         return (r ?: ret) as T
     }
@@ -722,7 +725,7 @@ public abstract class CommunicatorFront(
         } catch (t: Throwable) {
             throw failure(call.entry, t)
         } finally {
-            release(call.input, call.output, heldOutput)
+            if (!call.entry.tensorsHandedOver) release(call.input, call.output, heldOutput)
         }
     }
 
@@ -791,6 +794,28 @@ public abstract class CommunicatorFront(
         return call
     }
 
+    /**
+     * Hands the tensors the front retained for the operation recorded as [entry] (a collective's
+     * input and output, a message's tensor) to the backend: the front no longer releases them when
+     * the call returns, and the backend releases them ([releaseHandedOver] for a collective, the
+     * tensor's [Tensor.release] for a message) once the library is done with them, and never while
+     * the library may still touch them (after a native operation that failed or was abandoned in
+     * flight: they then stay retained). For a backend whose operation may outlive its caller (a
+     * caller released at its deadline or by its cancellation while a non-blocking MPI operation is
+     * still in flight). Call it on the caller's thread, before the call can return ([await],
+     * [issueSend], [issueRecv]); one retain, the front's, is what keeps the memory alive.
+     */
+    @InternalTpcommApi
+    public fun handOverTensors(entry: FlightRecorder.Entry) {
+        entry.tensorsHandedOver = true
+    }
+
+    /** Releases the tensors of collective [call] that the front retained and [handOverTensors] handed to the backend. */
+    @InternalTpcommApi
+    public fun releaseHandedOver(call: Call) {
+        release(call.input, call.output, call.heldOutput)
+    }
+
     /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
     private fun retain(name: String, input: Tensor?, output: Tensor?): Boolean {
         input?.retain(name)
@@ -833,7 +858,7 @@ public abstract class CommunicatorFront(
         try {
             recorded(entry) { issueSend(entry, tensor, dst, tag) }
         } finally {
-            tensor.release()
+            if (!entry.tensorsHandedOver) tensor.release()
         }
     }
 
@@ -850,7 +875,7 @@ public abstract class CommunicatorFront(
         try {
             return recorded(entry) { issueRecv(entry, tensor, src, tag) }
         } finally {
-            tensor.release()
+            if (!entry.tensorsHandedOver) tensor.release()
         }
     }
 

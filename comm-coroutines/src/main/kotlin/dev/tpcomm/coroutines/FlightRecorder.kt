@@ -180,6 +180,9 @@ public class FlightRecorder(
         private var endNanos: Long = 0
         private var error: String? = null
 
+        /** Whether the front handed the tensors it retained for this operation to the backend ([CommunicatorFront.handOverTensors]). */
+        @Volatile @JvmField internal var tensorsHandedOver: Boolean = false
+
         /** The timeout that ended this operation at its deadline (the front's [CommunicatorFront.expire]), or null. */
         @Volatile @JvmField internal var timedOut: dev.tpcomm.CommunicationTimeoutException? = null
 
