@@ -357,6 +357,29 @@ public interface Communicator : AutoCloseable {
     public suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T =
         ObjectProtocol.recv(this, HostObjectTransport(this), dev.tpcomm.spi.CollectiveValidator(worldSize, device, nativeMemory = false), src, tag, serializer)
 
+    /**
+     * Aborts this communicator on this rank, as a failure would (PyTorch's `ProcessGroup.abort`,
+     * NCCL's `ncclCommAbort`): unless it failed before, every call in flight on it ends with a
+     * [CommunicationException], every later call throws [CommunicatorAbortedException] naming
+     * [reason], and its peers are told as far as the backend can: in process every rank of the
+     * communicator fails at once; under MPI an abort notice ends the peers' calls; on NCCL and RCCL
+     * the peers end at their own deadline. Communicators split from this one are not aborted. For a
+     * watchdog of your own that gives up on a stuck job, or a rank that must leave a communicator
+     * its peers are waiting in.
+     *
+     * Returns false when the communicator had failed already (the first failure stays). Thread-safe;
+     * never blocks; may be called from any thread while a call is blocked in the library. [close]
+     * still releases the communicator afterwards.
+     */
+    public fun abort(reason: String = "aborted by its user"): Boolean
+
+    /**
+     * True once this communicator failed on this rank (a timeout, a mismatch, a library error, a
+     * cancelled in-flight call, a peer's abort, [abort]): every later call throws
+     * [CommunicatorAbortedException]. Closing is not a failure. Thread-safe.
+     */
+    public val isAborted: Boolean
+
     public companion object {
         /** Source wildcard for [recv] and [probe]. */
         public const val ANY_SOURCE: Int = -1

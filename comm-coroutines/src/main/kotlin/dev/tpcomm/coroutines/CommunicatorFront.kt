@@ -94,24 +94,9 @@ public abstract class CommunicatorFront(
     /** The one builder of this communicator's exceptions (rank, backend, operation, sequence, flight-recorder dump). */
     protected val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
 
-    private val issueLock = Any()
-    private var collectiveSeq = 0L
+    /** Numbers, records and times this communicator's calls in call order ([CallOrder]). */
+    private val order = CallOrder(this, recorder, timeout)
 
-    /** The operations in flight, timed from their call (guarded by [issueLock]). */
-    private val deadlines = CallDeadlines(timeout)
-
-    /** How long any operation may take (messages of composite operations' deadlines). */
-    private val callTimeout: kotlin.time.Duration = timeout
-
-    /** Who may number the next collective while a composite operation issues its steps (guarded by [issueLock]). */
-    private val issueTurn = IssueTurn(issueLock)
-
-    /** What the watchdog calls; a field, so that it lives as long as this communicator (the registration is weak). */
-    private val deadlineScan = dev.tpcomm.spi.DeadlineWatchdog.Watched { _ -> scanDeadlines() }
-
-    /** Weak: a communicator its user forgot to close is not kept alive by the watchdog. */
-    private val deadlineRegistration: dev.tpcomm.spi.DeadlineWatchdog.Registration? =
-        if (deadlines.enabled) dev.tpcomm.spi.DeadlineWatchdog.register(deadlineScan, deadlines.periodMillis, weak = true) else null
 
     /**
      * One issued collective: what the backend needs to run it. [sequence] counts this
@@ -323,6 +308,23 @@ public abstract class CommunicatorFront(
      */
     protected abstract fun shutdown()
 
+    /** Throws (after failing [entry] with it) the named exception when [operation] is refused now ([refused]); under [CallOrder]'s lock. */
+    internal fun refuseUnusable(operation: String, entry: FlightRecorder.Entry, collective: Boolean) {
+        val f = refused(operation, collective) ?: return
+        val e = exceptionOf(f, operation, entry.sequence)
+        entry.fail(e)
+        throw e
+    }
+
+    /** [queuesCalls], for [CallOrder]. */
+    internal val queued: Boolean get() = queuesCalls
+
+    /** [errors], for [CallOrder]. */
+    internal val errorsOf: CommunicationErrors get() = errors
+
+    /** [deadlinePassed], for [CallOrder]'s deadline scan. */
+    internal fun passDeadline(entry: FlightRecorder.Entry, call: Call?) = deadlinePassed(entry, call)
+
     /** Why [operation] is refused now: closed, failed (the front's one wording each), or the backend's [refusal]. */
     private fun refused(operation: String, collective: Boolean): OperationFailure? {
         if (closedFlag.get()) {
@@ -345,23 +347,10 @@ public abstract class CommunicatorFront(
      */
     public val failure: Throwable? get() = failures.cause
 
-    /**
-     * True once this communicator failed on this rank ([failure]): every later call throws
-     * [dev.tpcomm.CommunicatorAbortedException] naming that failure. Thread-safe.
-     */
-    public val isAborted: Boolean get() = failures.isAborted
+    final override val isAborted: Boolean get() = failures.isAborted
 
-    /**
-     * Aborts this communicator on this rank, as a failure would: unless it failed before, every call
-     * in flight on it ends with a [CommunicationException], every later call throws
-     * [dev.tpcomm.CommunicatorAbortedException] naming [reason], and the peers are told as far as
-     * the backend can (in process: every rank of the communicator fails at once; MPI: an abort
-     * notice ends the peers' calls; NCCL and RCCL: `ncclCommAbort`, the peers end at their own
-     * deadline). Communicators split from this one are not aborted. Returns false when the
-     * communicator had failed already (the first failure stays). Thread-safe; never blocks; may be
-     * called from any thread, a watchdog of the user's included, while a call is blocked in the library.
-     */
-    public fun abort(reason: String = "aborted by its user"): Boolean =
+    /** See [Communicator.abort]: the front records the failure, then the backend ends what is in flight ([aborting]). */
+    final override fun abort(reason: String): Boolean =
         abortWith(errors.aborted(ABORT, CommunicationErrors.NO_SEQUENCE, "rank $rank aborted the communicator: $reason"), ABORT_FROM_FRONT)
 
     /**
@@ -437,33 +426,11 @@ public abstract class CommunicatorFront(
      * it earlier when it ends every operation itself.
      */
     protected fun stopDeadlines() {
-        deadlineRegistration?.close()
-    }
-
-    private fun scanDeadlines() {
-        val expired = ArrayList<Any?>(0)
-        // The time is read under the lock: never before the call of anything tracked so far.
-        synchronized(issueLock) { deadlines.collect(System.nanoTime(), expired) }
-        var i = 0
-        while (i < expired.size) {
-            val entry = expired[i] as FlightRecorder.Entry
-            // A call that ended since it was collected (outside the lock) is not aborted.
-            if (!entry.inFlight) { i += 2; continue }
-            try {
-                val target = expired[i + 1]
-                if (target is CompositeOperation) compositeDeadline(entry, target) else deadlinePassed(entry, target as Call?)
-            } catch (t: Throwable) {
-                // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
-                entry.fail(t)
-                System.err.println("tpcomm: $backendName rank $rank: ending ${entry.operation} #${entry.sequence} at its deadline failed: $t")
-                t.printStackTrace()
-            }
-            i += 2
-        }
+        order.stopDeadlines()
     }
 
     /** How many operations the deadline queue holds (finished ones not yet dropped included); for tests. */
-    internal val trackedDeadlines: Int get() = synchronized(issueLock) { deadlines.tracked }
+    internal val trackedDeadlines: Int get() = order.trackedDeadlines
 
     // ------------------------------------------------------------------ the exception factory
 
@@ -635,7 +602,7 @@ public abstract class CommunicatorFront(
         // A coroutine already cancelled does not issue: nothing is in flight yet.
         val context = currentCoroutineContext()
         context.ensureActive()
-        val call = tryBegin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context)
+        val call = order.tryBegin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context)
             ?: return collectiveInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context, ret)
         call.context = context
         return issueBegun(call, ret, null)
@@ -651,8 +618,8 @@ public abstract class CommunicatorFront(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext, ret: T,
     ): T {
-        val turn = issueTurn.await()
-        val call = numberInTurn(turn, op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+        val turn = order.turn.await()
+        val call = order.numberInTurn(turn, op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
         call.context = context
         return issueBegun(call, ret, turn)
     }
@@ -670,13 +637,13 @@ public abstract class CommunicatorFront(
         val context = currentCoroutineContext()
         context.ensureActive()
         var turn: IssueTurn.Waiter? = null
-        val call = tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
-            ?: issueTurn.await().let { w -> turn = w; numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
+        val call = order.tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
+            ?: order.turn.await().let { w -> turn = w; order.numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
         call.context = context
         val output = try {
             allocate(call, input.dtype, shape)
         } catch (t: Throwable) {
-            turn?.let { issueTurn.pass(it) }
+            turn?.let { order.turn.pass(it) }
             val e = failure(call.entry, t)
             gaveUp(call, e)
             throw e
@@ -695,7 +662,7 @@ public abstract class CommunicatorFront(
         val heldOutput = try {
             retain(call.name, input, output).also { call.heldOutput = it }
         } catch (t: Throwable) {
-            if (turn != null) issueTurn.pass(turn)
+            if (turn != null) order.turn.pass(turn)
             // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
             call.entry.fail(t)
             gaveUp(call, t)
@@ -704,11 +671,11 @@ public abstract class CommunicatorFront(
         val r = try {
             issue(call)
         } catch (t: Throwable) {
-            if (turn != null) issueTurn.pass(turn)
+            if (turn != null) order.turn.pass(turn)
             if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
             throw failure(call.entry, t)
         }
-        if (turn != null) issueTurn.pass(turn)
+        if (turn != null) order.turn.pass(turn)
         if (r === PENDING) return finishPending(call, ret, heldOutput)
         call.entry.complete()
         if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
@@ -727,71 +694,6 @@ public abstract class CommunicatorFront(
         } finally {
             if (!call.entry.tensorsHandedOver) release(call.input, call.output, heldOutput)
         }
-    }
-
-    /**
-     * Numbers, records and times a collective under the issue lock, or returns null when the caller
-     * must first wait for the issue turn ([awaitTurn]): another caller's composite operation holds
-     * it. A step of the composite that holds it ([context] carries it) is numbered at once.
-     */
-    private fun tryBegin(
-        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext,
-    ): Call? {
-        synchronized(issueLock) {
-            val holder = issueTurn.holder ?: return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null)
-            val composite = context[CompositeOperation]
-            if (composite == null || holder !== composite) return null
-            return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite)
-        }
-    }
-
-    /** Numbers a call in the issue turn [turn] the caller holds (passing it on when that fails). */
-    private fun numberInTurn(
-        turn: IssueTurn.Waiter, op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
-    ): Call {
-        try {
-            return synchronized(issueLock) { number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null) }
-        } catch (t: Throwable) {
-            issueTurn.pass(turn)
-            throw t
-        }
-    }
-
-    /**
-     * Under the issue lock: records the call (a step of [composite] under its record), refuses it
-     * when the communicator is unusable, numbers it and starts its deadline (a step's is its
-     * composite's).
-     */
-    private fun number(
-        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: CompositeOperation?,
-    ): Call {
-        val entry = if (composite != null) {
-            recorder.step(composite.entry, queued = queuesCalls)
-        } else {
-            recorder.start(
-                op.apiName, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
-                root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
-                dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = queuesCalls,
-            )
-        }
-        val name = entry.operation
-        refused(name, collective = true)?.let { f ->
-            val e = exceptionOf(f, name, entry.sequence)
-            entry.fail(e); throw e
-        }
-        if (composite == null) {
-            val call = Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
-            deadlines.track(entry, call)
-            return call
-        }
-        composite.expired?.let { e -> entry.fail(e); throw e }
-        val call = Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
-        composite.stepEntry = entry
-        composite.stepCall = call
-        return call
     }
 
     /**
@@ -911,19 +813,8 @@ public abstract class CommunicatorFront(
      * composite operation of this communicator (an object message, a monitored barrier), the
      * message is recorded as a step of it, under its name and number.
      */
-    protected suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry {
-        val composite = currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this }
-        synchronized(issueLock) {
-            if (composite != null) return step(composite, collective = false)
-            val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = queuesCalls)
-            refused(name, collective = false)?.let { f ->
-                val e = exceptionOf(f, name, entry.sequence)
-                entry.fail(e); throw e
-            }
-            deadlines.track(entry, null)
-            return entry
-        }
-    }
+    protected suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry =
+        order.beginPointToPoint(name, tensor, peer, tag, currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this })
 
     /**
      * Records a collective the backend runs itself, outside [issue] (its staged object collectives,
@@ -933,53 +824,8 @@ public abstract class CommunicatorFront(
      * the operation's record completes or fails). Within a composite
      * operation of this communicator it is a step of it. Its outcome is the caller's to record ([recorded]).
      */
-    protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry {
-        val composite = currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this }
-        synchronized(issueLock) {
-            if (composite != null && issueTurn.holder === composite) return step(composite, collective = true)
-            if (issueTurn.holder == null) return startOwn(name, root)
-        }
-        val w = issueTurn.await()
-        val entry = try {
-            synchronized(issueLock) { startOwn(name, root) }
-        } catch (t: Throwable) {
-            issueTurn.pass(w); throw t
-        }
-        // Held until the operation ends (a backend orders its own operations as they reach it), whoever ends it.
-        entry.onFinish = Runnable { issueTurn.pass(w) }
-        if (!entry.inFlight) issueTurn.pass(w)
-        return entry
-    }
-
-    /** Under the issue lock: [beginOwnCollective]'s record, refusal and deadline. */
-    private fun startOwn(name: String, root: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, root = root, queued = queuesCalls)
-        refused(name, collective = true)?.let { f ->
-            val e = exceptionOf(f, name, entry.sequence)
-            entry.fail(e); throw e
-        }
-        deadlines.track(entry, null)
-        return entry
-    }
-
-    /** Under the issue lock: a backend's own step of [composite] (a staged collective or a message), recorded under it. */
-    private fun step(composite: CompositeOperation, collective: Boolean): FlightRecorder.Entry {
-        val entry = recorder.step(composite.entry, queued = queuesCalls)
-        val name = entry.operation
-        refused(name, collective)?.let { f ->
-            val e = exceptionOf(f, name, entry.sequence)
-            entry.fail(e); throw e
-        }
-        composite.expired?.let { e -> entry.fail(e); throw e }
-        composite.steps++
-        if (collective) {
-            entry.composite = composite
-            entry.stepIndex = composite.steps
-        }
-        composite.stepEntry = entry
-        composite.stepCall = null
-        return entry
-    }
+    protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry =
+        order.beginOwnCollective(name, root, currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this })
 
     /**
      * Writes the signature of the collective step recorded as [entry] (a backend's own step, begun
@@ -995,78 +841,11 @@ public abstract class CommunicatorFront(
 
     // ------------------------------------------------------------------ composite operations
 
-    /**
-     * Runs [block], the steps of the composite operation [op], as one operation: recorded once (with
-     * [root], or [peer] and [tag] for a point-to-point one), refused when the communicator is
-     * unusable, timed from now, and (a collective one) holding the issue turn until it ends, so that
-     * no other call of this communicator on this rank is numbered between its steps: issue order is
-     * call order for composites too, however the calls are started. Completes or fails its record.
-     */
+    /** [CallOrder.composite]: [block], the steps of [op], as one operation of this communicator. */
     private suspend fun <R> composite(
         op: CollectiveOp, root: Int = FlightRecorder.NONE, peer: Int = FlightRecorder.NONE, tag: Int = FlightRecorder.NONE,
         block: suspend (CompositeOperation) -> R,
-    ): R {
-        val context = currentCoroutineContext()
-        context.ensureActive()
-        val collective = !op.isPointToPoint
-        val c = if (!collective) {
-            synchronized(issueLock) { startComposite(op, root, peer, tag, null) }
-        } else {
-            synchronized(issueLock) { if (issueTurn.holder == null) startComposite(op, root, peer, tag, null) else null }
-                ?: issueTurn.await().let { w ->
-                    try {
-                        synchronized(issueLock) { startComposite(op, root, peer, tag, w) }
-                    } catch (t: Throwable) {
-                        issueTurn.pass(w); throw t
-                    }
-                }
-        }
-        try {
-            val r = withContext(c) { block(c) }
-            c.entry.complete()
-            return r
-        } catch (t: Throwable) {
-            throw failure(c.entry, t)
-        } finally {
-            if (collective) issueTurn.pass(c)
-        }
-    }
-
-    /**
-     * Under the issue lock: records a composite, refuses it when unusable, takes the issue turn (a
-     * collective one; from [waiter] when it waited for it) and starts its deadline.
-     */
-    private fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: IssueTurn.Waiter?): CompositeOperation {
-        val name = op.apiName
-        val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = queuesCalls)
-        refused(name, collective = !op.isPointToPoint)?.let { f ->
-            val e = exceptionOf(f, name, entry.sequence)
-            entry.fail(e); throw e
-        }
-        val c = CompositeOperation(this, op, entry, ObjectProtocol.Naming(errors, entry.sequence), if (root >= 0) root else -1)
-        if (!op.isPointToPoint) {
-            issueTurn.takeOver(waiter, c)
-        }
-        deadlines.track(entry, c)
-        return c
-    }
-
-    /**
-     * The deadline of composite [c] (recorded as [entry]) passed: its step in flight ends as any
-     * operation does at its deadline ([deadlinePassed]); between steps, the next step is refused
-     * with the timeout and the backend ends what it must.
-     */
-    private fun compositeDeadline(entry: FlightRecorder.Entry, c: CompositeOperation) {
-        val step = c.stepEntry
-        if (step != null && step.inFlight) {
-            deadlinePassed(step, c.stepCall)
-            return
-        }
-        val e = errors.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
-        c.expired = e
-        expire(entry, e)
-        deadlinePassed(entry, null)
-    }
+    ): R = order.composite(op, root, peer, tag, block)
 
     /**
      * How this backend moves the object operations' bytes: by default host tensors through its own

@@ -595,6 +595,20 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
     public fun deviceMeshBlocking(shape: List<Int>?, names: List<String>?): JavaDeviceMesh =
         block("deviceMesh") { mesh(shape, names, "deviceMesh") }
 
+    /**
+     * Aborts the communicator on this rank, as a failure would ([Communicator.abort]): operations in
+     * flight fail (their futures complete exceptionally with a [CommunicationException]), later ones
+     * fail with [dev.tpcomm.CommunicatorAbortedException] naming [reason], and the peers are told as
+     * far as the backend can. Returns false when it had failed already. Thread-safe; never blocks.
+     */
+    public fun abort(reason: String): Boolean = comm.abort(reason)
+
+    /** [abort] with the reason "aborted by its user". */
+    public fun abort(): Boolean = comm.abort()
+
+    /** True once the communicator failed on this rank ([Communicator.isAborted]). Thread-safe. */
+    public val isAborted: Boolean get() = comm.isAborted
+
     /** Closes the underlying communicator; operations still pending fail with a [CommunicationException]. Idempotent. */
     override fun close() {
         comm.close()

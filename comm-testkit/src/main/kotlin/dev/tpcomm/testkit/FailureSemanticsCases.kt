@@ -124,6 +124,30 @@ internal object FailureSemanticsCases {
             child.close()
         },
         ConformanceCase(
+            "failure semantics: abort on one rank refuses its later calls naming the reason, and ends the peers' call with a named CommunicationException",
+            CaseKind.Failure, 2, { _, _ -> null },
+        ) { comm, ctx ->
+            val p = ctx.options.placement
+            if (comm.rank == 0) {
+                // The peers are (most likely) waiting in their allReduce, which this rank never joins.
+                delay(timeout(ctx) / 5)
+                ctx.expect(comm.abort("the test's own watchdog gave up")) { "abort() on a usable communicator must return true" }
+                ctx.expect(!comm.abort("a second abort")) { "a second abort() must return false: the first failure stays" }
+                ctx.expect(comm.isAborted) { "isAborted must be true after abort()" }
+                val r = attempt { comm.allReduce(p.toBackend(Tensor.of(floatArrayOf(1f)))) }
+                expectFailure(ctx, "allReduce after abort() on this rank", r, timeout(ctx), "CommunicatorAbortedException naming the reason") { e ->
+                    e is CommunicatorAbortedException && "the test's own watchdog gave up" in e.message.orEmpty()
+                }
+            } else {
+                val r = attempt { comm.allReduce(p.toBackend(Tensor.of(floatArrayOf(1f)))) }
+                expectFailure(ctx, "allReduce on rank ${comm.rank} while rank 0 aborts the communicator", r, timeout(ctx), "a CommunicationException") { e ->
+                    e is CommunicationException
+                }
+                ctx.expect(comm.isAborted) { "isAborted must be true on rank ${comm.rank} after its call failed" }
+                expectBroken(ctx, comm, "the communicator rank 0 aborted")
+            }
+        },
+        ConformanceCase(
             "failure semantics: a receive buffer of the wrong size is a CommunicationException saying both sizes",
             CaseKind.Failure, 2, { o, _ -> if (!o.pointToPoint) "the backend has no point-to-point" else null },
         ) { comm, ctx ->

@@ -64,16 +64,21 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
         synchronized(lock) { abortCause }?.let { throw aborted(rank, operation, -1, it) }
     }
 
-    fun abort(cause: Throwable) {
+    /** Whether the world was aborted (or closed). */
+    val isAborted: Boolean get() = synchronized(lock) { abortCause != null }
+
+    /** Aborts the world with [cause] unless it was aborted before; returns whether this call did. */
+    fun abort(cause: Throwable): Boolean {
         val pending = ArrayList<Call>()
         synchronized(lock) {
-            if (abortCause != null) return
+            if (abortCause != null) return false
             abortCause = cause
             for (s in slots.values) s.calls.filterNotNullTo(pending)
             slots.clear()
         }
         for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, cause))
         mailVersion.value++
+        return true
     }
 
     /** Registers [call] at [seq] (synchronously), then awaits its result under the timeout. */
@@ -511,6 +516,11 @@ internal class ReferenceCommunicator(private val world: ReferenceWorld, override
     private companion object {
         const val CONTROL_TAG = -2
     }
+
+    override fun abort(reason: String): Boolean =
+        world.abort(CommunicatorAbortedException("rank $rank aborted the communicator: $reason", rank, ReferenceWorld.BACKEND, "abort", -1))
+
+    override val isAborted: Boolean get() = world.isAborted
 
     override fun close() {
         if (closed) return

@@ -206,6 +206,14 @@ class FakeComm(val group: FakeWorld.Group, override val rank: Int) : Communicato
     @Volatile var closed = false
         private set
 
+    override fun abort(reason: String): Boolean {
+        if (group.abortCause != null) return false
+        group.abort(CommunicatorAbortedException(reason, rank, "fake", "abort", -1))
+        return true
+    }
+
+    override val isAborted: Boolean get() = group.abortCause != null
+
     override fun close() {
         closed = true
         group.abort(CommunicatorAbortedException("closed", rank, "fake", "close", -1))
