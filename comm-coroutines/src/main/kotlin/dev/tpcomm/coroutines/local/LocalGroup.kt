@@ -47,11 +47,10 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      */
     fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
         if (!aborted.compareAndSet(null, reason)) return false
-        val generic = communicators[0].abortedBy(reason)
-        failPending(failure, generic, timedOut)
-        // Each rank's front records the failure and refuses later calls (its own abort, if it came
-        // first, already holds the failure: the first cause wins there too).
+        // Each rank's front records the failure first (its own abort, if it came first, already
+        // holds it: the first cause wins there too), so a rank woken below finds its front aborted.
         for (c in communicators) c.abortWith(reason, LocalCommunicator.FROM_GROUP)
+        failPending(failure, communicators[0].abortedBy(reason), timedOut)
         return true
     }
 
