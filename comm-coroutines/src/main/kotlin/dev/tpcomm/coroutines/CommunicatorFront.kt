@@ -232,13 +232,19 @@ public abstract class CommunicatorFront(
     protected open suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
 
     /**
-     * Issues a batch of point-to-point operations whose every element the front already checked
-     * ([CollectiveValidator.sendRecv]). By default each element as its own send or receive (recorded
-     * as [send] and [recv] record them, not checked again), all at once ([PointToPointBatch]); a
-     * backend with a grouped issue (NCCL's group) overrides it.
+     * True when this backend issues a [sendRecv] batch as one operation of its library (NCCL's
+     * group): the front then records the batch once (`sendRecv`), retains every tensor and calls
+     * [issueGroupedBatch]. False by default: each element is its own send or receive, recorded as
+     * [send] and [recv] record them, all issued at once ([PointToPointBatch]).
      */
-    protected open suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> =
-        PointToPointBatch.run(ops, { o -> sendChecked(o.tensor, o.peer, o.tag) }, { o -> recvChecked(o.tensor, o.peer, o.tag) })
+    protected open val groupsBatches: Boolean get() = false
+
+    /**
+     * Issues [ops] (every element checked, every tensor retained by the front) as one operation of
+     * the library, recorded as [entry]; returns once all completed. Called only when [groupsBatches].
+     */
+    protected open suspend fun issueGroupedBatch(entry: FlightRecorder.Entry, ops: List<PointToPoint>): List<MessageInfo> =
+        throw UnsupportedOperationException("$backendName does not group batches")
 
     /**
      * True when a call may wait in the backend's queue before it starts (a device thread shared by
@@ -801,10 +807,32 @@ public abstract class CommunicatorFront(
         return r
     }
 
-    /** Every element checked first, then issued by [issueBatch]. */
+    /**
+     * Every element checked first; then each as its own send or receive ([PointToPointBatch]), or,
+     * when the backend [groupsBatches], the batch as one operation: recorded once, every tensor
+     * retained until it ends, the numbered-but-never-issued rule if a tensor was closed meanwhile.
+     */
     final override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         validator.sendRecv(ops)
-        return issueBatch(ops)
+        if (ops.isEmpty()) return emptyList()
+        if (!groupsBatches) return PointToPointBatch.run(ops, { o -> sendChecked(o.tensor, o.peer, o.tag) }, { o -> recvChecked(o.tensor, o.peer, o.tag) })
+        val first = ops.first()
+        val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
+        var held = 0
+        try {
+            for (o in ops) { o.tensor.retain("sendRecv"); held++ }
+        } catch (t: Throwable) {
+            // A tensor closed before the batch was issued: its peers' counterparts have no partner.
+            for (i in 0 until held) ops[i].tensor.release()
+            entry.fail(t)
+            abortNotIssued(entry.operation, entry.sequence, t)
+            throw t
+        }
+        try {
+            return recorded(entry) { issueGroupedBatch(entry, ops) }
+        } finally {
+            if (!entry.tensorsHandedOver) for (o in ops) o.tensor.release()
+        }
     }
 
     /**

@@ -307,6 +307,9 @@ public class NcclCommunicator internal constructor(
         return MessageInfo(src, 0, recv.byteSize)
     }
 
+    /** A [sendRecv] batch is one NCCL group ([issueGroupedBatch]). */
+    override val groupsBatches: Boolean get() = true
+
     /**
      * [Communicator.sendRecv]'s batch: every send and receive of [ops] as **one** NCCL group, in the
      * given order, returning when all of them completed: the exact way to write any exchange whose
@@ -318,38 +321,21 @@ public class NcclCommunicator internal constructor(
      * is one `sendRecv` operation in the flight record, its tensors retained until it ends; failure
      * and cancellation as for a collective.
      */
-    override suspend fun issueBatch(ops: List<PointToPoint>): List<MessageInfo> {
-        if (ops.isEmpty()) return emptyList()
-        val first = ops.first()
-        val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
-        var held = 0
-        try {
-            for (o in ops) { o.tensor.retain("sendRecv"); held++ }
-            recorded(entry) {
-                val op = NcclOp(opContext, entry, producerStream)
-                queue.start(op) {
-                    thread.p2pOwner?.endP2pWindow()
-                    group {
-                        for (o in ops) {
-                            if (o.isSend) {
-                                nccl(api.send(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclSend")
-                            } else {
-                                nccl(api.recv(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclRecv")
-                            }
-                        }
+    override suspend fun issueGroupedBatch(entry: FlightRecorder.Entry, ops: List<PointToPoint>): List<MessageInfo> {
+        val op = NcclOp(opContext, entry, producerStream)
+        queue.start(op) {
+            thread.p2pOwner?.endP2pWindow()
+            group {
+                for (o in ops) {
+                    if (o.isSend) {
+                        nccl(api.send(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclSend")
+                    } else {
+                        nccl(api.recv(o.tensor.address, o.tensor.byteSize, BYTES, o.peer, comm, stream), "ncclRecv")
                     }
                 }
-                queue.finish(op)
             }
-        } catch (t: Throwable) {
-            if (held < ops.size) { // a tensor closed before the batch was issued: its peers' counterparts have no partner
-                entry.fail(t)
-                abortNotIssued(entry.operation, entry.sequence, t)
-            }
-            throw t
-        } finally {
-            for (i in 0 until held) ops[i].tensor.release()
         }
+        queue.finish(op)
         return ops.map { MessageInfo(it.peer, 0, it.tensor.byteSize) }
     }
 
