@@ -362,8 +362,8 @@ public interface Communicator : AutoCloseable {
      * NCCL's `ncclCommAbort`): unless it failed before, every call in flight on it ends with a
      * [CommunicationException], every later call throws [CommunicatorAbortedException] naming
      * [reason], and its peers are told as far as the backend can: in process every rank of the
-     * communicator fails at once; under MPI an abort notice ends the peers' calls; on NCCL and RCCL
-     * the peers end at their own deadline. Communicators split from this one are not aborted. For a
+     * communicator fails at once; under MPI an abort notice reaches them (a call already waiting may
+     * still end at its own deadline); on NCCL and RCCL the peers end at their own deadline. Communicators split from this one are not aborted. For a
      * watchdog of your own that gives up on a stuck job, or a rank that must leave a communicator
      * its peers are waiting in.
      *
