@@ -88,8 +88,19 @@ public abstract class CommunicatorFront(
     protected val validator: CollectiveValidator,
     /** How long any operation may take from its call to its end ([kotlin.time.Duration.INFINITE]: no limit). */
     timeout: kotlin.time.Duration,
+    /** What comparing signatures costs the backend ([SignatureCheck]): with [checkConsistency], decides [checksSignatures]. */
+    signatureCheck: SignatureCheck = SignatureCheck.ByDefault,
+    /** `CommConfig.checkConsistency`: null when the user did not set it. */
+    checkConsistency: Boolean? = null,
 ) : Communicator, FlightRecorded {
     final override val flightRecorder: FlightRecorder get() = recorder
+
+    /**
+     * Whether this communicator compares the ranks' signatures of each collective before it moves
+     * data ([Call.encodeSignature], [compareSignatures]): decided here once, from the backend's
+     * [SignatureCheck] and `CommConfig.checkConsistency`; the backend moves the words when true.
+     */
+    protected val checksSignatures: Boolean = signatureCheck.enabled(checkConsistency, worldSize)
 
     /** The one builder of this communicator's exceptions (rank, backend, operation, sequence, flight-recorder dump). */
     protected val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }

@@ -15,6 +15,7 @@ import dev.tpcomm.coroutines.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.coroutines.SignatureCheck
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
@@ -99,6 +100,8 @@ public class NcclCommunicator internal constructor(
     // (dtypes, reductions, tags, ANY_SOURCE, messages to oneself) declared as its capabilities.
     NcclLimits(api, backendName, libraryVersionCode).validator(worldSize, rank, device),
     config.timeout,
+    // The check's exchange waits for the stream: compared only when checkConsistency is set to true.
+    SignatureCheck.OnRequest, config.checkConsistency,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
@@ -128,7 +131,7 @@ public class NcclCommunicator internal constructor(
      * are passed in ([NcclOperationQueue.Front]).
      */
     private val queue = NcclOperationQueue(
-        opContext, p2p, device, deviceIndex, checkConsistency = config.checkConsistency == true && worldSize > 1,
+        opContext, p2p, device, deviceIndex, checkConsistency = checksSignatures,
         object : NcclOperationQueue.Front {
             override val isClosed: Boolean get() = this@NcclCommunicator.isClosed
             override fun cancellationReason(operation: String, sequence: Long, cause: Throwable?, where: String): CommunicationException =

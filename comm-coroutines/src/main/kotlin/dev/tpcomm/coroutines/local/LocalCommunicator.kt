@@ -45,6 +45,8 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     // passes on the native backends.
     CollectiveValidator(group.size, Device.Host, nativeMemory = !group.world.allowHeapMemory),
     group.world.config.timeout,
+    // The signatures meet in the slot with the data: compared always, at no cost.
+    dev.tpcomm.coroutines.SignatureCheck.Always, group.world.config.checkConsistency,
 ) {
     val world = group.world
 
