@@ -707,7 +707,7 @@ public abstract class CommunicatorFront(
             @Suppress("UNCHECKED_CAST")
             return (r ?: ret) as T
         } catch (t: Throwable) {
-            throw failure(call.entry, t)
+            throw failure(call.entry, callerSees(t))
         } finally {
             if (!call.entry.tensorsHandedOver) release(call.input, call.output, heldOutput)
         }
@@ -750,6 +750,19 @@ public abstract class CommunicatorFront(
     private fun release(input: Tensor?, output: Tensor?, heldOutput: Boolean) {
         input?.release()
         if (heldOutput) output!!.release()
+    }
+
+    /**
+     * What a caller whose call ended with [t] is told: its own deadline (`withTimeout`,
+     * `awaitAll(timeout)`) that aborted the communicator ([cancellationReason]) is that named
+     * [CommunicationTimeoutException], on every backend; anything else is [t] itself.
+     */
+    @PublishedApi
+    internal fun callerSees(t: Throwable): Throwable {
+        if (t !is TimeoutCancellationException) return t
+        val f = failures.cause as? CommunicationTimeoutException ?: return t
+        val c = f.cause
+        return if (c === t || c is TimeoutCancellationException) f else t
     }
 
     /**
@@ -812,7 +825,7 @@ public abstract class CommunicatorFront(
         val r = try {
             block()
         } catch (t: Throwable) {
-            throw failure(entry, t)
+            throw failure(entry, callerSees(t))
         }
         entry.complete()
         return r

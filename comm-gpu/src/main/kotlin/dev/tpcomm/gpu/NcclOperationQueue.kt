@@ -298,7 +298,7 @@ internal class NcclOperationQueue(
             if (currentCoroutineContext()[Job]?.isCancelled != true) throw e
             // The caller's reason aborts first: cancelling the native job hands it the same exception,
             // and its own abort would otherwise race this one.
-            val reason = when {
+            when {
                 o.issued && !o.finished -> {
                     o.output?.disarm()
                     abortForCancellation(o, e)
@@ -309,11 +309,8 @@ internal class NcclOperationQueue(
             }
             o.native?.cancel(e)
             live.remove(o)
-            // The caller's own deadline (withTimeout) that aborted the communicator is a timeout, as on
-            // every backend (docs/failures.md), also when the native side's abort for the same cancellation won.
-            val timeout = reason as? CommunicationTimeoutException
-                ?: (handle.failedWith() as? CommunicationTimeoutException)?.takeIf { it.cause === e }
-            if (timeout != null) throw timeout
+            // The front tells a caller whose own deadline (withTimeout) aborted the communicator its
+            // named timeout, as on every backend (docs/failures.md).
             throw e
         }
     }

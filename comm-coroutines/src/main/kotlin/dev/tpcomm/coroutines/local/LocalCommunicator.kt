@@ -277,11 +277,9 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
                 group.awaitSlotFor(call.sequence)
             }
         } catch (c: CancellationException) {
-            // The sequence number is taken: without this rank the others could never complete it.
-            val reason = cancellationReason(call.name, call.entry.sequence, c, "while waiting to issue it")
-            group.abort(reason)
-            if (reason is CommunicationTimeoutException && group.abortCause === reason) throw reason
-            call.entry.fail(reason)
+            // The sequence number is taken: without this rank the others could never complete it
+            // (the front's rule; a caller's deadline becomes its named timeout in the front).
+            abortNotIssued(call.entry.operation, call.entry.sequence, c)
             throw c
         }
     }
@@ -329,11 +327,9 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
             } catch (c: CancellationException) {
                 while (!slot.isFinal) Thread.onSpinWait()
                 if (slot.state.get() == OpSlot.DONE) return // completed before the cancellation could stop it
-                val own = handler.reason ?: return // failed by a failure elsewhere: the caller throws it
+                handler.reason ?: return // failed by a failure elsewhere: the caller throws it
                 slot.depart()
-                entry.fail(own)
-                if (own is CommunicationTimeoutException) throw own
-                throw c
+                throw c // the front tells a caller whose own deadline aborted the communicator its named timeout
             }
             if (!slot.isFinal) {
                 // Woken without a result: only possible in an aborted group (a stale wake-up).
