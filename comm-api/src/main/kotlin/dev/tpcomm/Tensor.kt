@@ -19,7 +19,10 @@ import java.util.concurrent.atomic.AtomicBoolean
  * gives the block back at once and cheaply (a fraction of a microsecond for small tensors), and
  * otherwise the garbage collector gives it back after the tensor becomes unreachable, so a loop
  * may allocate millions of tensors without closing them. The pool keeps at most 64 MiB of free
- * slabs (`-Dtpcomm.memory.retainBytes`) and returns the rest to the system.
+ * slabs (`-Dtpcomm.memory.retainBytes`), returns the rest and slabs idle for 5 s to the system, and
+ * holds at most its budget (`-Dtpcomm.memory.budget`, `TPCOMM_MEMORY_BUDGET`; see docs/memory.md):
+ * reaching it runs the garbage collector to reclaim forgotten tensors, and an allocation that still
+ * does not fit throws [NativeMemoryBudgetException].
  * Keep the tensor (not only its segment) reachable while you use the segment, and do not use a
  * segment after its tensor is closed: the tensor's own accessors refuse it, but a raw segment
  * cannot tell, and its block may already hold another tensor. (`-Dtpcomm.memory.pool=false`
