@@ -18,8 +18,10 @@ import java.util.concurrent.atomic.AtomicLong
  *   allocated ([reserve]); reaching the budget first reclaims (idle slabs, then a garbage
  *   collection and the cleaners of unreachable tensors, with bounded retries, as
  *   `java.nio.Bits.reserveMemory` does for direct buffers) and only then fails with
- *   [NativeMemoryBudgetException]. Blocks carved from an existing slab are not counted again:
- *   the hot path touches no shared counter.
+ *   [NativeMemoryBudgetException]. Past 7/8 of the budget a collection starts in the background
+ *   ([reclaimEarlyIfNearLimit]), so a loop that forgets its tensors rarely waits at the budget.
+ *   Blocks carved from an existing slab are not counted again: the hot path touches no shared
+ *   counter.
  * - Footprint: a slab goes back to the system when it is wholly free and the pool already keeps
  *   [retainBytes] of free slabs (or its class [classRetainBytes]); a wholly free slab that no
  *   allocation used for about [idleReleaseMillis] goes back too ([IdleSlabTrimmer]). Memory in use
@@ -108,7 +110,10 @@ internal class HostMemoryPool(
      */
     fun reserve(bytes: Long, ready: (() -> Boolean)?): Boolean {
         budget.configError?.let { throw IllegalArgumentException("tpcomm memory budget: $it") }
-        if (budget.tryReserve(bytes)) return true
+        if (budget.tryReserve(bytes)) {
+            reclaimEarlyIfNearLimit()
+            return true
+        }
         if (bytes > budget.limit) throw budgetException(bytes)
         trimEmptySlabs(0)
         if (budget.tryReserve(bytes)) return true
@@ -137,6 +142,34 @@ internal class HostMemoryPool(
             throw budgetException(bytes)
         } finally {
             if (interrupted) Thread.currentThread().interrupt()
+        }
+    }
+
+    /** Armed: the next reservation past [earlyReclaimBytes] starts a background collection. */
+    private val earlyReclaimArmed = java.util.concurrent.atomic.AtomicBoolean(true)
+
+    /** Past this many counted bytes (7/8 of the budget), a garbage collection starts in the background. */
+    private val earlyReclaimBytes: Long = budget.limit - budget.limit / 8
+
+    /** Below this (3/4 of the budget) the early collection is armed again. */
+    private val rearmBytes: Long = budget.limit - budget.limit / 4
+
+    /**
+     * Past 7/8 of the budget, runs `System.gc()` once on a short-lived daemon thread, so that the
+     * cleaners of forgotten tensors give their memory back before an allocation reaches the budget
+     * and has to wait for them. Armed again only once the count fell below 3/4 of the budget: a
+     * program whose live tensors hold more than that gets no collection from here (the one at the
+     * budget still runs). Called once per counted slab, not per tensor.
+     */
+    private fun reclaimEarlyIfNearLimit() {
+        if (budget.limit == Long.MAX_VALUE) return
+        val r = budget.reserved()
+        if (r > earlyReclaimBytes) {
+            if (earlyReclaimArmed.get() && earlyReclaimArmed.compareAndSet(true, false)) {
+                Thread.ofPlatform().daemon(true).name("tpcomm-memory-reclaim").start { System.gc() }
+            }
+        } else if (r < rearmBytes && !earlyReclaimArmed.get()) {
+            earlyReclaimArmed.set(true)
         }
     }
 
