@@ -44,19 +44,20 @@ def med(xs): return statistics.median(xs) if xs else float('nan')
 def rng(xs): return f"{min(xs):.2f}..{max(xs):.2f}" if xs else "-"
 loops = {}
 for c in [c for c in cases if c[:6] in ("forget", "close1", "close6")]:
-    secs, peaks = [], []
+    secs, cpus, peaks = [], [], []
     for r in range(1, rounds + 1):
         t = open(f"{out}/{c}-{r}.txt").read()
-        m = re.search(r"seconds ([0-9.]+) rss_start_mib ([0-9.]+) rss_peak_mib ([0-9.]+)", t)
-        if m: secs.append(float(m.group(1))); peaks.append(float(m.group(3)))
+        m = re.search(r"seconds ([0-9.]+) cpu_seconds ([0-9.]+) rss_start_mib ([0-9.]+) rss_peak_mib ([0-9.]+)", t)
+        if m: secs.append(float(m.group(1))); cpus.append(float(m.group(2))); peaks.append(float(m.group(4)))
         else: print(f"{c} round {r}: FAILED: {t[-300:]!r}")
-    loops[c] = (secs, peaks)
-    print(f"{c:10s} seconds median {med(secs):7.2f} range {rng(secs):>14s}   peak RSS MiB median {med(peaks):7.1f} range {rng(peaks)}   ({len(secs)} JVMs)")
+    loops[c] = (secs, cpus)
+    print(f"{c:10s} wall s median {med(secs):6.2f} range {rng(secs):>13s}  CPU s median {med(cpus):6.2f} range {rng(cpus):>13s}  peak RSS MiB median {med(peaks):7.1f} range {rng(peaks)}  ({len(secs)} JVMs)")
 for size in ["1M", "64K"]:
     f, c = loops.get("forget" + size), loops.get("close" + size)
     if f and c and f[0] and c[0]:
-        ratios = [a / b for a, b in zip(f[0], c[0])]
-        print(f"forget/close {size:3s} time ratio: median of per-round ratios {med(ratios):.2f} range {rng(ratios)}")
+        for i, kind in [(0, "wall"), (1, "CPU")]:
+            ratios = [a / b for a, b in zip(f[i], c[i])]
+            print(f"forget/close {size:3s} {kind:4s} ratio: median of per-round ratios {med(ratios):.2f} range {rng(ratios)}")
 for c in [c for c in cases if c.startswith("small") or c.startswith("64M")]:
     for kind, pat in [("wall", r" ns_per_op ([0-9.]+)"), ("cpu", r"cpu_ns_per_op ([0-9.]+)")]:
         per_jvm = []

@@ -23,7 +23,8 @@ import java.util.concurrent.atomic.AtomicLong
  *   Blocks carved from an existing slab are not counted again: the hot path touches no shared
  *   counter.
  * - Footprint: a slab goes back to the system when it is wholly free and the pool already keeps
- *   [retainBytes] of free slabs (or its class [classRetainBytes]); a wholly free slab that no
+ *   [retainBytes] of free slabs (or its class [classRetainBytes]), unless the pool is
+ *   [underPressure] (then it is kept for the allocations to come); a wholly free slab that no
  *   allocation used for about [idleReleaseMillis] goes back too ([IdleSlabTrimmer]). Memory in use
  *   is what live tensors hold; tensors the program forgets come back when the garbage collector
  *   finds them, at the latest when the budget is reached.
@@ -148,27 +149,49 @@ internal class HostMemoryPool(
     /** Armed: the next reservation past [earlyReclaimBytes] starts a background collection. */
     private val earlyReclaimArmed = java.util.concurrent.atomic.AtomicBoolean(true)
 
-    /** Past this many counted bytes (7/8 of the budget), a garbage collection starts in the background. */
+    /** Past this many bytes in use (7/8 of the budget), a garbage collection starts in the background. */
     private val earlyReclaimBytes: Long = budget.limit - budget.limit / 8
 
-    /** Below this (3/4 of the budget) the early collection is armed again. */
+    /** Below this (3/4 of the budget) the early collection is armed again; above it the pool is under pressure. */
     private val rearmBytes: Long = budget.limit - budget.limit / 4
 
     /**
-     * Past 7/8 of the budget, runs `System.gc()` once on a short-lived daemon thread, so that the
-     * cleaners of forgotten tensors give their memory back before an allocation reaches the budget
-     * and has to wait for them. Armed again only once the count fell below 3/4 of the budget: a
-     * program whose live tensors hold more than that gets no collection from here (the one at the
-     * budget still runs). Called once per counted slab, not per tensor.
+     * True while the budget counts more than 3/4 of its limit: a slab that becomes wholly free is
+     * then kept whatever [retainBytes] says (memory is in demand, and giving it back would only make
+     * the next allocation map it again); the [IdleSlabTrimmer] and the budget's reclaim still free it.
+     */
+    fun underPressure(): Boolean = budget.limit != Long.MAX_VALUE && budget.reserved() > rearmBytes
+
+    /**
+     * Past 7/8 of the budget in use (slabs counted minus wholly free ones), runs `System.gc()` once
+     * on a short-lived daemon thread, so that the cleaners of forgotten tensors give their memory
+     * back before an allocation reaches the budget and has to wait for them. Armed again once the
+     * bytes in use fell below 3/4 of the budget (checked by that thread for up to a second after its
+     * collection, and by later reservations): a program whose live tensors hold more than that gets
+     * no collection from here (the one at the budget still runs). Called once per counted slab, not
+     * per tensor.
      */
     private fun reclaimEarlyIfNearLimit() {
         if (budget.limit == Long.MAX_VALUE) return
-        val r = budget.reserved()
-        if (r > earlyReclaimBytes) {
+        val inUse = heldInUse()
+        if (inUse > earlyReclaimBytes) {
             if (earlyReclaimArmed.get() && earlyReclaimArmed.compareAndSet(true, false)) {
-                Thread.ofPlatform().daemon(true).name("tpcomm-memory-reclaim").start { System.gc() }
+                Thread.ofPlatform().daemon(true).name("tpcomm-memory-reclaim").start {
+                    System.gc()
+                    for (i in 0 until 50) {
+                        if (heldInUse() < rearmBytes) {
+                            earlyReclaimArmed.set(true)
+                            break
+                        }
+                        try {
+                            Thread.sleep(20)
+                        } catch (_: InterruptedException) {
+                            break
+                        }
+                    }
+                }
             }
-        } else if (r < rearmBytes && !earlyReclaimArmed.get()) {
+        } else if (inUse < rearmBytes && !earlyReclaimArmed.get()) {
             earlyReclaimArmed.set(true)
         }
     }
@@ -240,12 +263,15 @@ internal class HostMemoryPool(
 
         /**
          * The pool every tensor uses. `-Dtpcomm.memory.pool=false` turns pooling off,
-         * `-Dtpcomm.memory.retainBytes=N` sets [retainBytes], `-Dtpcomm.memory.idleReleaseMillis=N`
+         * `-Dtpcomm.memory.retainBytes=N` sets [retainBytes], `-Dtpcomm.memory.classRetainBytes=N`
+         * sets [classRetainBytes], `-Dtpcomm.memory.idleReleaseMillis=N`
          * sets [idleReleaseMillis]; the budget comes from [HostMemoryBudgetSettings].
          */
         @JvmField
         val DEFAULT: HostMemoryPool = HostMemoryPool(
             retainBytes = System.getProperty("tpcomm.memory.retainBytes")?.toLongOrNull()?.coerceAtLeast(0) ?: DEFAULT_RETAIN_BYTES,
+            classRetainBytes = System.getProperty("tpcomm.memory.classRetainBytes")?.toLongOrNull()?.coerceAtLeast(0)
+                ?: DEFAULT_CLASS_RETAIN_BYTES,
             enabled = System.getProperty("tpcomm.memory.pool")?.lowercase() != "false",
             budget = NativeMemoryBudget.fromEnvironment(),
             idleReleaseMillis = System.getProperty("tpcomm.memory.idleReleaseMillis")?.toLongOrNull()?.coerceAtLeast(0)

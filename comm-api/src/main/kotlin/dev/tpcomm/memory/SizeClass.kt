@@ -93,7 +93,8 @@ internal class SizeClass(
     /**
      * Gives block [index] of [slab] back. A slab that becomes wholly free is kept for reuse while
      * the class keeps at most [HostMemoryPool.classRetainBytes] and the pool at most
-     * [HostMemoryPool.retainBytes] of free slabs; otherwise its memory goes back to the system.
+     * [HostMemoryPool.retainBytes] of free slabs, or while the pool is
+     * [under pressure][HostMemoryPool.underPressure]; otherwise its memory goes back to the system.
      */
     fun free(slab: Slab, index: Int) {
         var release = false
@@ -107,8 +108,8 @@ internal class SizeClass(
                 available.add(slab)
             }
             if (slab.isEmpty) {
-                val keep = (emptySlabs + 1) * slabBytes <= pool.classRetainBytes &&
-                    pool.emptyBytes.get() + slabBytes <= pool.retainBytes
+                val keep = ((emptySlabs + 1) * slabBytes <= pool.classRetainBytes &&
+                    pool.emptyBytes.get() + slabBytes <= pool.retainBytes) || pool.underPressure()
                 if (keep) {
                     emptySlabs++
                     pool.emptyBytes.addAndGet(slabBytes)

@@ -161,4 +161,15 @@ class HostMemoryPoolSpec : FunSpec({
         pool2.allocate(200_000).run()
         pool2.budget.reserved() shouldBe pool2.sizeClassOf(200_000).slabBytes
     }
+
+    test("under pressure (over 3/4 of the budget) wholly free slabs are kept beyond the retain limits, for the allocations to come") {
+        val tight = HostMemoryPool(retainBytes = 0, classRetainBytes = 0, budget = NativeMemoryBudget(4L shl 20, "test"), idleReleaseMillis = 0)
+        List(4) { tight.allocate(1L shl 20) }.forEach { it.run() }
+        tight.slabBytes() shouldBe (4L shl 20) // kept: 4 MiB counted > 3 MiB
+        List(4) { tight.allocate(1L shl 20) }.forEach { it.run() } // reused, nothing new counted
+        tight.budget.reserved() shouldBe (4L shl 20)
+        val relaxed = HostMemoryPool(retainBytes = 0, classRetainBytes = 0, budget = NativeMemoryBudget(64L shl 20, "test"), idleReleaseMillis = 0)
+        List(4) { relaxed.allocate(1L shl 20) }.forEach { it.run() }
+        relaxed.slabBytes() shouldBe 0L // 4 MiB of 64: no pressure, the retain limits apply
+    }
 })
