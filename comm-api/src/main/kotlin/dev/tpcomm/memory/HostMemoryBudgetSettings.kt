@@ -77,9 +77,17 @@ internal object HostMemoryBudgetSettings {
         return Resolved(machine / 100 * MACHINE_PERCENT + machine % 100 * MACHINE_PERCENT / 100, "$MACHINE_PERCENT% of $what (${formatBytes(machine)})")
     }
 
-    /** The budget of this JVM, from its system properties, environment, flags and machine. */
-    fun fromEnvironment(): Resolved =
-        resolve(System.getProperty(PROPERTY), System.getenv(ENV), explicitMaxDirectMemory(), cgroupLimit(), physicalMemory())
+    /**
+     * The budget of this JVM, from its system properties, environment, flags and machine. The JVM's
+     * flags and the machine are asked (through `java.lang.management`, whose first use costs tens of
+     * milliseconds) only when neither the property nor the environment variable is set.
+     */
+    fun fromEnvironment(): Resolved {
+        val property = System.getProperty(PROPERTY)
+        val env = System.getenv(ENV)
+        if (!property.isNullOrBlank() || !env.isNullOrBlank()) return resolve(property, env, null, null, null)
+        return resolve(null, null, explicitMaxDirectMemory(), cgroupLimit(), physicalMemory())
+    }
 
     /** `-XX:MaxDirectMemorySize` in bytes when set explicitly (flags, `JAVA_TOOL_OPTIONS`, ...), else null. */
     fun explicitMaxDirectMemory(): Long? {
