@@ -70,4 +70,12 @@ class NativeMemoryBudgetTest : FunSpec({
         // Growth beyond the JVM's start: the budget (128 MiB) plus heap growth in a -Xmx256m JVM.
         (m.groupValues[2].toDouble() - m.groupValues[1].toDouble()) shouldBeLessThan 128 * 1.25 + 160
     }
+
+    test("an explicit -XX:MaxDirectMemorySize is the budget when neither the property nor the environment variable is set") {
+        val (rc, out) = run(mapOf("-XX:MaxDirectMemorySize" to "48m"), "hold", (1 shl 20).toString(), "256")
+        println(out)
+        rc shouldBe 0
+        out shouldContain "budget of 48.0 MiB (from -XX:MaxDirectMemorySize=48.0 MiB)"
+        Regex("held (\\d+)").find(out)!!.groupValues[1].toInt() shouldBeInRange 40..48
+    }
 })
