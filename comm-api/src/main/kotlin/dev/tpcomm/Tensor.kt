@@ -19,7 +19,10 @@ import java.util.concurrent.atomic.AtomicBoolean
  * gives the block back at once and cheaply (a fraction of a microsecond for small tensors), and
  * otherwise the garbage collector gives it back after the tensor becomes unreachable, so a loop
  * may allocate millions of tensors without closing them. The pool keeps at most 64 MiB of free
- * slabs (`-Dtpcomm.memory.retainBytes`) and returns the rest to the system.
+ * slabs (`-Dtpcomm.memory.retainBytes`), returns the rest and slabs idle for 5 s to the system, and
+ * holds at most its budget (`-Dtpcomm.memory.budget`, `TPCOMM_MEMORY_BUDGET`; see docs/memory.md):
+ * reaching it runs the garbage collector to reclaim forgotten tensors, and an allocation that still
+ * does not fit throws [NativeMemoryBudgetException].
  * Keep the tensor (not only its segment) reachable while you use the segment, and do not use a
  * segment after its tensor is closed: the tensor's own accessors refuse it, but a raw segment
  * cannot tell, and its block may already hold another tensor. (`-Dtpcomm.memory.pool=false`
@@ -49,7 +52,7 @@ public class Tensor private constructor(
     private val ownedMemory: HostBlock?,
     private val parent: Tensor?,
 ) : AutoCloseable {
-    private val dims: IntArray = shape.copyOf()
+    internal val dims: IntArray = shape.copyOf()
     private val closed = AtomicBoolean(false)
     private val freed = AtomicBoolean(false)
 
@@ -215,7 +218,7 @@ public class Tensor private constructor(
      * `Long` counts, or another number of elements than this tensor.
      */
     public fun view(vararg newShape: Int): Tensor {
-        val n = elementCount(newShape, dtype, "view")
+        val n = TensorShapes.elementCount(newShape, dtype, "view")
         require(n == numel) {
             "view: shape ${newShape.toList()} holds $n elements but the tensor has $numel (shape $shape); pass a shape whose sizes multiply to $numel"
         }
@@ -255,22 +258,7 @@ public class Tensor private constructor(
         val s = segment
         checkIndex(index)
         val off = index * dtype.byteSize
-        return when (dtype) {
-            DType.Float32 -> s.get(F32, off).toDouble()
-            DType.Float64 -> s.get(F64, off)
-            DType.Float16 -> HalfPrecision.float16ToFloat(s.get(I16, off)).toDouble()
-            DType.BFloat16 -> HalfPrecision.bfloat16ToFloat(s.get(I16, off)).toDouble()
-            DType.Int8 -> s.get(ValueLayout.JAVA_BYTE, off).toDouble()
-            DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toInt() and 0xFF).toDouble()
-            DType.Int32 -> s.get(I32, off).toDouble()
-            DType.Int64 -> s.get(I64, off).toDouble()
-            DType.UInt32 -> (s.get(I32, off).toLong() and 0xFFFF_FFFFL).toDouble()
-            DType.UInt64 -> s.get(I64, off).toULong().toDouble()
-            DType.Float8E4M3 -> Float8.e4m3ToFloat(s.get(ValueLayout.JAVA_BYTE, off)).toDouble()
-            DType.Float8E5M2 -> Float8.e5m2ToFloat(s.get(ValueLayout.JAVA_BYTE, off)).toDouble()
-            DType.Int16 -> s.get(I16, off).toDouble()
-            DType.Bool -> if (s.get(ValueLayout.JAVA_BYTE, off).toInt() != 0) 1.0 else 0.0
-        }
+        return TensorElements.getDouble(s, dtype, off)
     }
 
     /**
@@ -282,20 +270,7 @@ public class Tensor private constructor(
         val s = segment
         checkIndex(index)
         val off = index * dtype.byteSize
-        when (dtype) {
-            DType.Float32 -> s.set(F32, off, value.toFloat())
-            DType.Float64 -> s.set(F64, off, value)
-            DType.Float16 -> s.set(I16, off, HalfPrecision.floatToFloat16(value.toFloat()))
-            DType.BFloat16 -> s.set(I16, off, HalfPrecision.floatToBFloat16(value.toFloat()))
-            DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toLong().toByte())
-            DType.Int32, DType.UInt32 -> s.set(I32, off, value.toLong().toInt())
-            DType.Int64 -> s.set(I64, off, value.toLong())
-            DType.UInt64 -> s.set(I64, off, if (value >= TWO_TO_63) value.toULong().toLong() else value.toLong())
-            DType.Float8E4M3 -> s.set(ValueLayout.JAVA_BYTE, off, Float8.toE4M3(value))
-            DType.Float8E5M2 -> s.set(ValueLayout.JAVA_BYTE, off, Float8.toE5M2(value))
-            DType.Int16 -> s.set(I16, off, value.toLong().toShort())
-            DType.Bool -> s.set(ValueLayout.JAVA_BYTE, off, if (value != 0.0) 1 else 0)
-        }
+        TensorElements.setDouble(s, dtype, off, value)
     }
 
     /**
@@ -307,16 +282,7 @@ public class Tensor private constructor(
         val s = segment
         checkIndex(index)
         val off = index * dtype.byteSize
-        return when (dtype) {
-            DType.Int8 -> s.get(ValueLayout.JAVA_BYTE, off).toLong()
-            DType.UInt8 -> (s.get(ValueLayout.JAVA_BYTE, off).toLong() and 0xFF)
-            DType.Int32 -> s.get(I32, off).toLong()
-            DType.Int64, DType.UInt64 -> s.get(I64, off)
-            DType.UInt32 -> s.get(I32, off).toLong() and 0xFFFF_FFFFL
-            DType.Int16 -> s.get(I16, off).toLong()
-            DType.Bool -> if (s.get(ValueLayout.JAVA_BYTE, off).toInt() != 0) 1L else 0L
-            else -> getDouble(index).toLong()
-        }
+        return TensorElements.getLong(s, dtype, off)
     }
 
     /** Stores [value] at [index]: exact (wrapping) for integer dtypes (UInt64 takes the 64 bits), true unless 0 for [DType.Bool], rounded for floats. */
@@ -324,14 +290,7 @@ public class Tensor private constructor(
         val s = segment
         checkIndex(index)
         val off = index * dtype.byteSize
-        when (dtype) {
-            DType.Int8, DType.UInt8 -> s.set(ValueLayout.JAVA_BYTE, off, value.toByte())
-            DType.Int32, DType.UInt32 -> s.set(I32, off, value.toInt())
-            DType.Int64, DType.UInt64 -> s.set(I64, off, value)
-            DType.Int16 -> s.set(I16, off, value.toShort())
-            DType.Bool -> s.set(ValueLayout.JAVA_BYTE, off, if (value != 0L) 1 else 0)
-            else -> setDouble(index, value.toDouble())
-        }
+        TensorElements.setLong(s, dtype, off, value)
     }
 
     /** Element [index] as a Float. */
@@ -342,25 +301,25 @@ public class Tensor private constructor(
 
     /** All elements converted to Float, row-major. */
     public fun toFloatArray(): FloatArray {
-        if (dtype == DType.Float32) return segment.toArray(F32)
+        if (dtype == DType.Float32) return segment.toArray(TensorElements.F32)
         return FloatArray(checkedCount()) { getFloat(it.toLong()) }
     }
 
     /** All elements converted to Double, row-major. */
     public fun toDoubleArray(): DoubleArray {
-        if (dtype == DType.Float64) return segment.toArray(F64)
+        if (dtype == DType.Float64) return segment.toArray(TensorElements.F64)
         return DoubleArray(checkedCount()) { getDouble(it.toLong()) }
     }
 
     /** All elements converted to Int (integers wrap, floats truncate toward zero), row-major. */
     public fun toIntArray(): IntArray {
-        if (dtype == DType.Int32) return segment.toArray(I32)
+        if (dtype == DType.Int32) return segment.toArray(TensorElements.I32)
         return IntArray(checkedCount()) { getLong(it.toLong()).toInt() }
     }
 
     /** All elements converted to Long (floats truncate toward zero), row-major. */
     public fun toLongArray(): LongArray {
-        if (dtype == DType.Int64) return segment.toArray(I64)
+        if (dtype == DType.Int64) return segment.toArray(TensorElements.I64)
         return LongArray(checkedCount()) { getLong(it.toLong()) }
     }
 
@@ -430,14 +389,14 @@ public class Tensor private constructor(
         return d
     }
 
-    private fun outerCount(d: Int): Long {
+    internal fun outerCount(d: Int): Long {
         var o = 1L
         for (i in 0 until d) o *= dims[i]
         return o
     }
 
     private fun viewAt(byteOffset: Long, newShape: IntArray): Tensor {
-        val n = elementCount(newShape, dtype, "view")
+        val n = TensorShapes.elementCount(newShape, dtype, "view")
         val root = parent ?: this
         return if (hostSegment != null) {
             Tensor(dtype, newShape, device, segment.asSlice(byteOffset, n * dtype.byteSize), 0L, null, root)
@@ -445,6 +404,9 @@ public class Tensor private constructor(
             Tensor(dtype, newShape, device, null, deviceAddress + byteOffset, null, root)
         }
     }
+
+    /** True for a host tensor (it has a segment), false for a device tensor. */
+    internal val isHostMemory: Boolean get() = hostSegment != null
 
     private fun requireHost(what: String) {
         check(hostSegment != null) { "$what needs a host tensor; this one is on $device" }
@@ -464,51 +426,10 @@ public class Tensor private constructor(
         public const val ALIGNMENT: Long = 64
 
         private val CLEANER: Cleaner = Cleaner.create()
-        private val F32 = ValueLayout.JAVA_FLOAT_UNALIGNED
-        private val F64 = ValueLayout.JAVA_DOUBLE_UNALIGNED
-        private val I16 = ValueLayout.JAVA_SHORT_UNALIGNED
-        private val I32 = ValueLayout.JAVA_INT_UNALIGNED
-        private val I64 = ValueLayout.JAVA_LONG_UNALIGNED
-        private const val TWO_TO_63: Double = 9.223372036854775807E18
-
-        /**
-         * The number of elements of [shape], computed exactly (the one place Tensor multiplies sizes):
-         * refuses a negative size, a shape whose sizes multiply to more than a `Long` counts (checked
-         * over the non-zero sizes, so an empty shape with huge other sizes, whose strides would
-         * overflow, is refused too), and, given [dtype], one whose byte size does not fit a `Long`.
-         * [operation] starts the message.
-         */
-        private fun elementCount(shape: IntArray, dtype: DType?, operation: String): Long {
-            var nonZero = 1L
-            var empty = false
-            for (d in shape) {
-                require(d >= 0) { "$operation: shape ${shape.toList()} has a negative dimension; every size must be >= 0" }
-                if (d == 0) {
-                    empty = true
-                    continue
-                }
-                nonZero = try {
-                    Math.multiplyExact(nonZero, d.toLong())
-                } catch (_: ArithmeticException) {
-                    throw IllegalArgumentException(
-                        "$operation: shape ${shape.toList()} has more than ${Long.MAX_VALUE} elements (more than a Long counts); " +
-                            "pass sizes whose product is at most that (no memory holds such a tensor: split it into smaller ones)",
-                    )
-                }
-            }
-            if (dtype != null) {
-                val fits = Math.multiplyHigh(nonZero, dtype.byteSize.toLong()) == 0L && nonZero * dtype.byteSize >= 0
-                require(fits) {
-                    "$operation: shape ${shape.toList()} of $dtype needs more bytes than a Long counts (${Long.MAX_VALUE}); " +
-                        "split it into smaller tensors"
-                }
-            }
-            return if (empty) 0L else nonZero
-        }
 
         /** [zero] false: the caller overwrites every byte, so a reused block is not cleared first. */
         private fun allocate(dtype: DType, shape: IntArray, arena: Arena?, zero: Boolean = true): Tensor {
-            val bytes = elementCount(shape, dtype, "zeros") * dtype.byteSize
+            val bytes = TensorShapes.elementCount(shape, dtype, "zeros") * dtype.byteSize
             return if (arena != null) {
                 Tensor(dtype, shape, Device.Host, arena.allocate(bytes, ALIGNMENT), 0L, null, null)
             } else {
@@ -530,52 +451,45 @@ public class Tensor private constructor(
         @JvmStatic
         public fun zerosLike(like: Tensor): Tensor = allocate(like.dtype, like.dims, null)
 
-        private fun resolveShape(count: Int, shape: IntArray): IntArray {
-            if (shape.isEmpty()) return intArrayOf(count)
-            val n = elementCount(shape, null, "of")
-            require(n == count.toLong()) { "of: shape ${shape.toList()} holds $n elements but $count values were given; pass a shape whose sizes multiply to $count" }
-            return shape
-        }
-
         /** A Float32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: FloatArray, vararg shape: Int): Tensor =
-            allocate(DType.Float32, resolveShape(values.size, shape), null, zero = false).also {
-                MemorySegment.copy(values, 0, it.segment, F32, 0, values.size)
+            allocate(DType.Float32, TensorShapes.resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, TensorElements.F32, 0, values.size)
             }
 
         /** A Float64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(DType.Float64, resolveShape(values.size, shape), null, zero = false).also {
-                MemorySegment.copy(values, 0, it.segment, F64, 0, values.size)
+            allocate(DType.Float64, TensorShapes.resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, TensorElements.F64, 0, values.size)
             }
 
         /** An Int32 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: IntArray, vararg shape: Int): Tensor =
-            allocate(DType.Int32, resolveShape(values.size, shape), null, zero = false).also {
-                MemorySegment.copy(values, 0, it.segment, I32, 0, values.size)
+            allocate(DType.Int32, TensorShapes.resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, TensorElements.I32, 0, values.size)
             }
 
         /** An Int64 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: LongArray, vararg shape: Int): Tensor =
-            allocate(DType.Int64, resolveShape(values.size, shape), null, zero = false).also {
-                MemorySegment.copy(values, 0, it.segment, I64, 0, values.size)
+            allocate(DType.Int64, TensorShapes.resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, TensorElements.I64, 0, values.size)
             }
 
         /** An Int16 tensor holding a copy of [values]; shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: ShortArray, vararg shape: Int): Tensor =
-            allocate(DType.Int16, resolveShape(values.size, shape), null, zero = false).also {
-                MemorySegment.copy(values, 0, it.segment, I16, 0, values.size)
+            allocate(DType.Int16, TensorShapes.resolveShape(values.size, shape), null, zero = false).also {
+                MemorySegment.copy(values, 0, it.segment, TensorElements.I16, 0, values.size)
             }
 
         /** A [DType.Bool] tensor holding [values] (1 for true, 0 for false); shape defaults to one dimension. */
         @JvmStatic
         public fun of(values: BooleanArray, vararg shape: Int): Tensor =
-            allocate(DType.Bool, resolveShape(values.size, shape), null, zero = false).also { t ->
+            allocate(DType.Bool, TensorShapes.resolveShape(values.size, shape), null, zero = false).also { t ->
                 val s = t.segment
                 for (i in values.indices) s.set(ValueLayout.JAVA_BYTE, i.toLong(), if (values[i]) 1 else 0)
             }
@@ -586,14 +500,14 @@ public class Tensor private constructor(
          */
         @JvmStatic
         public fun fromLongs(dtype: DType, values: LongArray, vararg shape: Int): Tensor =
-            allocate(dtype, resolveShape(values.size, shape), null, zero = false).also { t ->
+            allocate(dtype, TensorShapes.resolveShape(values.size, shape), null, zero = false).also { t ->
                 for (i in values.indices) t.setLong(i.toLong(), values[i])
             }
 
         /** A tensor of [dtype] holding [values] converted with [setDouble]; shape defaults to one dimension. */
         @JvmStatic
         public fun fromDoubles(dtype: DType, values: DoubleArray, vararg shape: Int): Tensor =
-            allocate(dtype, resolveShape(values.size, shape), null, zero = false).also { t ->
+            allocate(dtype, TensorShapes.resolveShape(values.size, shape), null, zero = false).also { t ->
                 for (i in values.indices) t.setDouble(i.toLong(), values[i])
             }
 
@@ -603,7 +517,7 @@ public class Tensor private constructor(
          */
         @JvmStatic
         public fun wrap(segment: MemorySegment, dtype: DType, vararg shape: Int): Tensor {
-            val bytes = elementCount(shape, dtype, "wrap") * dtype.byteSize
+            val bytes = TensorShapes.elementCount(shape, dtype, "wrap") * dtype.byteSize
             require(segment.byteSize() == bytes) {
                 "wrap: segment has ${segment.byteSize()} bytes but $dtype${shape.toList()} needs $bytes; slice the segment to size"
             }
@@ -629,7 +543,7 @@ public class Tensor private constructor(
                 "wrap: the ByteBuffer is a heap buffer, which native code cannot use; allocate it with ByteBuffer.allocateDirect, " +
                     "or copy its contents into Tensor.zeros(...)"
             }
-            val bytes = elementCount(shape, dtype, "wrap") * dtype.byteSize
+            val bytes = TensorShapes.elementCount(shape, dtype, "wrap") * dtype.byteSize
             require(buffer.remaining().toLong() == bytes) {
                 "wrap: the ByteBuffer has ${buffer.remaining()} bytes between its position and limit but $dtype${shape.toList()} needs $bytes; " +
                     "set its position and limit to the tensor's bytes (or slice it)"
@@ -643,7 +557,7 @@ public class Tensor private constructor(
         public fun wrapDevice(device: Device, address: Long, dtype: DType, vararg shape: Int): Tensor {
             require(device.isGpu) { "wrapDevice needs a GPU device (Device.Cuda or Device.Rocm); for host memory use wrap" }
             require(address != 0L) { "wrapDevice: device address is null" }
-            elementCount(shape, dtype, "wrapDevice")
+            TensorShapes.elementCount(shape, dtype, "wrapDevice")
             return Tensor(dtype, shape, device, null, address, null, null)
         }
 
@@ -657,7 +571,7 @@ public class Tensor private constructor(
             require(tensors.isNotEmpty()) { "concat needs at least one tensor" }
             val first = tensors[0]
             val d = first.normalizeDim(dim)
-            val total = checkConcat(tensors, d)
+            val total = TensorConcat.checkConcat(tensors, d)
             val outShape = first.dims.copyOf().also { it[d] = total }
             return concatInto(tensors, zeros(first.dtype, *outShape), dim)
         }
@@ -671,47 +585,13 @@ public class Tensor private constructor(
             require(tensors.isNotEmpty()) { "concat needs at least one tensor" }
             val first = tensors[0]
             val d = first.normalizeDim(dim)
-            val total = checkConcat(tensors, d)
+            val total = TensorConcat.checkConcat(tensors, d)
             val expected = first.dims.copyOf().also { it[d] = total }.toList()
             require(out.dtype == first.dtype && out.shape == expected) {
                 "concatInto: output is ${out.dtype}${out.shape} but the joined tensors make ${first.dtype}$expected"
             }
-            val outer = first.outerCount(d)
-            val inner = first.stride(d) * first.dtype.byteSize
-            val dst = out.segment
-            val outRow = total * inner
-            var colOffset = 0L
-            for (t in tensors) {
-                val rowBytes = t.dims[d] * inner
-                val src = t.segment
-                if (outer == 1L) {
-                    MemorySegment.copy(src, 0, dst, colOffset, rowBytes)
-                } else {
-                    for (o in 0 until outer) MemorySegment.copy(src, o * rowBytes, dst, o * outRow + colOffset, rowBytes)
-                }
-                colOffset += rowBytes
-            }
+            TensorConcat.copyJoined(tensors, out, d, total)
             return out
-        }
-
-        private fun checkConcat(tensors: List<Tensor>, d: Int): Int {
-            val first = tensors[0]
-            var total = 0
-            for ((i, t) in tensors.withIndex()) {
-                require(t.hostSegment != null) { "concat needs host tensors; tensor $i is on ${t.device}" }
-                require(t.dtype == first.dtype) { "concat: tensor $i is ${t.dtype} but tensor 0 is ${first.dtype}; convert them to one dtype" }
-                require(t.dims.size == first.dims.size && t.dims.indices.all { it == d || t.dims[it] == first.dims[it] }) {
-                    "concat along dim $d: tensor $i has shape ${t.shape}, tensor 0 has ${first.shape}; every size but dim $d must match"
-                }
-                total = try {
-                    Math.addExact(total, t.dims[d])
-                } catch (_: ArithmeticException) {
-                    throw IllegalArgumentException(
-                        "concat: the joined tensors' dimension $d would hold more than ${Int.MAX_VALUE} elements (a size is an Int); join fewer tensors or split them",
-                    )
-                }
-            }
-            return total
         }
     }
 }

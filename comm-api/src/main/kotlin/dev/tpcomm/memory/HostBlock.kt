@@ -21,7 +21,10 @@ internal class SlabBlock(segment: MemorySegment, private val slab: Slab, private
     override fun run() = slab.sizeClass.free(slab, index)
 }
 
-/** A large allocation with an arena of its own; [run] closes the arena (the memory is unmapped). */
-internal class ArenaBlock(segment: MemorySegment, private val arena: Arena) : HostBlock(segment) {
-    override fun run() = arena.close()
+/** A large allocation with an arena of its own; [run] closes the arena (the memory is freed) and gives its bytes back to [pool]'s budget. */
+internal class ArenaBlock(segment: MemorySegment, private val arena: Arena, private val pool: HostMemoryPool) : HostBlock(segment) {
+    override fun run() {
+        arena.close()
+        pool.releaseLarge(segment.byteSize())
+    }
 }

@@ -45,6 +45,7 @@ internal class SizeClass(
             if (slab.isEmpty) {
                 emptySlabs--
                 pool.emptyBytes.addAndGet(-slabBytes)
+                slab.idleTicks = 0
             }
             if (slab.freeCount > 0) {
                 index = slab.freeStack[--slab.freeCount]
@@ -64,13 +65,19 @@ internal class SizeClass(
         return SlabBlock(segment, slab, index)
     }
 
-    /** Makes a new slab available (the arena's allocation, which zeroes the slab, runs outside the lock). */
+    /**
+     * Makes a new slab available (the arena's allocation, which zeroes the slab, runs outside the
+     * lock), after counting it against the pool's budget; adds none when, while the budget was
+     * reclaiming, a slab of this class got a free block.
+     */
     private fun addSlab() {
+        if (!pool.reserve(slabBytes) { hasAvailable() }) return
         val arena = Arena.ofShared()
         val memory: MemorySegment = try {
             arena.allocate(slabBytes, HostMemoryPool.SLAB_ALIGNMENT)
         } catch (e: Throwable) {
             arena.close()
+            pool.budget.release(slabBytes)
             throw e
         }
         val slab = Slab(this, arena, memory, blocksPerSlab)
@@ -86,10 +93,12 @@ internal class SizeClass(
     /**
      * Gives block [index] of [slab] back. A slab that becomes wholly free is kept for reuse while
      * the class keeps at most [HostMemoryPool.classRetainBytes] and the pool at most
-     * [HostMemoryPool.retainBytes] of free slabs; otherwise its memory goes back to the system.
+     * [HostMemoryPool.retainBytes] of free slabs, or while the pool is
+     * [under pressure][HostMemoryPool.underPressure]; otherwise its memory goes back to the system.
      */
     fun free(slab: Slab, index: Int) {
         var release = false
+        var startTrimmer = false
         synchronized(this) {
             check(!slab.released) { "block freed into a released slab" }
             slab.freeStack[slab.freeCount++] = index
@@ -99,11 +108,12 @@ internal class SizeClass(
                 available.add(slab)
             }
             if (slab.isEmpty) {
-                val keep = (emptySlabs + 1) * slabBytes <= pool.classRetainBytes &&
-                    pool.emptyBytes.get() + slabBytes <= pool.retainBytes
+                val keep = ((emptySlabs + 1) * slabBytes <= pool.classRetainBytes &&
+                    pool.emptyBytes.get() + slabBytes <= pool.retainBytes) || pool.underPressure()
                 if (keep) {
                     emptySlabs++
                     pool.emptyBytes.addAndGet(slabBytes)
+                    startTrimmer = true
                 } else {
                     available.remove(slab)
                     slab.listed = false
@@ -113,7 +123,43 @@ internal class SizeClass(
                 }
             }
         }
-        if (release) slab.release()
+        if (release) {
+            slab.release()
+            pool.budget.release(slabBytes)
+        }
+        if (startTrimmer) pool.trimmer.start()
+    }
+
+    private fun hasAvailable(): Boolean = synchronized(this) { available.isNotEmpty() }
+
+    /**
+     * Gives back the wholly free slabs that spent at least [idleTicks] trimmer ticks free (0: every
+     * wholly free slab now) and counts one more idle tick on the others. Returns the bytes given back.
+     */
+    fun trimEmpty(idleTicks: Int): Long {
+        var victims: ArrayList<Slab>? = null
+        synchronized(this) {
+            if (emptySlabs == 0) return 0
+            val it = available.iterator()
+            while (it.hasNext()) {
+                val slab = it.next()
+                if (!slab.isEmpty) continue
+                if (idleTicks > 0 && slab.idleTicks++ < idleTicks) continue
+                it.remove()
+                slab.listed = false
+                slab.released = true
+                emptySlabs--
+                slabs--
+                pool.emptyBytes.addAndGet(-slabBytes)
+                (victims ?: ArrayList<Slab>().also { v -> victims = v }).add(slab)
+            }
+        }
+        val v = victims ?: return 0
+        for (slab in v) {
+            slab.release()
+            pool.budget.release(slabBytes)
+        }
+        return v.size * slabBytes
     }
 
     /** Blocks handed out and not given back. */

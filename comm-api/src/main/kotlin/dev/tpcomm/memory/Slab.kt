@@ -27,6 +27,12 @@ internal class Slab(
     /** True while the slab is on its size class's list of slabs with a block to hand out. */
     @JvmField var listed: Boolean = false
 
+    /**
+     * Ticks of the [IdleSlabTrimmer] this slab spent wholly free without an allocation from it;
+     * reset by every allocation from a wholly free slab.
+     */
+    @JvmField var idleTicks: Int = 0
+
     /** Set once [release] closed the arena; the slab is then unreachable from the pool. */
     @JvmField var released: Boolean = false
 

@@ -5,6 +5,7 @@ import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.longs.shouldBeLessThanOrEqual
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.shouldNotBe
+import io.kotest.matchers.string.shouldContain
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.CyclicBarrier
 import java.util.concurrent.Executors
@@ -115,5 +116,60 @@ class HostMemoryPoolSpec : FunSpec({
         futures.forEach { it.get(120, TimeUnit.SECONDS) }
         exec.shutdown()
         pool.blocksInUse() shouldBe 0
+    }
+
+    test("the budget counts whole slabs and large arenas, and gets every byte back when they are freed") {
+        val pool = HostMemoryPool(budget = NativeMemoryBudget(64L shl 20, "test"))
+        val small = List(100) { pool.allocate(64) } // 64-byte class: slabs of 1024 blocks (64 KiB)
+        pool.budget.reserved() shouldBe (64L shl 10)
+        val big = pool.allocate(5L shl 20)
+        pool.budget.reserved() shouldBe (64L shl 10) + (5L shl 20)
+        big.run()
+        small.forEach { it.run() }
+        pool.trimEmptySlabs(0)
+        pool.budget.reserved() shouldBe 0L
+        pool.slabBytes() shouldBe 0L
+    }
+
+    test("live blocks beyond the budget fail with NativeMemoryBudgetException naming the budget, the size classes and the fixes") {
+        val pool = HostMemoryPool(budget = NativeMemoryBudget(8L shl 20, "-Dtpcomm.memory.budget=8m"))
+        val held = List(8) { pool.allocate(1L shl 20) }
+        val e = shouldThrow<dev.tpcomm.NativeMemoryBudgetException> { pool.allocate(1L shl 20) }
+        e.budgetBytes shouldBe (8L shl 20)
+        e.heldBytes shouldBe (8L shl 20)
+        e.message!! shouldContain "budget of 8.0 MiB (from -Dtpcomm.memory.budget=8m)"
+        e.message!! shouldContain "1.0 MiB blocks: 8 in use (8.0 MiB) in 8 slabs (8.0 MiB)"
+        e.message!! shouldContain "close the tensors you no longer need"
+        e.message!! shouldContain "TPCOMM_MEMORY_BUDGET=<size>"
+        held[0].run()
+        pool.allocate(1L shl 20).run() // usable again once memory was freed
+        shouldThrow<dev.tpcomm.NativeMemoryBudgetException> { pool.allocate(9L shl 20) }.message!! shouldContain "needs 9.0 MiB more"
+    }
+
+    test("wholly free slabs kept for reuse go back to the system once idle, and free slabs of other classes are returned under pressure") {
+        val pool = HostMemoryPool(budget = NativeMemoryBudget(4L shl 20, "test"), idleReleaseMillis = 250)
+        List(64) { pool.allocate(1024) }.forEach { it.run() } // one 64 KiB slab of the 1 KiB class, kept free
+        pool.slabBytes() shouldBe (64L shl 10)
+        val deadline = System.nanoTime() + 10_000_000_000L
+        while (pool.slabBytes() > 0 && System.nanoTime() < deadline) Thread.sleep(20)
+        pool.slabBytes() shouldBe 0L
+        pool.budget.reserved() shouldBe 0L
+        // Under pressure: 4 MiB of free 1 MiB slabs are given back for a 256 KiB class.
+        val pool2 = HostMemoryPool(budget = NativeMemoryBudget(4L shl 20, "test"), idleReleaseMillis = 0)
+        List(4) { pool2.allocate(1L shl 20) }.forEach { it.run() }
+        pool2.budget.reserved() shouldBe (4L shl 20)
+        pool2.allocate(200_000).run()
+        pool2.budget.reserved() shouldBe pool2.sizeClassOf(200_000).slabBytes
+    }
+
+    test("under pressure (over 3/4 of the budget) wholly free slabs are kept beyond the retain limits, for the allocations to come") {
+        val tight = HostMemoryPool(retainBytes = 0, classRetainBytes = 0, budget = NativeMemoryBudget(4L shl 20, "test"), idleReleaseMillis = 0)
+        List(4) { tight.allocate(1L shl 20) }.forEach { it.run() }
+        tight.slabBytes() shouldBe (4L shl 20) // kept: 4 MiB counted > 3 MiB
+        List(4) { tight.allocate(1L shl 20) }.forEach { it.run() } // reused, nothing new counted
+        tight.budget.reserved() shouldBe (4L shl 20)
+        val relaxed = HostMemoryPool(retainBytes = 0, classRetainBytes = 0, budget = NativeMemoryBudget(64L shl 20, "test"), idleReleaseMillis = 0)
+        List(4) { relaxed.allocate(1L shl 20) }.forEach { it.run() }
+        relaxed.slabBytes() shouldBe 0L // 4 MiB of 64: no pressure, the retain limits apply
     }
 })
