@@ -393,7 +393,6 @@ public class TcpStore private constructor(
          * @throws StoreConnectionException naming the address and the last error when no server
          * answered within [timeout].
          */
-        @JvmStatic
         public suspend fun connect(host: String, port: Int = DEFAULT_PORT, timeout: Duration = DEFAULT_TIMEOUT): TcpStore {
             require(port in 1..65535) { "store port must be in 1..65535, got $port" }
             require(timeout.isPositive()) { "store timeout must be positive, got $timeout" }
