@@ -41,8 +41,8 @@ public class LaunchEnvironment private constructor(
         return "the local (in-process) backend runs every rank in one JVM, but this process's environment describes a world of " +
             "$processes processes started by $launcher (${variables.joinToString(" ")}): each process would build a world of its own " +
             "and wait for ranks that live in other JVMs. Across processes use \"mpi\" (launched by mpirun/mpiexec, or srun with MPI) " +
-            "or \"nccl\"/\"rccl\" (launched by mpirun, torchrun, srun or a Kubernetes job; rendezvous through MPI or " +
-            "CommConfig.rendezvous \"file:///shared/path\"); to run several ranks in one JVM, start it without a launcher and " +
+            "or \"nccl\"/\"rccl\" (launched by mpirun, torchrun, srun or a Kubernetes job; rendezvous through MPI, " +
+            "env:// (MASTER_ADDR, MASTER_PORT), tcp://host:port or file:///shared/path); to run several ranks in one JVM, start it without a launcher and " +
             "call runLocalWorld(n) { comm -> ... } or LocalWorld(n)."
     }
 

@@ -61,8 +61,12 @@ class FileStoreTest : FunSpec({
         BootstrapChannel.fromConfig(CommConfig(), env = emptyMap()).second shouldBe null
         shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2), env = emptyMap()) }
             .message shouldContain "set CommConfig.rendezvous"
-        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "tcp://x"), env = emptyMap()) }
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "udp://x"), env = emptyMap()) }
             .message shouldContain "unknown rendezvous"
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "tcp://x"), env = emptyMap()) }
+            .message shouldContain "tcp://host:port"
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "env://"), env = emptyMap()) }
+            .message shouldContain "MASTER_ADDR"
         // "mpi" creates an MPI communicator through ServiceLoader; without comm-mpi on the classpath that is a clear error.
         shouldThrow<dev.tpcomm.BackendUnavailableException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "mpi"), env = emptyMap()) }
             .message shouldContain "comm-mpi"

@@ -27,9 +27,13 @@ internal class ServerConnection(
     var closed: Boolean = false
         private set
 
-    /** Reads what the channel has and answers every complete request. */
+    /**
+     * Reads what the channel has and answers every complete request; at most 16 reads per call, so
+     * a client that streams without pause cannot keep the selector from the others.
+     */
     fun onReadable() {
-        while (!closed) {
+        var reads = 0
+        while (!closed && reads++ < 16) {
             if (end == buf.size) {
                 if (start > 0) {
                     System.arraycopy(buf, start, buf, 0, end - start)
