@@ -15,7 +15,10 @@ import kotlin.time.Duration
  *   `PET_MASTER_ADDR`/`PET_MASTER_PORT`, as PyTorch's `_env_rendezvous_handler` reads the first two.
  *   Under torchrun with `TORCHELASTIC_USE_AGENT_STORE=True` the agent hosts the store on
  *   `MASTER_ADDR:MASTER_PORT`: no rank hosts one, and the keys live under
- *   `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`, the prefix PyTorch's workers use there.
+ *   `/worker/attempt_<TORCHELASTIC_RESTART_COUNT>`, the prefix PyTorch's workers use there
+ *   (`torch/distributed/rendezvous.py`, `_create_c10d_store`: `PrefixStore(f"/worker/attempt_{attempt}",
+ *   tcp_store)`; otherwise `TCPStore(..., is_master = rank == 0)`, rank 0 hosting). PyTorch's Python
+ *   side takes the agent store only for the value `True`; this also takes `true` and `1`.
  * - `tcp://host:port`: rank 0 hosts the store on that port, every rank connects to host:port.
  *
  * Rank 0's server binds the interface that the address names when it is one of this host's (so a
@@ -81,10 +84,19 @@ public object StoreRendezvous {
         }
     }
 
-    /** [host] itself when it names an interface of this machine, else null (every interface). */
-    private fun bindHost(host: String): String? = runCatching {
+    /**
+     * [host] itself when it names a non-loopback interface of this machine, or is written as a
+     * loopback address (`127.0.0.1`, `::1`, `localhost`: a job on one host); else null (every
+     * interface). A host *name* that resolves to loopback here (Debian maps the machine's own name to
+     * 127.0.1.1) gets every interface, since the other hosts resolve it to the real address.
+     */
+    internal fun bindHost(host: String): String? = runCatching {
         val a = InetAddress.getByName(host)
-        if (a.isLoopbackAddress || NetworkInterface.getByInetAddress(a) != null) host else null
+        when {
+            a.isLoopbackAddress -> host.takeIf { it == "localhost" || it.first().isDigit() || ':' in it }
+            NetworkInterface.getByInetAddress(a) != null -> host
+            else -> null
+        }
     }.getOrNull()
 
     /**

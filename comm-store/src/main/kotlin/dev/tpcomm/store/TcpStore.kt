@@ -51,8 +51,9 @@ public class TcpStore private constructor(
         request("set", listOf(key)) { c, d -> send(c, d, writer(StoreProtocol.SET).key(key).bytes(value)) }
     }
 
-    override suspend fun get(key: String, timeout: Duration): ByteArray = request("get", listOf(key)) { c, d ->
+    override suspend fun get(key: String, timeout: Duration): ByteArray = request("get", listOf(key)) { c, _ ->
         awaitKeys(c, listOf(prefixed(key)), timeout, "get")
+        val d = stepDeadline()
         send(c, d, writer(StoreProtocol.GET).key(key))
         readBytes(c, d, "get")
     }
@@ -103,8 +104,9 @@ public class TcpStore private constructor(
 
     override suspend fun multiGet(keys: List<String>, timeout: Duration): List<ByteArray> {
         checkCount(keys.size)
-        return request("multiGet", keys) { c, d ->
+        return request("multiGet", keys) { c, _ ->
             awaitKeys(c, keys.map(::prefixed), timeout, "multiGet")
+            val d = stepDeadline()
             val w = writer(StoreProtocol.MULTI_GET).i64(keys.size.toLong())
             keys.forEach { w.key(it) }
             send(c, d, w)
@@ -164,8 +166,9 @@ public class TcpStore private constructor(
      *
      * @throws StoreTimeoutException when the queue stayed empty for [timeout].
      */
-    public suspend fun queuePop(key: String, timeout: Duration = this.timeout): ByteArray = request("queuePop", listOf(key)) { c, d ->
+    public suspend fun queuePop(key: String, timeout: Duration = this.timeout): ByteArray = request("queuePop", listOf(key)) { c, _ ->
         awaitKeys(c, listOf(prefixed(key)), timeout, "queuePop")
+        val d = stepDeadline()
         send(c, d, writer(StoreProtocol.QUEUE_POP).key(key))
         val n = readI64(c, d, "queuePop")
         if (n <= 0) throw StoreException("queue '$key' of the store at $address was empty when popped (another client took its value)", "queuePop")
@@ -232,6 +235,9 @@ public class TcpStore private constructor(
     // ---- machinery ----
 
     private fun prefixed(key: String) = StoreProtocol.KEY_PREFIX + key
+
+    /** The deadline of one request after a wait (a wait may outlast the store's timeout: it has its own). */
+    private fun stepDeadline() = System.nanoTime() + timeout.inWholeNanoseconds
 
     private fun writer(code: Int) = RequestWriter().u8(code)
 

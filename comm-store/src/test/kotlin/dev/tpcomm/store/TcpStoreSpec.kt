@@ -226,4 +226,32 @@ class TcpStoreSpec : FunSpec({
             }
         }
     }
+
+    test("a get whose own timeout is longer than the store's: the GET after the wait gets a fresh deadline") {
+        TcpStoreServer.start(port = 0, host = "127.0.0.1").use { server ->
+            TcpStore.connect("127.0.0.1", server.port, 400.milliseconds).use { s ->
+                TcpStore.connect("127.0.0.1", server.port, 10.seconds).use { other ->
+                    coroutineScope {
+                        launch { delay(900); other.set("slow", "v".toByteArray()) }
+                        s.get("slow", 5.seconds).text() shouldBe "v"
+                    }
+                    s.multiGet(listOf("slow"), 5.seconds).single().text() shouldBe "v"
+                }
+            }
+        }
+    }
+
+    test("rank 0 binds the interface MASTER_ADDR names when it is this host's, every interface otherwise") {
+        StoreRendezvous.bindHost("127.0.0.1") shouldBe "127.0.0.1"
+        StoreRendezvous.bindHost("localhost") shouldBe "localhost"
+        StoreRendezvous.bindHost("192.0.2.1") shouldBe null // TEST-NET-1: never this host's
+        val local = java.net.NetworkInterface.networkInterfaces().toList().flatMap { it.inetAddresses().toList() }
+            .firstOrNull { !it.isLoopbackAddress && it is java.net.Inet4Address }
+        if (local != null) StoreRendezvous.bindHost(local.hostAddress) shouldBe local.hostAddress
+        StoreRendezvous.address("env://", mapOf("MASTER_ADDR" to "10.1.2.3")) shouldBe StoreRendezvous.Address("10.1.2.3", 29500, false, null)
+        StoreRendezvous.address("env://", mapOf("PET_MASTER_ADDR" to "svc", "PET_MASTER_PORT" to "23456")).port shouldBe 23456
+        StoreRendezvous.address("tcp://h:1234", emptyMap()) shouldBe StoreRendezvous.Address("h", 1234, false, null)
+        shouldThrow<IllegalArgumentException> { StoreRendezvous.address("env://", emptyMap()) }.message shouldContain "MASTER_ADDR"
+        shouldThrow<IllegalArgumentException> { StoreRendezvous.address("env://", mapOf("MASTER_ADDR" to "h", "MASTER_PORT" to "x")) }.message shouldContain "MASTER_PORT"
+    }
 })
