@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-ALL_MODULES=(comm-api comm-coroutines comm-gpu comm-mpi comm-nccl comm-rccl comm-java-interop comm-testkit comm-djl)
+ALL_MODULES=(comm-api comm-store comm-coroutines comm-gpu comm-mpi comm-nccl comm-rccl comm-java-interop comm-testkit comm-djl)
 if [ -n "${API_CHECK_CP:-}" ]; then
   CP="$API_CHECK_CP"
 else

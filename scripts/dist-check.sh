@@ -48,16 +48,16 @@ ls "$home"/lib/comm-*.jar >/dev/null || fail "the archive has no tpcomm jars in 
 # bundle's, scripts/gpu-bundle.sh), and the Java facade's and comm-djl's classes (with DJL's
 # API they need) must load from lib/* alone.
 version=$(basename "$home"); version=${version#tpcomm-}
-for m in comm-api comm-coroutines comm-mpi comm-testkit comm-java-interop comm-djl; do
+for m in comm-api comm-store comm-coroutines comm-mpi comm-testkit comm-java-interop comm-djl; do
   [ -f "$home/lib/$m-$version.jar" ] || fail "the archive's lib/ has no $m-$version.jar (its README says to use lib/*)"
 done
 cat >"$work/LibCheck.java" <<'EOF_JAVA'
 public class LibCheck {
     public static void main(String[] args) throws Exception {
-        for (String c : new String[] {"dev.tpcomm.java.JavaComm", "dev.tpcomm.java.OperationQueue", "dev.tpcomm.djl.DataParallel", "ai.djl.ndarray.NDArray"}) {
+        for (String c : new String[] {"dev.tpcomm.java.JavaComm", "dev.tpcomm.java.OperationQueue", "dev.tpcomm.djl.DataParallel", "ai.djl.ndarray.NDArray", "dev.tpcomm.store.TcpStore"}) {
             Class.forName(c, false, LibCheck.class.getClassLoader());
         }
-        System.out.println("lib/* loads the Java facade and comm-djl");
+        System.out.println("lib/* loads the Java facade, comm-djl and comm-store");
     }
 }
 EOF_JAVA

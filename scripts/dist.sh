@@ -4,7 +4,7 @@
 #     bin/tpcomm-bench   nccl-tests-style benchmark (comm-bench BenchMain; --help)
 #     bin/tpcomm-demo    the tensor-parallel MLP demo (comm-examples DemoMain; --help)
 #     bin/tpcomm-check   the conformance suite against a backend (comm-bench CheckMain; --help)
-#     lib/               every jar they run with, plus the Java facade (comm-java-interop) and comm-djl
+#     lib/               every jar they run with, plus the Java facade (comm-java-interop), comm-djl and comm-store
 #                        with theirs, so that a user's program runs with -cp 'lib/*'
 #     README.md, LICENSE
 #     runtime/           with --jlink: a jlinked JDK 25 (then no Java is needed on the node)
@@ -31,14 +31,14 @@ done
 
 version=$(tpcomm_version)
 if [ "$build" = 1 ]; then
-  echo "building comm-bench, comm-examples, comm-java-interop and comm-djl ..." >&2
-  ./mvnw -B -q -ntp -pl comm-bench,comm-examples,comm-java-interop,comm-djl -am package -DskipTests 2>&1 | { grep -v -e 'sun.misc.Unsafe' -e 'Please consider reporting' >&2 || true; }
+  echo "building comm-bench, comm-examples, comm-java-interop, comm-djl and comm-store ..." >&2
+  ./mvnw -B -q -ntp -pl comm-bench,comm-examples,comm-java-interop,comm-djl,comm-store -am package -DskipTests 2>&1 | { grep -v -e 'sun.misc.Unsafe' -e 'Please consider reporting' >&2 || true; }
 fi
 
 stage=$(mktemp -d /tmp/tpcomm-dist.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 tree="$stage/tpcomm-$version"
-for mod in comm-bench comm-examples comm-java-interop comm-djl; do
+for mod in comm-bench comm-examples comm-java-interop comm-djl comm-store; do
   [ -f "$mod/target/$mod-$version.jar" ] && [ -f "$mod/target/classpath.txt" ] \
     || { echo "dist.sh: $mod is not built (run without --no-build)" >&2; exit 1; }
   tpcomm_dist_jars "$tree/lib" "$mod/target/$mod-$version.jar" "$(cat "$mod/target/classpath.txt")"

@@ -20,7 +20,9 @@ public object Comm {
     )
 
     /**
-     * Creates this process's communicator on [backend] (`"auto"`: the highest-priority available one).
+     * Creates this process's communicator on [backend] (`"auto"`: the highest-priority available one;
+     * never the in-process backend when the environment describes several processes, since it
+     * spans one JVM).
      * Backend names are case-insensitive (`"MPI"` is `"mpi"`). Collective across the ranks described
      * by [config].
      *
@@ -31,11 +33,13 @@ public object Comm {
     public suspend fun create(backend: String = "auto", config: CommConfig = CommConfig.fromEnvironment()): Communicator {
         val all = backends()
         if (backend.equals("auto", ignoreCase = true)) {
+            // A backend that cannot serve this process says so through isAvailable: the in-process
+            // backend, for one, is unavailable when the environment describes several processes.
             val chosen = all.firstOrNull { it.isAvailable() }
                 ?: throw CommunicationErrors.unavailable(
                     "auto",
                     "no backend is available; tried: " + all.joinToString { "${it.name} (${it.unavailableReason() ?: "unavailable"})" } +
-                        ". Add comm-coroutines to the classpath for the in-process backend.",
+                        if (all.any { it.name == "local" }) "" else ". Add comm-coroutines to the classpath for the in-process backend.",
                 )
             return chosen.create(config)
         }

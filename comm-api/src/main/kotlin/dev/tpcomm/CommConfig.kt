@@ -26,8 +26,10 @@ import kotlin.time.toKotlinDuration
  * with compute; not measured on a GPU). `true` turns it on, `false` off (MPI, NCCL, RCCL; the
  * in-process backend ignores it); `TPCOMM_CHECK_CONSISTENCY` sets it in [fromEnvironment].
  * @property flightRecorderSize how many recent operations each communicator remembers for diagnostics.
- * @property rendezvous how GPU backends exchange their bootstrap id: `"mpi"`, `"file:///shared/path"`,
- * or null for automatic (MPI when launched by mpirun).
+ * @property rendezvous how GPU backends exchange their bootstrap id: `"mpi"`, `"env://"` (the store at
+ * `MASTER_ADDR:MASTER_PORT` that rank 0 or torchrun's agent hosts, speaking PyTorch's TCPStore
+ * protocol; comm-store), `"tcp://host:port"` (the store rank 0 hosts there), `"file:///shared/path"`,
+ * or null for automatic (MPI when launched by mpirun, `env://` when `MASTER_ADDR` is set).
  * @property options backend-specific settings, by name (each backend documents its keys).
  * @property flightRecorderDir a directory where each rank writes its flight-recorder dump,
  * `<dir>/<communicator>-rank<R>.json`, on a timeout, abort or mismatch, on `close()` after a failure,

@@ -6,6 +6,9 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
+import dev.tpcomm.store.Store
+import dev.tpcomm.store.StoreRendezvous
+import dev.tpcomm.store.StoreTimeoutException
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.net.URI
@@ -17,7 +20,8 @@ import kotlin.time.Duration
 
 /**
  * How rank 0's `ncclUniqueId` (128 bytes) reaches the other ranks before the NCCL communicator
- * exists. Implementations: [CommunicatorBootstrap] (any host-tensor communicator, e.g. MPI) and
+ * exists. Implementations: [CommunicatorBootstrap] (any host-tensor communicator, e.g. MPI),
+ * [StoreBootstrap] (a store that speaks PyTorch's TCPStore protocol: `env://`, `tcp://`) and
  * [FileStoreBootstrap]; [BootstrapChannel.fromConfig] picks one from [CommConfig.rendezvous].
  */
 public fun interface BootstrapChannel {
@@ -33,9 +37,12 @@ public fun interface BootstrapChannel {
          * - `"mpi"`: a broadcast over [existing] if given, else over a communicator created with
          *   `Comm.create("mpi", config)` (comm-mpi must be on the classpath; the job launched by `mpirun`);
          * - `"file:///shared/path"`: a [FileStore] at that path;
+         * - `"env://"`: the store at `MASTER_ADDR:MASTER_PORT` (torchrun's, Kubeflow's `PET_MASTER_*`),
+         *   hosted by rank 0, or by torchrun's agent under `TORCHELASTIC_USE_AGENT_STORE`
+         *   ([StoreRendezvous]); `"tcp://host:port"`: the store rank 0 hosts on that port;
          * - null: `"mpi"` when an MPI launcher's variables are set (`OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`),
-         *   [existing] when given, nothing needed for a world of one; otherwise an [IllegalArgumentException]
-         *   saying what to set.
+         *   [existing] when given, nothing needed for a world of one, `"env://"` when `MASTER_ADDR`
+         *   (or `PET_MASTER_ADDR`) is set; otherwise an [IllegalArgumentException] saying what to set.
          *
          * The returned pair's second element is a communicator this function created and the caller
          * should close when done with it (null otherwise).
@@ -64,12 +71,19 @@ public fun interface BootstrapChannel {
                     }
                     FileStoreBootstrap(FileStore(path), config.worldSize, config.timeout) to null
                 }
+                rendezvous != null && (rendezvous.startsWith("env:") || rendezvous.startsWith("tcp:")) ||
+                    (rendezvous == null && ("MASTER_ADDR" in env || "PET_MASTER_ADDR" in env)) -> {
+                    val address = StoreRendezvous.address(rendezvous ?: "env://", env)
+                    val store = StoreRendezvous.connect(address, config.rank, config.timeout)
+                    StoreBootstrap(store, config.worldSize, config.timeout) to store
+                }
                 rendezvous == null -> throw IllegalArgumentException(
                     "a world of ${config.worldSize} ranks needs a rendezvous to share NCCL's unique id: set CommConfig.rendezvous " +
-                        "(or TPCOMM_RENDEZVOUS) to \"mpi\" when launched by mpirun with comm-mpi on the classpath, or to " +
+                        "(or TPCOMM_RENDEZVOUS) to \"mpi\" when launched by mpirun with comm-mpi on the classpath, to \"env://\" " +
+                        "under torchrun or Kubernetes (MASTER_ADDR, MASTER_PORT), to \"tcp://host-of-rank-0:port\", or to " +
                         "\"file:///path/on/a/shared/filesystem\" (a fresh path per job)",
                 )
-                else -> throw IllegalArgumentException("unknown rendezvous '$rendezvous'; use \"mpi\" or \"file:///path\"")
+                else -> throw IllegalArgumentException("unknown rendezvous '$rendezvous'; use \"mpi\", \"env://\", \"tcp://host:port\" or \"file:///path\"")
             }
         }
     }
@@ -115,6 +129,42 @@ public class FileStoreBootstrap(
             store.await(key, timeout)
         } catch (e: TimeoutException) {
             throw IllegalStateException("rank $rank of $worldSize: ${e.message}", e)
+        }
+    }
+
+    private companion object {
+        val GENERATIONS = ConcurrentHashMap<String, AtomicLong>()
+    }
+}
+
+/**
+ * Shares the id through a [Store] (PyTorch's TCPStore protocol: [StoreRendezvous]'s `env://` and
+ * `tcp://`), under the key layout of PyTorch's default process group: rank 0 sets the `n`-th
+ * communicator's id under `default_pg/0//cuda//<n>` (the first one is the key the check of
+ * PyTorch 2.10 found, `/default_pg/0//cuda//0` on the wire), the others wait for it up to
+ * [timeout]. `n` counts the communicators this rank created through this store's address, so a
+ * job may create several (splits, groups) in the same order on every rank.
+ */
+public class StoreBootstrap(
+    private val store: Store,
+    private val worldSize: Int,
+    private val timeout: Duration,
+) : BootstrapChannel {
+    override suspend fun shareUniqueId(rank: Int, id: ByteArray?): ByteArray {
+        val generation = GENERATIONS.computeIfAbsent("$store#$rank") { AtomicLong() }.getAndIncrement()
+        val key = "default_pg/0//cuda//$generation"
+        if (rank == 0) {
+            store.set(key, requireNotNull(id))
+            return id
+        }
+        return try {
+            store.get(key, timeout)
+        } catch (e: StoreTimeoutException) {
+            throw IllegalStateException(
+                "rank $rank of $worldSize: rank 0 did not publish NCCL's unique id under '$key' in $store within $timeout; " +
+                    "check that rank 0 started and that every rank uses the same MASTER_ADDR and MASTER_PORT",
+                e,
+            )
         }
     }
 

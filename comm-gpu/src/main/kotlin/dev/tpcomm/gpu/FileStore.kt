@@ -17,7 +17,8 @@ import kotlin.time.TimeSource
  * ranks on one host), as `torch.distributed`'s `file://` store: ranks write keys and wait for
  * others' keys. Used to hand NCCL's unique id from rank 0 to the other ranks.
  *
- * The file holds one line per write (`key<TAB>base64(value)`); the last write of a key wins.
+ * The file holds one line per write (`key<TAB>base64(value)`, or `key<TAB>!` for a deletion); the
+ * last write of a key wins.
  * Every access holds an OS file lock (`FileChannel.lock`), so processes and threads may share
  * the file. Start each job with a path that does not exist yet (or an empty file): values left by
  * an earlier job would be read as this job's.
@@ -50,6 +51,51 @@ public class FileStore(
             now
         }
     }
+
+    /**
+     * Atomically replaces the value of [key] by [desired] if it equals [expected] and returns the
+     * value now stored; a missing key with an empty [expected] stores [desired], with another
+     * [expected] stores nothing and returns [expected] (PyTorch's TCPStore server answers the same).
+     */
+    public fun compareSet(key: String, expected: ByteArray, desired: ByteArray): ByteArray {
+        checkKey(key)
+        return locked(write = true) { ch ->
+            val now = read(ch)[key]
+            when {
+                now == null && expected.isEmpty() -> desired.also { append(ch, key, it) }
+                now == null -> expected
+                now.contentEquals(expected) -> desired.also { append(ch, key, it) }
+                else -> now
+            }
+        }
+    }
+
+    /** Appends [value] to the value of [key] (a missing key is created with [value]). */
+    public fun append(key: String, value: ByteArray) {
+        checkKey(key)
+        locked(write = true) { ch -> append(ch, key, (read(ch)[key] ?: ByteArray(0)) + value) }
+    }
+
+    /** Deletes [key] (a tombstone line); true if it had a value. */
+    public fun delete(key: String): Boolean {
+        checkKey(key)
+        if (!Files.exists(path)) return false
+        return locked(write = true) { ch ->
+            val had = read(ch).containsKey(key)
+            if (had) write(ch, "$key\t$TOMBSTONE\n")
+            had
+        }
+    }
+
+    /** The keys that have a value now. */
+    public fun keys(): Set<String> = if (!Files.exists(path)) emptySet() else locked(write = false) { ch -> read(ch).keys }
+
+    /**
+     * This file behind the [dev.tpcomm.store.Store] API, with [timeout] as the default deadline of
+     * its waits: the same calls as a TCP store, for jobs whose ranks share a file system. Waits
+     * poll the file (1 ms doubling to 20 ms); `multiSet` writes key by key; `close` does nothing.
+     */
+    public fun asStore(timeout: Duration): dev.tpcomm.store.Store = FileStoreView(this, timeout)
 
     /**
      * Suspends until [key] has a value and returns it.
@@ -102,14 +148,20 @@ public class FileStore(
         for (line in String(buf.array(), 0, buf.position(), Charsets.UTF_8).split('\n')) {
             val tab = line.indexOf('\t')
             if (tab <= 0) continue // an empty or partially written line
-            runCatching { Base64.getDecoder().decode(line.substring(tab + 1)) }.getOrNull()?.let { out[line.substring(0, tab)] = it }
+            val text = line.substring(tab + 1)
+            if (text == TOMBSTONE) {
+                out.remove(line.substring(0, tab))
+                continue
+            }
+            runCatching { Base64.getDecoder().decode(text) }.getOrNull()?.let { out[line.substring(0, tab)] = it }
         }
         return out
     }
 
-    private fun append(ch: FileChannel, key: String, value: ByteArray) {
-        val line = "$key\t${Base64.getEncoder().encodeToString(value)}\n".toByteArray(Charsets.UTF_8)
-        val buf = ByteBuffer.wrap(line)
+    private fun append(ch: FileChannel, key: String, value: ByteArray) = write(ch, "$key\t${Base64.getEncoder().encodeToString(value)}\n")
+
+    private fun write(ch: FileChannel, text: String) {
+        val buf = ByteBuffer.wrap(text.toByteArray(Charsets.UTF_8))
         var pos = ch.size()
         while (buf.hasRemaining()) pos += ch.write(buf, pos)
         ch.force(false)
@@ -119,5 +171,8 @@ public class FileStore(
 
     private companion object {
         val LOCAL_LOCK = Any()
+
+        /** The value part of a deleted key's line: `!` is not a Base64 character. */
+        const val TOMBSTONE = "!"
     }
 }

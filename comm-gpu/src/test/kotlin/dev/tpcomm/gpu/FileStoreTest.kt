@@ -61,10 +61,48 @@ class FileStoreTest : FunSpec({
         BootstrapChannel.fromConfig(CommConfig(), env = emptyMap()).second shouldBe null
         shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2), env = emptyMap()) }
             .message shouldContain "set CommConfig.rendezvous"
-        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "tcp://x"), env = emptyMap()) }
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "udp://x"), env = emptyMap()) }
             .message shouldContain "unknown rendezvous"
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "tcp://x"), env = emptyMap()) }
+            .message shouldContain "tcp://host:port"
+        shouldThrow<IllegalArgumentException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "env://"), env = emptyMap()) }
+            .message shouldContain "MASTER_ADDR"
         // "mpi" creates an MPI communicator through ServiceLoader; without comm-mpi on the classpath that is a clear error.
         shouldThrow<dev.tpcomm.BackendUnavailableException> { BootstrapChannel.fromConfig(CommConfig(worldSize = 2, rendezvous = "mpi"), env = emptyMap()) }
             .message shouldContain "comm-mpi"
+    }
+
+    test("the file store behind the Store API: the same operations as the TCP store") {
+        val s = FileStore(Files.createTempDirectory("tpcomm-store").resolve("api")).asStore(5.seconds)
+        s.set("a", "1".encodeToByteArray())
+        s.get("a").decodeToString() shouldBe "1"
+        s.add("n", 5) shouldBe 5
+        s.add("n", 7) shouldBe 12
+        s.get("n").decodeToString() shouldBe "12"
+        s.compareSet("c", ByteArray(0), "x".encodeToByteArray()).decodeToString() shouldBe "x"
+        s.compareSet("c", "y".encodeToByteArray(), "z".encodeToByteArray()).decodeToString() shouldBe "x"
+        s.compareSet("c", "x".encodeToByteArray(), "z".encodeToByteArray()).decodeToString() shouldBe "z"
+        s.compareSet("missing", "e".encodeToByteArray(), "d".encodeToByteArray()).decodeToString() shouldBe "e"
+        s.check(listOf("a", "n")) shouldBe true
+        s.check(listOf("missing")) shouldBe false
+        s.append("ap", "he".encodeToByteArray())
+        s.append("ap", "llo".encodeToByteArray())
+        s.get("ap").decodeToString() shouldBe "hello"
+        s.multiSet(mapOf("m1" to "one".encodeToByteArray(), "m2" to "two".encodeToByteArray()))
+        s.multiGet(listOf("m2", "m1")).map { it.decodeToString() } shouldBe listOf("two", "one")
+        s.numKeys() shouldBe 6L
+        s.delete("a") shouldBe true
+        s.delete("a") shouldBe false
+        s.check(listOf("a")) shouldBe false
+        s.numKeys() shouldBe 5L
+        s.withPrefix("pg").set("k", "v".encodeToByteArray())
+        s.get("pg/k").decodeToString() shouldBe "v"
+        coroutineScope {
+            val waiter = async(Dispatchers.IO) { s.get("late", 5.seconds) }
+            delay(50)
+            s.set("late", "x".encodeToByteArray())
+            waiter.await().decodeToString() shouldBe "x"
+        }
+        shouldThrow<dev.tpcomm.store.StoreTimeoutException> { s.wait(listOf("never"), 100.milliseconds) }.message shouldContain "never"
     }
 })

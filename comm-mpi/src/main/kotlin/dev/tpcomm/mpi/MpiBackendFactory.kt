@@ -6,6 +6,8 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.CommunicatorCreation
+import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.spi.LaunchEnvironment
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
@@ -26,6 +28,26 @@ public class MpiBackendFactory @JvmOverloads constructor(
     override val priority: Int get() = 50
 
     override fun isAvailable(): Boolean = unavailableReason() == null
+
+    /**
+     * Why MPI cannot form [config]'s world here, or null: no MPI launcher started this process,
+     * yet [config] or the environment describes several processes (torchrun's, Kubeflow's or
+     * Slurm's variables). MPI would start a singleton world of one rank in each process.
+     */
+    private fun noLauncherRefusal(config: CommConfig): String? {
+        if (launched(env)) return null
+        val launch = LaunchEnvironment.read(env)
+        if (config.worldSize <= 1 && !launch.spansProcesses) return null
+        val described = if (launch.launcher != null) {
+            "${launch.processes} processes started by ${launch.launcher} (${launch.variables.joinToString(" ")})"
+        } else {
+            "a world of ${config.worldSize} ranks (CommConfig.worldSize)"
+        }
+        return "no MPI launcher started this process (no OMPI_COMM_WORLD_*, PMI_*, PMIX_* or MPI_LOCALRANKID variables), " +
+            "but it is one of $described: MPI forms a world only from its own launcher, and without one each process " +
+            "would be a singleton world of one rank. Start the job with mpirun or mpiexec (or srun --mpi=pmix), or, under " +
+            "torchrun, Kubernetes or srun without MPI, use \"nccl\" or \"rccl\" with rendezvous env:// (MASTER_ADDR, MASTER_PORT) or tcp://host:port"
+    }
 
     override fun unavailableReason(): String? {
         if (!launched(env)) {
@@ -56,6 +78,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * instead prints it and ends with exit code 14, which makes the launcher end the job.
      */
     override suspend fun create(config: CommConfig): Communicator {
+        noLauncherRefusal(config)?.let { throw CommunicationErrors.unavailable(name, it) }
         val mpiConfig = MpiConfig.from(config.options, env)
         val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
         // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open

@@ -4,6 +4,8 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.LocalWorld
+import dev.tpcomm.spi.CommunicationErrors
+import dev.tpcomm.spi.LaunchEnvironment
 
 /**
  * The `local` backend for [dev.tpcomm.Comm.create]: ranks in this JVM. Priority 10, always available.
@@ -17,16 +19,29 @@ import dev.tpcomm.coroutines.LocalWorld
  * again for a new world. Joining with another world size, or a rank that already joined, throws
  * [IllegalArgumentException]. `create` does not wait for the other ranks: the first collective does.
  *
+ * It spans one JVM, so it refuses to serve a process whose environment describes a world of several
+ * processes (torchrun's `RANK`/`WORLD_SIZE`, Kubeflow's `PET_*`, `SLURM_NTASKS`, an MPI launcher's
+ * world size above 1): [isAvailable] is false there (so `"auto"` never picks it) and [create] throws
+ * [dev.tpcomm.BackendUnavailableException] at once, saying so and naming the launch paths that work,
+ * instead of building a world of its own in each process that waits for ranks in other JVMs.
+ *
  * Like every backend it refuses host tensors over Java heap arrays; the option
  * [ALLOW_HEAP_MEMORY_OPTION] (`local.allowHeapMemory=true`) accepts them for in-process-only programs.
  */
-public class LocalBackendFactory : CommBackendFactory {
+public class LocalBackendFactory internal constructor(private val environment: () -> Map<String, String>) : CommBackendFactory {
+    /** The factory `ServiceLoader` creates: it reads the process's environment. */
+    public constructor() : this(System::getenv)
+
     override val name: String get() = "local"
     override val priority: Int get() = 10
-    override fun isAvailable(): Boolean = true
+    override fun isAvailable(): Boolean = unavailableReason() == null
 
-    override suspend fun create(config: CommConfig): Communicator =
-        if (config.worldSize == 1) LocalWorld(1, config).communicator(0) else LocalWorldRegistry.join(config)
+    override fun unavailableReason(): String? = LaunchEnvironment.read(environment()).localBackendRefusal()
+
+    override suspend fun create(config: CommConfig): Communicator {
+        unavailableReason()?.let { throw CommunicationErrors.unavailable(name, it) }
+        return if (config.worldSize == 1) LocalWorld(1, config).communicator(0) else LocalWorldRegistry.join(config)
+    }
 
     public companion object {
         /** The option naming the world that callers of `Comm.create("local", ...)` join. */
