@@ -156,6 +156,9 @@ class PyTorchInteropSpec : FunSpec({
                     torch.check(listOf("a", "n")) shouldBe true
                     torch.check(listOf("a", "nope")) shouldBe false
                     torch.append("ap", b("he"))
+                    // APPEND has no reply (TCPStore.cpp, TCPStore::append): wait until the server has it
+                    // before appending from another connection, or the two may land in either order.
+                    s.get("ap").text() shouldBe "he"
                     s.append("ap", b("llo"))
                     torch.get("ap").text() shouldBe "hello"
                     torch.wait(listOf("a", "n"), 1000)
