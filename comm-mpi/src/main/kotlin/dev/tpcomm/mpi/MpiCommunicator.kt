@@ -14,6 +14,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.CommunicatorFront
 import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.coroutines.OperationFailedSignal
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.callerMayBeHeld
@@ -27,7 +28,6 @@ import kotlinx.coroutines.CoroutineDispatcher
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.SupervisorJob
-import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive
@@ -317,6 +317,16 @@ public class MpiCommunicator internal constructor(
      * temporaries), the others straight to MPI.
      */
     override suspend fun await(call: Call): Any? {
+        try {
+            return run(call)
+        } finally {
+            // The caller's side of a hand-off ([collective]): its tensors are released once MPI is done too.
+            (call.state as? MpiHandOff)?.callerLeft()
+        }
+    }
+
+    /** [await]'s work: the operation's MPI calls, directly or through [staging]. */
+    private suspend fun run(call: Call): Any? {
         val input = call.input
         val output = call.output
         val staged = staging.needed(input) || staging.needed(output)
@@ -356,16 +366,39 @@ public class MpiCommunicator internal constructor(
                 val position = (call.extra as List<*>).indexOf(rank)
                 runSplit(call, if (position >= 0) 0 else null, if (position >= 0) position else 0)
             }
+            CollectiveOp.Duplicate -> runDuplicate(call)
             else -> error("${call.name} is not a collective of the front")
         }
     }
 
+    /**
+     * A send of the front's retained [tensor]: handed over ([MpiHandOff]) before it goes to the
+     * communicator's thread, so that it stays retained while MPI may read it, also after its caller left.
+     */
     override suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
-        if (staging.needed(tensor)) staging.send(entry, tensor, dst, tag) else runSend(entry, tensor, dst, tag)
+        val handOff = handOver(entry, tensor)
+        try {
+            if (staging.needed(tensor)) staging.send(entry, tensor, dst, tag, handOff) else runSend(entry, tensor, dst, tag, handOff)
+        } finally {
+            handOff.callerLeft()
+        }
     }
 
-    override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo =
-        if (staging.needed(tensor)) staging.recv(entry, tensor, src, tag) else runRecv(entry, tensor, src, tag)
+    /** A receive into the front's retained [tensor], handed over as [issueSend]'s. */
+    override suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
+        val handOff = handOver(entry, tensor)
+        try {
+            return if (staging.needed(tensor)) staging.recv(entry, tensor, src, tag, handOff) else runRecv(entry, tensor, src, tag, handOff)
+        } finally {
+            handOff.callerLeft()
+        }
+    }
+
+    /** The hand-off of the front's retained [tensor] of the message recorded as [entry] ([handOverTensors]). */
+    private fun handOver(entry: FlightRecorder.Entry, tensor: Tensor): MpiHandOff {
+        handOverTensors(entry)
+        return MpiHandOff(this, null, tensor)
+    }
 
     // ------------------------------------------------------------------ collectives
 
@@ -379,7 +412,7 @@ public class MpiCommunicator internal constructor(
             val n = mpiCount(tensor)
             val staging = Tensor.zeros(tensor.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(tensor); val dst = addr(staging); val t = abi.datatype(tensor.dtype)
-            collective(call.entry, name, sig(call), arrayOf(tensor, staging),
+            collective(call, sig(call), arrayOf(tensor, staging),
                 { pre?.apply(); binding.allgather(src, n, t, dst, n, t, handle) },
                 { r -> pre?.apply(); binding.iallgather(src, n, t, dst, n, t, handle, r) })
             HostReduction.reduceBlocks(staging.segment, worldSize, n.toLong(), tensor.dtype, op, tensor.segment)
@@ -391,7 +424,7 @@ public class MpiCommunicator internal constructor(
         }
         reduceInPlace(tensor, op) { pre, n, t, o, payload ->
             val buf = addr(tensor); val inPlace = abi.inPlace
-            collective(call.entry, name, sig(call), tensor,
+            collective(call, sig(call), tensor,
                 { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) },
                 { r -> pre?.apply(); binding.iallreduce(inPlace, buf, n, t, o, handle, r) },
                 payload = payload)
@@ -455,7 +488,7 @@ public class MpiCommunicator internal constructor(
         }
         val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        collective(call.entry, name, sig(call), tensor,
+        collective(call, sig(call), tensor,
             { binding.bcast(buf, n, t, root, handle) },
             { r -> binding.ibcast(buf, n, t, root, handle, r) },
             payload = broadcastPayload(tensor, root))
@@ -480,7 +513,7 @@ public class MpiCommunicator internal constructor(
             val staging = if (rank == root) Tensor.zeros(tensor.dtype, listOf(stagingCount)) else null
             val entry = call.entry
             val src = addr(pre?.target ?: tensor); val dst = staging?.let { addr(it) } ?: 0L
-            collective(entry, name, sig, arrayOf(tensor, staging, pre?.target),
+            collective(call, sig, arrayOf(tensor, staging, pre?.target),
                 { pre?.apply(); binding.gather(src, n, t, dst, n, t, root, handle) },
                 { r -> pre?.apply(); binding.igather(src, n, t, dst, n, t, root, handle, r) })
             pre?.release()
@@ -495,7 +528,7 @@ public class MpiCommunicator internal constructor(
         val rt = workarounds.reduceType(tensor, op)
         if (flip) workarounds.flipTopBits(tensor)
         try {
-            collective(entry, name, sig, if (pre == null) tensor else arrayOf(tensor, pre.target),
+            collective(call, sig, if (pre == null) tensor else arrayOf(tensor, pre.target),
                 { pre?.apply(); binding.reduce(send, recv, n, rt, o, root, handle) },
                 { r -> pre?.apply(); binding.ireduce(send, recv, n, rt, o, root, handle, r) })
         } finally {
@@ -522,7 +555,7 @@ public class MpiCommunicator internal constructor(
         // (MPIR_ERRTEST_ALIAS_COLL, "Buffers must not be aliased"), which failed the call and
         // aborted the communicator.
         val src = addr(input)
-        collective(entry, name, sig(call), arrayOf(input, output, staging),
+        collective(call, sig(call), arrayOf(input, output, staging),
             { binding.allgather(src, n, t, dst, n, t, handle) },
             { r -> binding.iallgather(src, n, t, dst, n, t, handle, r) })
         if (!direct) scatterBlocksAlong(staging, input.shape, output, d)
@@ -547,7 +580,7 @@ public class MpiCommunicator internal constructor(
         if (half) {
             val blocks = Tensor.zeros(input.dtype, listOf(blocksCount(n, name, "the host reduction's staging buffer")))
             val src = addr(send); val dst = addr(blocks)
-            collective(entry, name, sig, arrayOf(input, send, blocks),
+            collective(call, sig, arrayOf(input, send, blocks),
                 { pre?.apply(); binding.alltoall(src, n, t, dst, n, t, handle) },
                 { r -> pre?.apply(); binding.ialltoall(src, n, t, dst, n, t, handle, r) })
             pre?.release()
@@ -559,7 +592,7 @@ public class MpiCommunicator internal constructor(
         val rt = workarounds.reduceType(input, op)
         if (flip) workarounds.flipTopBits(send)
         try {
-            collective(entry, name, sig, arrayOf(input, send, output),
+            collective(call, sig, arrayOf(input, send, output),
                 { pre?.apply(); binding.reduceScatterBlock(src, dst, n, rt, o, handle) },
                 { r -> pre?.apply(); binding.ireduceScatterBlock(src, dst, n, rt, o, handle, r) })
             pre?.release()
@@ -583,7 +616,7 @@ public class MpiCommunicator internal constructor(
         val staging = if (rank != root) null else if (direct) output else Tensor.zeros(input.dtype, listOf(stagingCount))
         val entry = call.entry
         val src = addr(input); val dst = staging?.let { addr(it) } ?: 0L; val t = abi.datatype(input.dtype)
-        collective(entry, name, sig(call), arrayOf(input, output, staging),
+        collective(call, sig(call), arrayOf(input, output, staging),
             { binding.gather(src, n, t, dst, n, t, root, handle) },
             { r -> binding.igather(src, n, t, dst, n, t, root, handle, r) })
         if (output != null && !direct) scatterBlocksAlong(staging!!, input.shape, output, d)
@@ -603,7 +636,7 @@ public class MpiCommunicator internal constructor(
         val send = if (input == null) null else if (direct) input else gatherBlocksAlong(input, d)
         val entry = call.entry
         val src = send?.let { addr(it) } ?: 0L; val dst = addr(output); val t = abi.datatype(output.dtype)
-        collective(entry, name, sig(call), arrayOf(input, send, output),
+        collective(call, sig(call), arrayOf(input, send, output),
             { binding.scatter(src, n, t, dst, n, t, root, handle) },
             { r -> binding.iscatter(src, n, t, dst, n, t, root, handle, r) })
     }
@@ -619,7 +652,7 @@ public class MpiCommunicator internal constructor(
         val recv = if (direct) output else Tensor.zeros(input.dtype, listOf(total))
         val entry = call.entry
         val src = addr(send); val dst = addr(recv); val t = abi.datatype(input.dtype)
-        collective(entry, name, sig(call), arrayOf(input, send, recv, output),
+        collective(call, sig(call), arrayOf(input, send, recv, output),
             { binding.alltoall(src, n, t, dst, n, t, handle) },
             { r -> binding.ialltoall(src, n, t, dst, n, t, handle, r) })
         if (!direct) {
@@ -663,7 +696,7 @@ public class MpiCommunicator internal constructor(
         val cAddr = addr(meta); val dAddr = cAddr + 4L * worldSize
         val sig = sig(call)
         val entry = call.entry
-        collective(entry, name, sig, arrayOf(input, output, meta),
+        collective(call, sig, arrayOf(input, output, meta),
             { binding.allgatherv(src, n, t, dst, cAddr, dAddr, t, handle) },
             { r -> binding.iallgatherv(src, n, t, dst, cAddr, dAddr, t, handle, r) })
         return output
@@ -688,7 +721,7 @@ public class MpiCommunicator internal constructor(
             val meta = intArrays(counts, displs, recvCounts, recvDispls)
             val m = addr(meta); val w4 = 4L * worldSize
             val src = addr(pre?.target ?: input); val dst = addr(blocks)
-            collective(entry, name, sig, arrayOf(input, blocks, meta, pre?.target),
+            collective(call, sig, arrayOf(input, blocks, meta, pre?.target),
                 { pre?.apply(); binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
                 { r -> pre?.apply(); binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) })
             pre?.release()
@@ -702,7 +735,7 @@ public class MpiCommunicator internal constructor(
         val rt = workarounds.reduceType(input, op)
         if (flip) workarounds.flipTopBits(input)
         try {
-            collective(entry, name, sig, arrayOf(input, output, meta, pre?.target),
+            collective(call, sig, arrayOf(input, output, meta, pre?.target),
                 { pre?.apply(); binding.reduceScatter(src, dst, cAddr, rt, o, handle) },
                 { r -> pre?.apply(); binding.ireduceScatter(src, dst, cAddr, rt, o, handle, r) })
             pre?.release()
@@ -730,7 +763,7 @@ public class MpiCommunicator internal constructor(
         val sig = sig(call)
         val entry = call.entry
         val splitsCheck = if (sig == null) null else SplitsExchange(meta, 4 * worldSize, outputSplits, name, entry)
-        collective(entry, name, sig, arrayOf(input, output, meta),
+        collective(call, sig, arrayOf(input, output, meta),
             { binding.alltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle) },
             { r -> binding.ialltoallv(src, m, m + w4, t, dst, m + 2 * w4, m + 3 * w4, t, handle, r) },
             splitsCheck)
@@ -781,7 +814,7 @@ public class MpiCommunicator internal constructor(
 
     private suspend fun runBarrier(call: Call) {
         // With the consistency check the exchange itself is the barrier (MpiSlotPayload.Barrier).
-        collective(call.entry, "barrier", sig(call), null,
+        collective(call, sig(call), null,
             { binding.barrier(handle) },
             { r -> binding.ibarrier(handle, r) },
             payload = if (slotsCarry) MpiSlotPayload.Barrier else null)
@@ -790,12 +823,19 @@ public class MpiCommunicator internal constructor(
     // ------------------------------------------------------------------ point to point
 
     /** [send] of a validated [tensor] MPI takes as it is. */
-    internal suspend fun runSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) {
+    internal suspend fun runSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int, handOff: MpiHandOff?) {
         val name = "send"
         val n = mpiCount(tensor)
-        if (dst == rank) return sendToSelf(entry, tensor, n, tag)
+        if (dst == rank) {
+            // MPI sends a copy: the front's tensor is let go once copied.
+            try {
+                return sendToSelf(entry, tensor, n, tag)
+            } finally {
+                handOff?.mpiDone()
+            }
+        }
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
-        pointToPoint(entry, name, tensor, MpiPending.Kind.Request) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
+        pointToPoint(entry, name, tensor, MpiPending.Kind.Request, handOff) { r -> binding.isend(buf, n, t, dst, tag, handle, r) }
     }
 
     /**
@@ -809,8 +849,7 @@ public class MpiCommunicator internal constructor(
     private suspend fun sendToSelf(entry: FlightRecorder.Entry, tensor: Tensor, n: Int, tag: Int) {
         val name = "send"
         val copy = tensor.copy()
-        recordingFailures(entry, copy) {
-            ensureUsable(name, entry)
+        inFlight(entry) {
             dispatcher.execute {
                 ensureUsable(name, entry)
                 checkAbortNotices(name, entry)
@@ -826,7 +865,6 @@ public class MpiCommunicator internal constructor(
                     }
                 }
             }
-            entry.complete()
         }
     }
 
@@ -834,7 +872,7 @@ public class MpiCommunicator internal constructor(
     private val background = CoroutineScope(dispatcher + SupervisorJob())
 
     /** [recv] into a validated [tensor] MPI takes as it is. */
-    internal suspend fun runRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo {
+    internal suspend fun runRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int, handOff: MpiHandOff?): MessageInfo {
         val name = "recv"
         val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
@@ -850,14 +888,14 @@ public class MpiCommunicator internal constructor(
         // `MPIR_Err_return_comm(NULL, __func__, mpi_errno)`, pmodels/mpich src/binding/c), which
         // the default MPI_ERRORS_ARE_FATAL of MPI_COMM_WORLD turns into an abort of the job.
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
-        val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
+        val status = pointToPoint(entry, name, tensor, MpiPending.Kind.Probe, handOff, probe, receive) { _ -> 0 }
         if (status.refusedBytes >= 0) {
             throw exceptionOf(OperationFailure.OTHER, 
                 name, entry.sequence,
                 "the message from rank ${status.source} (tag ${status.tag}) has ${status.refusedBytes} bytes but the receiving tensor " +
                     "(${tensor.dtype}${tensor.shape}) has ${tensor.byteSize} bytes; nothing was received and the message is still " +
                     "queued: receive it into a tensor of ${status.refusedBytes} bytes (probe tells the size)",
-            ).also { entry.fail(it) }
+            )
         }
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
@@ -867,7 +905,7 @@ public class MpiCommunicator internal constructor(
         val mpiSrc = if (src == Communicator.ANY_SOURCE) abi.anySource else src
         val mpiTag = if (tag == Communicator.ANY_TAG) abi.anyTag else tag
         val probe = MpiStatusResult().also { it.probeSource = mpiSrc; it.probeTag = mpiTag }
-        val status = pointToPoint(entry, name, null, MpiPending.Kind.Probe, probe) { _ -> 0 }
+        val status = pointToPoint(entry, name, null, MpiPending.Kind.Probe, null, probe) { _ -> 0 }
         return MessageInfo(status.source, status.tag, status.byteCount)
     }
 
@@ -895,7 +933,7 @@ public class MpiCommunicator internal constructor(
             val t = Tensor.of(longArrayOf(value))
             val entry = beginPointToPoint(name, t, dst, CONTROL_TAG)
             val buf = t.segment.address(); val type = abi.datatype(t.dtype)
-            pointToPoint(entry, name, t, MpiPending.Kind.Request) { r -> binding.isend(buf, 1, type, dst, CONTROL_TAG, controlHandle, r) }
+            recorded(entry) { pointToPoint(entry, name, t, MpiPending.Kind.Request, null) { r -> binding.isend(buf, 1, type, dst, CONTROL_TAG, controlHandle, r) } }
         }
 
         override suspend fun recv(src: Int): Long {
@@ -905,12 +943,14 @@ public class MpiCommunicator internal constructor(
             val buf = t.segment.address(); val type = abi.datatype(t.dtype)
             val receive = { r: Long, from: Int, withTag: Int -> binding.irecv(buf, 1, type, from, withTag, controlHandle, r) }
             val probe = MpiStatusResult().also { it.probeSource = src; it.probeTag = CONTROL_TAG; it.probeHandle = controlHandle }
-            val status = pointToPoint(entry, name, t, MpiPending.Kind.Probe, probe, receive) { _ -> 0 }
-            if (status.refusedBytes >= 0) {
-                throw exceptionOf(OperationFailure.OTHER, name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
-                    .also { entry.fail(it); markBroken(it) }
+            return recorded(entry) {
+                val status = pointToPoint(entry, name, t, MpiPending.Kind.Probe, null, probe, receive) { _ -> 0 }
+                if (status.refusedBytes >= 0) {
+                    throw exceptionOf(OperationFailure.OTHER, name, entry.sequence, "rank ${status.source} sent a message of ${status.refusedBytes} bytes where an 8-byte token was expected")
+                        .also { markBroken(it) }
+                }
+                t.getLong(0)
             }
-            return t.getLong(0)
         }
 
         override fun ensureUsable() {
@@ -929,19 +969,22 @@ public class MpiCommunicator internal constructor(
         val name = call.name
         val entry = call.entry
         val sig = sig(call)
-        val newHandle = recordingFailures(entry, null) {
-            ensureUsable(name, entry)
-            // onThread: a caller whose withTimeout expires is told at its deadline (recordingFailures).
-            onThread(entry) {
-                ensureUsable(name, entry)
-                if (sig != null) exchangeSignatureBlocking(sig, name, entry)
-                val out = scratchAddress + OFF_HANDLE
-                runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
-                val made = abi.readHandle(scratch, OFF_HANDLE)
-                if (made == abi.commNull) longArrayOf(made, 0L) else longArrayOf(made, controlOf(made, name, entry))
+        val handOff = handOver(call)
+        // onThread: a caller whose withTimeout expires is told at its deadline ([cancelledInFlight]).
+        val newHandle = inFlight(entry) {
+            onThread(handOff) {
+                try {
+                    ensureUsable(name, entry)
+                    if (sig != null) exchangeSignatureBlocking(sig, name, entry)
+                    val out = scratchAddress + OFF_HANDLE
+                    runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
+                    val made = abi.readHandle(scratch, OFF_HANDLE)
+                    if (made == abi.commNull) longArrayOf(made, 0L) else longArrayOf(made, controlOf(made, name, entry))
+                } finally {
+                    handOff.mpiDone()
+                }
             }
         }
-        entry.complete()
         if (newHandle[0] == abi.commNull) return null
         return MpiBackendFactory.wrap(
             runtime, binding, newHandle[0], config, mpiConfig, "${this.name}.split${entry.collectiveSequence}-color$color", existingControl = newHandle[1],
@@ -970,23 +1013,39 @@ public class MpiCommunicator internal constructor(
      * @throws IllegalArgumentException when [commConfig]'s worldSize/rank differ from this communicator's.
      */
     public suspend fun duplicate(commConfig: CommConfig = config, mpi: MpiConfig = mpiConfig): MpiCommunicator {
-        val name = "duplicate"
         require(commConfig.worldSize == worldSize && commConfig.rank == rank) {
-            "$name: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
+            "duplicate: the configuration says rank ${commConfig.rank} of ${commConfig.worldSize}, this communicator is rank $rank of $worldSize"
         }
-        val entry = beginOwnCollective(name)
-        val newHandle = recordingFailures(entry, null) {
-            ensureUsable(name, entry)
-            onThread(entry) {
-                ensureUsable(name, entry)
-                val out = scratchAddress + OFF_HANDLE
-                runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
-                val made = abi.readHandle(scratch, OFF_HANDLE)
-                longArrayOf(made, controlOf(made, name, entry))
+        return duplicateCollective(Duplication(commConfig, mpi)) as MpiCommunicator
+    }
+
+    /** [duplicate]'s settings for the new communicator ([Call.extra] of its call). */
+    private class Duplication(val commConfig: CommConfig, val mpiConfig: MpiConfig)
+
+    /** `MPI_Comm_dup` of [call] ([duplicate], issued by the front as a collective of its own). */
+    private suspend fun runDuplicate(call: Call): MpiCommunicator {
+        val name = call.name
+        val entry = call.entry
+        val settings = call.extra as Duplication
+        val sig = sig(call)
+        val handOff = handOver(call)
+        val newHandle = inFlight(entry) {
+            onThread(handOff) {
+                try {
+                    ensureUsable(name, entry)
+                    if (sig != null) exchangeSignatureBlocking(sig, name, entry)
+                    val out = scratchAddress + OFF_HANDLE
+                    runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
+                    val made = abi.readHandle(scratch, OFF_HANDLE)
+                    longArrayOf(made, controlOf(made, name, entry))
+                } finally {
+                    handOff.mpiDone()
+                }
             }
         }
-        entry.complete()
-        return MpiBackendFactory.wrap(runtime, binding, newHandle[0], commConfig, mpi, "${this.name}.dup${entry.collectiveSequence}", existingControl = newHandle[1])
+        return MpiBackendFactory.wrap(
+            runtime, binding, newHandle[0], settings.commConfig, settings.mpiConfig, "${this.name}.dup${entry.collectiveSequence}", existingControl = newHandle[1],
+        )
     }
 
     // ------------------------------------------------------------------ lifecycle
@@ -1038,14 +1097,9 @@ public class MpiCommunicator internal constructor(
         entry: FlightRecorder.Entry, operation: String, keepAlive: Any?, sig: LongArray?, preSignature: PreSignature? = null,
         payload: MpiSlotPayload? = null, call: () -> Int,
     ) {
-        try {
-            ensureUsable(operation, entry)
-            checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, call)
-            entry.complete()
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
-        }
+        // The library's own check, right before the native call: the state may have changed since the front's.
+        ensureUsable(operation, entry)
+        checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, call)
     }
 
     /**
@@ -1085,16 +1139,17 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * Issues a collective (signature exchange first when enabled) and waits for it: on the caller's
-     * thread when [callerRuns] allows it for this size, the caller may be held ([callerMayBeHeld]:
-     * no `withTimeout` around it, no [dev.tpcomm.coroutines.Overlapping]) and the communicator's
-     * thread is idle (the natural call path at the fast path's cost: no hand-off; the tensors are
-     * retained as on the communicator's thread), else on the communicator's thread with the caller
-     * suspended.
+     * Issues collective [call] (signature exchange first when enabled) and waits for it: on the
+     * caller's thread when [callerRuns] allows it for this size, the caller may be held
+     * ([callerMayBeHeld]: no `withTimeout` around it, no [dev.tpcomm.coroutines.Overlapping]) and
+     * the communicator's thread is idle (the natural call path at the fast path's cost: no hand-off;
+     * the front's retain holds the tensors until the blocking call returned), else on the
+     * communicator's thread with the caller suspended: then the front's retained tensors are handed
+     * over ([MpiHandOff]) and released once both the caller left and MPI is done with them.
+     * [keepAlive] holds every buffer MPI touches (the call's tensors and this backend's staging).
      */
     private suspend fun collective(
-        entry: FlightRecorder.Entry,
-        operation: String,
+        call: Call,
         sig: LongArray?,
         keepAlive: Any?,
         blocking: () -> Int,
@@ -1102,70 +1157,107 @@ public class MpiCommunicator internal constructor(
         preSignature: PreSignature? = null,
         payload: MpiSlotPayload? = null,
     ) {
+        val entry = call.entry
+        val operation = call.name
         if (callerRuns && largestBuffer(keepAlive) <= mpiConfig.callerRunsLimit) {
             val context = currentCoroutineContext()
             // A caller cancelled before the call must not start it (as on the communicator's thread).
             context.ensureActive()
             // Not under the caller's withTimeout (its deadline must fire) or an Overlapping start.
-            if (callerMayBeHeld(context)) {
-                // Retained while MPI may write them, as on the communicator's thread: a close() from
-                // another thread meanwhile only marks them closed (docs/memory.md). A blocking call
-                // that returned, or failed, is done with them.
-                val holds = MpiTensorHolds.retain(keepAlive, operation)
-                try {
-                    if (dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, payload, blocking) }) return
-                } finally {
-                    holds.release()
-                }
+            if (callerMayBeHeld(context) &&
+                dispatcher.runHereIfIdle { inlineBlocking(entry, operation, keepAlive, sig, preSignature, payload, blocking) }
+            ) {
+                return
             }
         }
-        recordingFailures(entry, keepAlive) {
-            ensureUsable(operation, entry)
-            val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
-            val holds = MpiTensorHolds.retain(keepAlive, operation)
-            val pending = try { onThread(entry) {
-                var handedOver = false
+        val handOff = handOver(call)
+        val callerJob = if (blockingMode) null else currentCoroutineContext()[Job]
+        val pending = inFlight(entry) {
+            onThread(handOff) {
+                var handedToRequest = false
                 try {
-                ensureUsable(operation, entry)
-                if (!blockingMode) checkAbortNotices(operation, entry)
-                if (blockingMode) {
-                    checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, blocking)
-                    null
-                } else {
-                    // The signature exchange completes before the operation starts, so mismatched
-                    // collectives never reach MPI; polling it here keeps issue order = call order.
-                    if (sig != null) {
-                        if (preSignature != null) preSignature.polling(sig, callerJob, exchangeWatchesNotices)
-                        exchangeSignaturePolling(sig, operation, entry, callerJob)
-                        ensureUsable(operation, entry)
+                    // The library's own check, right before the native call: the state may have changed while queued.
+                    ensureUsable(operation, entry)
+                    if (!blockingMode) checkAbortNotices(operation, entry)
+                    if (blockingMode) {
+                        checkedBlockingCall(entry, operation, keepAlive, sig, preSignature, payload, blocking)
+                        null
+                    } else {
+                        // The signature exchange completes before the operation starts, so mismatched
+                        // collectives never reach MPI; polling it here keeps issue order = call order.
+                        if (sig != null) {
+                            if (preSignature != null) preSignature.polling(sig, callerJob, exchangeWatchesNotices)
+                            exchangeSignaturePolling(sig, operation, entry, callerJob)
+                            ensureUsable(operation, entry)
+                        }
+                        // A caller cancelled while the signature was exchanged must not start the operation.
+                        if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
+                        val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive)
+                        check(start(p.request), operation, entry)
+                        p.handOff = handOff
+                        handedToRequest = true
+                        p.mainPending = true
+                        p.issued()
+                        p
                     }
-                    // A caller cancelled while the signature was exchanged must not start the operation.
-                    if (callerJob?.isCancelled == true) throw CancellationException("cancelled before $operation started")
-                    val p = MpiPending(this, entry, operation, MpiPending.Kind.Request, keepAlive)
-                    check(start(p.request), operation, entry)
-                    p.holds = holds
-                    handedOver = true
-                    p.mainPending = true
-                    p.issued()
-                    p
-                }
                 } finally {
-                    // MPI is done with the tensors (a blocking call returned, or nothing was
-                    // started), unless a non-blocking operation took them: it releases them when
-                    // it completes (and never when it fails: MPI may still write them).
-                    if (!handedOver) holds.release()
+                    // MPI is done with the tensors (a blocking call returned, or nothing was started),
+                    // unless a non-blocking operation took them: it lets them go when it completes
+                    // (and never when it fails: MPI may still write them).
+                    if (!handedToRequest) handOff.mpiDone()
                 }
-            } } catch (c: CancellationException) {
-                // The thread can see the caller cancelled (its signature poll, the check above) and end
-                // the block with its own CancellationException before the caller's cancellation reaches
-                // it: the caller's own cause is the one to report (a withTimeout's becomes the named
-                // timeout in recordingFailures).
-                currentCoroutineContext().ensureActive()
-                throw c
             }
-            if (pending != null) dispatcher.await(pending)
-            entry.complete()
         }
+        if (pending != null) inFlight(entry) { dispatcher.await(pending) }
+    }
+
+    /**
+     * The hand-off of collective [call] to the communicator's thread ([Call.state], where
+     * [deadlinePassed] finds it): the front's retained tensors become this backend's to release
+     * ([handOverTensors]; [await] lets the caller's side go when it returns).
+     */
+    private fun handOver(call: Call): MpiHandOff {
+        val h = MpiHandOff(this, call, null)
+        call.state = h
+        handOverTensors(call.entry)
+        return h
+    }
+
+    /**
+     * Runs [block], a caller's wait for MPI (its call queued for or running on the communicator's
+     * thread): a closed thread ends it as a closed communicator, and the caller's cancellation
+     * ([cancelledInFlight]) aborts the communicator.
+     */
+    private suspend inline fun <T> inFlight(entry: FlightRecorder.Entry, block: () -> T): T =
+        try {
+            block()
+        } catch (e: NativeDispatcherClosedException) {
+            throw OperationFailedSignal(OperationFailure(OperationFailure.ABORTED, "the communicator was closed", e))
+        } catch (c: CancellationException) {
+            throw cancelledInFlight(entry, c)
+        }
+
+    /**
+     * The caller of [entry]'s operation was cancelled ([c]: its `withTimeout`, a cancelled handle)
+     * while its call was queued for or inside MPI: the peers cannot finish it without this rank, so
+     * the communicator aborts through the front ([abortWith], the peers told), with the front's
+     * [cancellationReason]: a caller's deadline is the named [CommunicationTimeoutException] the
+     * caller gets; any other cancellation stays the caller's. A blocking MPI call still in progress
+     * stays under the watchdog, which applies the job policy (`MPI_Abort` with
+     * [MpiConfig.abortOnTimeout]) at the communicator's deadline.
+     */
+    private suspend fun cancelledInFlight(entry: FlightRecorder.Entry, c: CancellationException): Throwable {
+        // The thread may end the block with its own CancellationException (its signature poll saw
+        // the caller cancelled) before the caller's own reaches it: the caller's cause is the one to report.
+        val cause = try {
+            currentCoroutineContext().ensureActive()
+            c
+        } catch (own: CancellationException) {
+            own
+        }
+        val reason = cancellationReason(entry.operation, entry.sequence, cause, "while its call was in flight")
+        abortWith(reason, abortDetail(notifyPeers = true, MpiAbortNotices.REASON_FAILED, now = false))
+        return if (cause is TimeoutCancellationException) reason else cause
     }
 
     /**
@@ -1173,25 +1265,32 @@ public class MpiCommunicator internal constructor(
      * Unlike `withContext`, the caller does not wait for a block that is running when its coroutine
      * is cancelled (its `withTimeout` expired, its handle was cancelled): it is resumed at once,
      * while the blocking MPI call goes on under the watchdog (the communicator is aborted by the
-     * caller's failure, see [recordingFailures]). A block cancelled before it started never starts,
+     * caller's cancellation, see [cancelledInFlight]). A block cancelled before it started never starts,
      * nor does one whose deadline passed while it was queued: its caller is released then with the
      * [CommunicationTimeoutException] ([deadlinePassed]), whatever holds the thread (not with the
      * opt-in spinning hand-off, `TPCOMM_MPI_HANDOFF_SPIN_US`, whose caller waits for the thread).
      *
      * @throws NativeDispatcherClosedException when the thread is closed.
      */
-    private suspend fun <T> onThread(entry: FlightRecorder.Entry, block: () -> T): T {
-        if (dispatcher.isNativeThread) return block()
+    private suspend fun <T> onThread(handOff: MpiHandOff, block: () -> T): T {
+        if (dispatcher.isNativeThread) {
+            handOff.start()
+            return block()
+        }
         if (dispatcher.isClosed) throw NativeDispatcherClosedException("the MPI thread of $name is closed")
-        if (HANDOFF_SPIN_NANOS > 0) return dispatcher.handOff(HANDOFF_SPIN_NANOS) { detached(block) }
+        if (HANDOFF_SPIN_NANOS > 0) {
+            // The spinning hand-off's caller waits for the thread: its block always starts.
+            handOff.start()
+            return dispatcher.handOff(HANDOFF_SPIN_NANOS) { detached(block) }
+        }
         return suspendCancellableCoroutine { cont ->
-            queuedCallers[entry] = cont
-            cont.invokeOnCancellation { queuedCallers.remove(entry, cont) }
+            // Cancelled while queued: the block never starts, so MPI never holds the tensors.
+            cont.invokeOnCancellation { if (handOff.abandon()) handOff.mpiDone() }
+            handOff.waitWith(cont)
             dispatcher.dispatch(EmptyCoroutineContext, Runnable {
                 // Started: from here its deadline is the job policy's ([deadlinePassed]), not a release.
-                queuedCallers.remove(entry, cont)
-                // A call cancelled (or released at its deadline) while queued must not start: the other ranks are told by the abort.
-                if (cont.isActive) cont.resumeWith(runCatching { detached(block) })
+                // A call cancelled (or released at its deadline) while queued never starts: the other ranks are told by the abort.
+                if (handOff.start()) cont.resumeWith(runCatching { detached(block) })
             })
         }
     }
@@ -1228,14 +1327,6 @@ public class MpiCommunicator internal constructor(
     private var exchangeWatchesNotices: Boolean = false
 
     /**
-     * The callers whose block [onThread] queued for the communicator's thread and that has not
-     * started: [deadlinePassed] releases one at its deadline with its [CommunicationTimeoutException]
-     * (its block then never starts), whatever holds the thread (a user's long block on
-     * [nativeDispatcher], an earlier call still inside MPI).
-     */
-    private val queuedCallers = ConcurrentHashMap<FlightRecorder.Entry, CancellableContinuation<*>>()
-
-    /**
      * Receives that still probe for their message, in issue order (MPI thread only). A receive
      * posts its `MPI_Irecv` only when no earlier one that could take the same message (same source
      * and tag, or a wildcard on either side) still probes, so receives match messages in the order
@@ -1257,51 +1348,61 @@ public class MpiCommunicator internal constructor(
         return false
     }
 
-    /** Issues a non-blocking point-to-point call (or a probe) and waits for its status. */
+    /**
+     * Issues a non-blocking point-to-point call (or a probe) and waits for its status. [handOff]:
+     * the front's retained tensor of the call, released once both the caller left and MPI is done
+     * with [keepAlive] (null: a message of this backend's own, nothing of the front's).
+     */
     private suspend fun pointToPoint(
         entry: FlightRecorder.Entry,
         operation: String,
         keepAlive: Any?,
         kind: MpiPending.Kind,
+        handOff: MpiHandOff?,
         result: MpiStatusResult = MpiStatusResult(),
         /** For a receive: posts it for the probed message (request, source, tag) once a probe found one of the expected size. */
         receive: ((Long, Int, Int) -> Int)? = null,
         start: (Long) -> Int,
     ): MpiStatusResult {
-        recordingFailures(entry, keepAlive) {
-            ensureUsable(operation, entry)
-            val holds = MpiTensorHolds.retain(keepAlive, operation)
-            val pending = dispatcher.execute {
-                var handedOver = false
-                val p = try {
-                    ensureUsable(operation, entry)
-                    checkAbortNotices(operation, entry)
-                    val p = MpiPending(this, entry, operation, kind, keepAlive)
-                    p.result = result
-                    p.receive = receive
-                    if (receive != null) {
-                        p.expectedBytes = (keepAlive as Tensor).byteSize
-                        probingReceives.addLast(p) // here, on the MPI thread, in issue order
+        val pending = inFlight(entry) {
+            try {
+                dispatcher.execute {
+                    // Cancelled while queued: never starts ([abandon] below let the tensor go).
+                    if (handOff != null && !handOff.start()) throw CancellationException("$operation was cancelled before it started")
+                    var handedToRequest = false
+                    val p = try {
+                        // The library's own check, right before the native call: the state may have changed while queued.
+                        ensureUsable(operation, entry)
+                        checkAbortNotices(operation, entry)
+                        val p = MpiPending(this, entry, operation, kind, keepAlive)
+                        p.result = result
+                        p.receive = receive
+                        if (receive != null) {
+                            p.expectedBytes = (keepAlive as Tensor).byteSize
+                            probingReceives.addLast(p) // here, on the MPI thread, in issue order
+                        }
+                        if (kind == MpiPending.Kind.Request) {
+                            check(start(p.request), operation, entry)
+                        } else {
+                            start(0L)
+                        }
+                        p.handOff = handOff
+                        handedToRequest = true
+                        p
+                    } finally {
+                        if (!handedToRequest) handOff?.mpiDone()
                     }
-                    if (kind == MpiPending.Kind.Request) {
-                        check(start(p.request), operation, entry)
-                    } else {
-                        start(0L)
-                    }
-                    p.holds = holds
-                    handedOver = true
+                    p.mainPending = true
+                    p.issued()
                     p
-                } finally {
-                    if (!handedOver) holds.release()
                 }
-                p.mainPending = true
-                p.issued()
-                p
+            } catch (c: CancellationException) {
+                if (handOff != null && handOff.abandon()) handOff.mpiDone()
+                throw c
             }
-            dispatcher.await(pending)
-            entry.complete()
-            return result
         }
+        inFlight(entry) { dispatcher.await(pending) }
+        return result
     }
 
     /** Runs one blocking MPI call (its deadline is the front's: [deadlinePassed] aborts it from the watchdog's thread). */
@@ -1464,51 +1565,6 @@ public class MpiCommunicator internal constructor(
     }
 
     /**
-     * Runs [block], the body of [entry]'s operation: a closed dispatcher becomes
-     * [CommunicatorAbortedException], every failure is recorded (a cancellation in flight also breaks
-     * the communicator), and [keepAlive] (buffers MPI may touch) stays reachable until it returns.
-     */
-    private inline fun <T> recordingFailures(entry: FlightRecorder.Entry, keepAlive: Any?, block: () -> T): T {
-        try {
-            return block()
-        } catch (e: NativeDispatcherClosedException) {
-            val x = exceptionOf(OperationFailure.ABORTED, entry.operationName(), entry.sequence, "the communicator was closed", e)
-            failed(entry, x)
-            throw x
-        } catch (e: TimeoutCancellationException) {
-            // The caller's own deadline (withTimeout) passed while the call was in progress: it is
-            // told now, with the communicator aborted (the other ranks cannot finish the call
-            // without this one); a blocking MPI call still in progress stays under the watchdog,
-            // which applies the job policy (MPI_Abort with abortOnTimeout) at the communicator's deadline.
-            failed(entry, e)
-            val x = exceptionOf(
-                OperationFailure.TIMEOUT,
-                entry.operationName(), entry.sequence,
-                "${entry.operationName()} did not complete before the caller's deadline (withTimeout); the communicator is aborted", e,
-            )
-            entry.fail(x)
-            throw x
-        } catch (e: Throwable) {
-            failed(entry, e)
-            throw e
-        } finally {
-            Reference.reachabilityFence(keepAlive)
-        }
-    }
-
-    private fun failed(entry: FlightRecorder.Entry, e: Throwable) {
-        entry.fail(e)
-        if (e is CancellationException && !isAborted) {
-            markBroken(
-                exceptionOf(OperationFailure.ABORTED, 
-                    entry.operationName(), entry.sequence,
-                    "${entry.operationName()} #${entry.sequence} was cancelled while in flight; the other ranks cannot finish it without this one", e,
-                ),
-            )
-        }
-    }
-
-    /**
      * Aborts this communicator with [cause] through the front (first cause wins), which then tells
      * the peers ([aborting]) unless [notifyPeers] is false (the cause is a peer's notice), with
      * [reason]. The notice is sent from the communicator's thread, after the call it may be blocked
@@ -1602,7 +1658,7 @@ public class MpiCommunicator internal constructor(
         val dump = e.flightRecorderDump
         expire(entry, e, abortDetail(notifyPeers = true, MpiAbortNotices.REASON_TIMEOUT, now = mpiConfig.abortOnTimeout))
         // A caller still queued for the communicator's thread is released now; its call never starts.
-        queuedCallers.remove(entry)?.cancel(e)
+        (call?.state as? MpiHandOff)?.release(e)
         System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}\ntpcomm-mpi: flight recorder of rank $rank: $dump")
         System.err.flush()
         if (mpiConfig.abortOnTimeout) runtime.abort(handle, ABORT_CODE)
@@ -1612,8 +1668,6 @@ public class MpiCommunicator internal constructor(
         if (!mpiConfig.profiling) return
         stats.computeIfAbsent(operation) { MpiOpProfile.Accumulator() }.add(nanos)
     }
-
-    private fun FlightRecorder.Entry.operationName(): String = snapshot().operation
 
     /** The element count of a buffer of [worldSize] blocks of [n] elements, refused beyond what one tensor dimension (and MPI's int count) holds. */
     private fun blocksCount(n: Int, operation: String, what: String): Int {

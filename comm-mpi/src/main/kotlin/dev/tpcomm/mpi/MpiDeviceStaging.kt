@@ -86,13 +86,13 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val h
         comm.runAllToAll(call, copyIn(input), d, output)
     }
 
-    suspend fun send(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int): Unit = staged("send") {
-        comm.runSend(entry, copyIn(tensor), dst, tag)
+    suspend fun send(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int, handOff: MpiHandOff): Unit = staged("send") {
+        comm.runSend(entry, copyIn(tensor), dst, tag, handOff)
     }
 
-    suspend fun recv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo = staged("recv") {
+    suspend fun recv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int, handOff: MpiHandOff): MessageInfo = staged("recv") {
         val h = blank(tensor)
-        val info = comm.runRecv(entry, h, src, tag)
+        val info = comm.runRecv(entry, h, src, tag, handOff)
         copyOut(h, tensor)
         info
     }

@@ -38,8 +38,8 @@ internal class MpiPending(
     /** The message size that [receive] accepts. */
     var expectedBytes: Long = -1
 
-    /** The caller's tensors, released when the operation completes (never when it fails: MPI may still touch them). */
-    var holds: MpiTensorHolds = MpiTensorHolds.NONE
+    /** The front's tensors handed over for this operation: let go when it completes (never when it fails: MPI may still touch them). */
+    var handOff: MpiHandOff? = null
 
     enum class Kind { Request, Probe }
 
@@ -91,7 +91,7 @@ internal class MpiPending(
                             r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
                             mainPending = false
                             retire()
-                            holds.release()
+                            handOff?.mpiDone()
                             return true
                         }
                         // The probed message has the tensor's size: receive exactly it.
@@ -109,7 +109,7 @@ internal class MpiPending(
                     r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
                 }
                 retire()
-                holds.release()
+                handOff?.mpiDone()
                 comm.recordProfile(operation, System.nanoTime() - startNanos)
                 return true
             }
