@@ -84,6 +84,8 @@ public enum class CollectiveOp(
     RecvObject("recvObject", hasTensor = false, isPointToPoint = true),
     /** [dev.tpcomm.Communicator.monitoredBarrier] (composite: the tokens to rank 0 and its answers). */
     MonitoredBarrier("monitoredBarrier", hasTensor = false),
+    /** A backend's collective that makes a new communicator over the same ranks (MPI's `duplicate`), issued as [Split] is. */
+    Duplicate("duplicate", hasTensor = false),
     ;
 
     /** One of the uneven collectives (sizes per rank along dim 0): their extra signature word is about sizes. */

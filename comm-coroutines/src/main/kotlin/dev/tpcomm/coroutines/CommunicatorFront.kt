@@ -608,6 +608,15 @@ public abstract class CommunicatorFront(
     }
 
     /**
+     * A collective of the backend's own that makes a new communicator over the same ranks (MPI's
+     * `duplicate`): issued as [split] and [group] are ([CollectiveOp.Duplicate], numbered, recorded,
+     * signed, timed, completed or failed here; [extra], the backend's settings for it, is the call's
+     * [Call.extra]) and [adopted]. The backend's [await] makes the communicator.
+     */
+    protected suspend fun duplicateCollective(extra: Any?): Communicator =
+        (collective<Any?>(CollectiveOp.Duplicate, null, null, null, null, -1, 0, null, null, extra, null) as Communicator).also { adopted(it) }
+
+    /**
      * Validates nothing (the operation methods did), then: usable, sequence and record under the
      * lock; retain; [issue]; complete or fail; release. The common case (the backend completed in
      * [issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.

@@ -1,5 +1,6 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.CommunicatorFront
 import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
@@ -12,7 +13,7 @@ import dev.tpcomm.spi.DeviceStagingRegistry
 import java.lang.foreign.Arena
 
 /**
- * Runs [comm]'s operations on device tensors that MPI cannot take directly (MPI is not CUDA-aware,
+ * Runs an MPI communicator's operations on device tensors that MPI cannot take directly (MPI is not CUDA-aware,
  * `mpi.cudaAware=Disabled`, or a ROCm tensor) through host memory, with the [DeviceStaging] that
  * [DeviceStagingRegistry] finds for the tensor's device: copy the inputs to host temporaries, run
  * the host operation on them, copy the outputs back. Each operation copies only what it reads
@@ -23,39 +24,49 @@ import java.lang.foreign.Arena
  * copy to the host breaks the communicator (this rank can no longer join the operation its peers
  * are in); a failed copy back does not (every rank finished the operation).
  *
- * Arguments were checked by [comm]'s validator before any of these functions is called (dims come
- * normalised); they run [comm]'s `run*` bodies on the host temporaries, which check nothing again.
+ * Arguments were checked by the front's validator before any of these functions is called (dims
+ * come normalised); they run the [collectives]' and [messages]' `run*` bodies on the host
+ * temporaries, which check nothing again.
  */
-internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val hostWork: MpiHostWork) {
+internal class MpiDeviceStaging(
+    private val front: CommunicatorFront,
+    private val collectives: MpiCollectives,
+    private val messages: MpiPointToPoint,
+    private val failures: MpiFailures,
+    private val hostWork: MpiHostWork,
+    private val runtime: MpiRuntime,
+    /** How the CUDA-awareness was decided, for messages. */
+    private val cudaAwareness: String,
+) {
     /** True when [t] is a device tensor MPI is not given directly ([MpiHostWork.direct]). */
     fun needed(t: Tensor?): Boolean = t != null && t.device.isGpu && !hostWork.direct(t)
 
     suspend fun allReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
         val h = copyIn(tensor)
-        comm.runAllReduce(call, h, op)
+        collectives.runAllReduce(call, h, op)
         copyOut(h, tensor)
         tensor
     }
 
     suspend fun broadcast(call: Call, tensor: Tensor, root: Int): Tensor = staged("broadcast") {
-        val isRoot = comm.rank == root
+        val isRoot = front.rank == root
         val h = if (isRoot) copyIn(tensor) else blank(tensor)
-        comm.runBroadcast(call, h, root)
+        collectives.runBroadcast(call, h, root)
         if (!isRoot) copyOut(h, tensor)
         tensor
     }
 
     suspend fun reduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
         val h = copyIn(tensor)
-        comm.runReduce(call, h, root, op)
-        if (comm.rank == root) copyOut(h, tensor)
+        collectives.runReduce(call, h, root, op)
+        if (front.rank == root) copyOut(h, tensor)
         tensor
     }
 
     suspend fun allGatherInto(call: Call, output: Tensor, input: Tensor, d: Int): Tensor = staged("allGather") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.runAllGather(call, o, i, d)
+        collectives.runAllGather(call, o, i, d)
         copyOut(o, output)
         output
     }
@@ -63,36 +74,36 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val h
     suspend fun reduceScatterInto(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor = staged("reduceScatter") {
         val i = copyIn(input)
         val o = blank(output)
-        comm.runReduceScatter(call, o, i, op, d)
+        collectives.runReduceScatter(call, o, i, op, d)
         copyOut(o, output)
         output
     }
 
     /** The root's result is a new host tensor, as for host inputs. */
     suspend fun gather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? = staged("gather") {
-        comm.runGather(call, copyIn(input), root, d, output)
+        collectives.runGather(call, copyIn(input), root, d, output)
     }
 
     /** [input] is the root's (null on the other ranks, which read none). */
     suspend fun scatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int): Unit = staged("scatter") {
         val i = input?.let { copyIn(it) }
         val o = blank(output)
-        comm.runScatter(call, o, i, root, d)
+        collectives.runScatter(call, o, i, root, d)
         copyOut(o, output)
     }
 
     /** The result is a new host tensor, as for host inputs. */
     suspend fun allToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor = staged("allToAll") {
-        comm.runAllToAll(call, copyIn(input), d, output)
+        collectives.runAllToAll(call, copyIn(input), d, output)
     }
 
-    suspend fun send(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int): Unit = staged("send") {
-        comm.runSend(entry, copyIn(tensor), dst, tag)
+    suspend fun send(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int, handOff: MpiHandOff): Unit = staged("send") {
+        messages.runSend(entry, copyIn(tensor), dst, tag, handOff)
     }
 
-    suspend fun recv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo = staged("recv") {
+    suspend fun recv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int, handOff: MpiHandOff): MessageInfo = staged("recv") {
         val h = blank(tensor)
-        val info = comm.runRecv(entry, h, src, tag)
+        val info = messages.runRecv(entry, h, src, tag, handOff)
         copyOut(h, tensor)
         info
     }
@@ -163,7 +174,7 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val h
             } catch (e: LinkageError) {
                 e
             }
-            throw comm.stagingFailed(operation, message(failure), failure, breaks).also { ownFailure = it }
+            throw failures.stagingFailed(operation, message(failure), failure, breaks).also { ownFailure = it }
         }
 
         private fun stagingFor(t: Tensor): DeviceStaging {
@@ -172,7 +183,7 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val h
 
         private fun refusal(device: Device): String {
             val why = if (device is Device.Cuda) {
-                "this MPI library is not given device pointers (${comm.cudaAwareness})"
+                "this MPI library is not given device pointers ($cudaAwareness)"
             } else {
                 "MPI is only ever given CUDA device pointers"
             }
@@ -186,7 +197,7 @@ internal class MpiDeviceStaging(private val comm: MpiCommunicator, private val h
         fun end(failure: Throwable?) {
             val a = arena ?: return
             // After an operation failure that broke the communicator MPI may still use the temporaries: keep them.
-            if (failure != null && failure !== ownFailure && comm.isAborted) comm.keepForever(a) else a.close()
+            if (failure != null && failure !== ownFailure && front.isAborted) runtime.pin(a) else a.close()
         }
     }
 }

@@ -6,7 +6,7 @@ import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 
-// The request engine of [MpiCommunicator]: non-blocking MPI operations (MPI_I* collectives,
+// The request engine of an MPI communicator: non-blocking MPI operations (MPI_I* collectives,
 // MPI_Isend/MPI_Irecv, probes) as [NativeRequest]s polled by the communicator's NativeDispatcher.
 
 /** A status read back from MPI (source, tag, size). */
@@ -24,9 +24,9 @@ internal class MpiStatusResult {
     var refusedBytes: Long = -1
 }
 
-/** One non-blocking operation in flight, polled by the dispatcher's progress loop. */
+/** One non-blocking operation in flight, polled by the dispatcher's progress loop; knows its communicator only as a [Context]. */
 internal class MpiPending(
-    val comm: MpiCommunicator,
+    private val comm: Context,
     val entry: FlightRecorder.Entry,
     val operation: String,
     var kind: Kind,
@@ -38,10 +38,41 @@ internal class MpiPending(
     /** The message size that [receive] accepts. */
     var expectedBytes: Long = -1
 
-    /** The caller's tensors, released when the operation completes (never when it fails: MPI may still touch them). */
-    var holds: MpiTensorHolds = MpiTensorHolds.NONE
+    /** The front's tensors handed over for this operation: let go when it completes (never when it fails: MPI may still touch them). */
+    var handOff: MpiHandOff? = null
 
     enum class Kind { Request, Probe }
+
+    /** What a poll needs of its communicator ([MpiRequests]). */
+    interface Context {
+        val binding: MpiBinding
+        val abi: MpiAbi
+
+        /** The MPI communicator receives and probes go to by default. */
+        val handle: Long
+
+        /** Throws when the communicator broke while [operation] was in flight, or a peer's notice ended it. */
+        fun checkInFlight(operation: String, entry: FlightRecorder.Entry)
+
+        /** Maps an MPI error code to the named exception (and breaks the communicator). */
+        fun check(rc: Int, operation: String, entry: FlightRecorder.Entry)
+
+        /** Whether an earlier receive still probing could take the message [p] would probe. */
+        fun waitsForEarlierReceive(p: MpiPending): Boolean
+
+        /** [p] stopped probing (it found its message, or failed). */
+        fun probed(p: MpiPending)
+
+        /** An operation was issued / retired: the communicator's and the process's in-flight counts. */
+        fun issued()
+        fun retired()
+
+        /** [operation] completed after [nanos] (the profile). */
+        fun completed(operation: String, nanos: Long)
+
+        /** Keeps [obj] (memory MPI may still touch) reachable for the life of the process. */
+        fun keepForever(obj: Any)
+    }
 
     // Own native memory: several operations may be in flight at once. Freed by the GC only
     // after the operation completed (the dispatcher keeps this object until then, and a failed
@@ -57,23 +88,20 @@ internal class MpiPending(
 
     fun issued() {
         counted = true
-        comm.inFlightOps++
-        comm.runtime.inFlight.incrementAndGet()
+        comm.issued()
     }
 
     private fun retire() {
         if (counted) {
             counted = false
-            comm.inFlightOps--
-            comm.runtime.inFlight.decrementAndGet()
+            comm.retired()
         }
     }
 
     override fun poll(): Boolean {
         val b = comm.binding
         try {
-            comm.ensureNotBrokenWhileInFlight(operation, entry)
-            comm.checkAbortNotices(operation, entry, inFlight = true)
+            comm.checkInFlight(operation, entry)
             when (kind) {
                 Kind.Request -> comm.check(b.test(request, flag, if (result != null) status else comm.abi.statusIgnore), operation, entry)
                 Kind.Probe -> {
@@ -85,13 +113,13 @@ internal class MpiPending(
                     if (post != null && comm.waitsForEarlierReceive(this)) return false
                     comm.check(b.iprobe(r.probeSource, r.probeTag, r.probeHandle ?: comm.handle, flag, status), operation, entry)
                     if (post != null && memory.get(ValueLayout.JAVA_INT, 16) != 0) {
-                        comm.probingReceives.remove(this)
+                        comm.probed(this)
                         val s = comm.abi.statusLayout.parse(memory.asSlice(32, comm.abi.statusLayout.size))
                         if (s.byteCount != expectedBytes) {
                             r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount; r.refusedBytes = s.byteCount
                             mainPending = false
                             retire()
-                            holds.release()
+                            handOff?.mpiDone()
                             return true
                         }
                         // The probed message has the tensor's size: receive exactly it.
@@ -109,15 +137,15 @@ internal class MpiPending(
                     r.source = s.source; r.tag = s.tag; r.byteCount = s.byteCount
                 }
                 retire()
-                holds.release()
-                comm.recordProfile(operation, System.nanoTime() - startNanos)
+                handOff?.mpiDone()
+                comm.completed(operation, System.nanoTime() - startNanos)
                 return true
             }
             return false
         } catch (t: Throwable) {
-            comm.probingReceives.remove(this)
+            comm.probed(this)
             // MPI may still use this operation's buffers: keep them for the life of the process.
-            comm.runtime.pin(this)
+            comm.keepForever(this)
             throw t
         }
     }

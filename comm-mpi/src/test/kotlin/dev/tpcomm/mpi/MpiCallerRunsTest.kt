@@ -141,6 +141,54 @@ class MpiCallerRunsTest : FunSpec({
         comm.close()
     }
 
+    test("a caller released by its withTimeout while its all-reduce is inside MPI: the tensor it closes stays allocated until MPI returns") {
+        val threads = Collections.synchronizedList(ArrayList<String>())
+        val inMpi = CountDownLatch(1)
+        val release = CountDownLatch(1)
+        val comm = mockCommunicator(binding(threads) { inMpi.countDown(); release.await() })
+        comm.settle()
+        val t = Tensor.of(floatArrayOf(1f, 2f))
+        val address = t.segment.address()
+        // Under withTimeout the call is handed to the communicator's thread; its caller is released at the deadline.
+        shouldThrow<CommunicationTimeoutException> { onUserThread { withTimeout(300.milliseconds) { comm.allReduce(t) } } }
+        inMpi.await(5, TimeUnit.SECONDS) shouldBe true
+        comm.isAborted shouldBe true
+        t.close() // the caller is gone, MPI still writes t: the front's retain, handed over, must hold it
+        val others = ArrayList<Tensor>()
+        var reusedWhileInMpi = false
+        while (others.size < 20_000 && !reusedWhileInMpi) {
+            others += Tensor.zeros(DType.Float32, 2).also { if (it.segment.address() == address) reusedWhileInMpi = true }
+        }
+        release.countDown()
+        others.forEach { it.close() }
+        reusedWhileInMpi shouldBe false
+        threads shouldContainExactly listOf("test-mpi")
+        comm.close()
+    }
+
+    test("non-blocking progress: a caller released while its request is in flight leaves the tensor allocated (MPI may still write it)") {
+        val b = binding(Collections.synchronizedList(ArrayList<String>()))
+        val issued = CountDownLatch(1)
+        every { b.iallreduce(any(), any(), any(), any(), any(), any(), any()) } answers { issued.countDown(); 0 }
+        every { b.test(any(), any(), any()) } returns 0 // never completes
+        val comm = mockCommunicator(b, CommConfig(worldSize = 2, rank = 0, checkConsistency = false), MpiConfig(progress = MpiProgress.NonBlocking, abortOnTimeout = false))
+        comm.settle()
+        val t = Tensor.of(floatArrayOf(1f, 2f))
+        val address = t.segment.address()
+        shouldThrow<CommunicationTimeoutException> { onUserThread { withTimeout(300.milliseconds) { comm.allReduce(t) } } }
+        issued.await(5, TimeUnit.SECONDS) shouldBe true
+        comm.isAborted shouldBe true
+        t.close()
+        val others = ArrayList<Tensor>()
+        var reused = false
+        while (others.size < 20_000 && !reused) {
+            others += Tensor.zeros(DType.Float32, 2).also { if (it.segment.address() == address) reused = true }
+        }
+        others.forEach { it.close() }
+        reused shouldBe false
+        comm.close()
+    }
+
     test("an MPI error on the caller's thread breaks the communicator like one on its own thread") {
         val threads = Collections.synchronizedList(ArrayList<String>())
         val b = binding(threads)
