@@ -342,6 +342,18 @@ public abstract class CommunicatorFront(
     /** [deadlinePassed], for [CallOrder]'s deadline scan. */
     internal fun passDeadline(entry: FlightRecorder.Entry, call: Call?) = deadlinePassed(entry, call)
 
+    /**
+     * The exception a call of [operation] (sequence [sequence]) ends with now because this
+     * communicator is closed or failed (the front's one wording each), or null while it is usable:
+     * for a backend's own check right before a library call, when the state may have changed since
+     * the front's. Thread-safe; never blocks.
+     */
+    @InternalTpcommApi
+    public fun unusable(operation: String, sequence: Long): CommunicationException? {
+        if (!closedFlag.get() && failures.cause == null) return null
+        return exceptionOf(refused(operation, collective = false) ?: return null, operation, sequence)
+    }
+
     /** Why [operation] is refused now: closed, failed (the front's one wording each), or the backend's [refusal]. */
     private fun refused(operation: String, collective: Boolean): OperationFailure? {
         if (closedFlag.get()) {

@@ -45,13 +45,8 @@ internal class MpiFailures(
      * recorded as [entry] that timed out ends with its own timeout.
      */
     fun ensureUsable(operation: String, entry: FlightRecorder.Entry?) {
-        val sequence = entry?.sequence ?: CommunicationErrors.NO_SEQUENCE
-        if (front.isClosed) {
-            val closed = errors.closed()
-            throw front.exceptionOf(OperationFailure.ABORTED, operation, sequence, front.abortedMessage(closed), closed)
-        }
-        entry?.timeout?.let { throw it }
-        front.failure?.let { throw errors.abortedBy(operation, sequence, it) }
+        if (!front.isClosed) entry?.timeout?.let { throw it }
+        front.unusable(operation, entry?.sequence ?: CommunicationErrors.NO_SEQUENCE)?.let { throw it }
     }
 
     /** Maps an MPI error code to a [CommunicationException] (and breaks the communicator). */

@@ -1,5 +1,7 @@
 package dev.tpcomm.mpi.jobs
 
+import dev.tpcomm.mpi.duplicate
+
 import dev.tpcomm.CommConfig
 import dev.tpcomm.mpi.MpiBackendFactory
 import dev.tpcomm.mpi.MpiCommunicator
@@ -59,7 +61,8 @@ object MpiConformanceMain {
             val options = ConformanceOptions(maxWorldSize = comm.worldSize, worldSizes = listOf(comm.worldSize)).withSystemProperties()
             val scratch = ScratchCommunicatorFactory { parent, timeout ->
                 val p = parent as MpiCommunicator
-                p.duplicate(p.config.copy(timeout = timeout), p.mpiConfig.copy(abortOnTimeout = false, progress = MpiProgress.NonBlocking))
+                // Through the extension users call on a plain Communicator (dev.tpcomm.mpi.duplicate).
+                (parent as dev.tpcomm.Communicator).duplicate(p.config.copy(timeout = timeout), p.mpiConfig.copy(abortOnTimeout = false, progress = MpiProgress.NonBlocking))
             }
             val only = (System.getProperty("tpcomm.mpi.onlyCases") ?: System.getenv("TPCOMM_MPI_ONLY_CASES"))?.split('|')?.map { it.trim() }?.filter { it.isNotEmpty() }?.toSet()
             val filter: (dev.tpcomm.testkit.ConformanceCase) -> Boolean = {
