@@ -39,6 +39,8 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         private val queue = LinkedBlockingQueue<() -> Unit>()
         @Volatile var error = 0
         @Volatile private var running = true
+        /** Bytes of [freeAsync]s queued on this stream that have not run yet (reusable by [mallocAsync] on it). */
+        val pendingFreeBytes = AtomicLong()
         /** Tasks enqueued minus tasks finished: 0 when the stream is idle. */
         val pending = AtomicLong()
         private val thread = Thread.ofPlatform().daemon(true).name("sim-gpu$device-stream").start {
@@ -149,7 +151,9 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun malloc(ptr: LongArray, bytes: Long): Int {
         if (bytes < 0) return CUDA_INVALID_VALUE
-        ptr[0] = memory.allocate(bytes, currentDevice("malloc"))
+        val p = memory.tryAllocate(bytes, currentDevice("malloc"))
+        if (p == 0L) return CUDA_MEMORY_ALLOCATION
+        ptr[0] = p
         return 0
     }
 
@@ -170,7 +174,9 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
         val s = stream(stream, "mallocAsync") ?: return CUDA_INVALID_HANDLE
         if (bytes < 0) return CUDA_INVALID_VALUE
-        ptr[0] = memory.allocate(bytes, s.device)
+        val p = memory.tryAllocate(bytes, s.device, s.pendingFreeBytes.get())
+        if (p == 0L) return CUDA_MEMORY_ALLOCATION // cudaMallocAsync's exhaustion error (CUDA Runtime API, cudaMallocAsync's returns)
+        ptr[0] = p
         return 0
     }
 
@@ -179,7 +185,11 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val s = stream(stream, "freeAsync") ?: return CUDA_INVALID_HANDLE
         val a = memory.allocationAt(ptr) ?: return CUDA_INVALID_VALUE
         if (stream == 0L && s.device != a.device) platform.recordMisuse("freeAsync of device ${a.device} memory on device ${s.device}'s legacy stream")
-        s.enqueue { memory.release(ptr) }
+        s.pendingFreeBytes.addAndGet(a.bytes)
+        s.enqueue {
+            memory.release(ptr)
+            s.pendingFreeBytes.addAndGet(-a.bytes)
+        }
         return 0
     }
 
@@ -225,6 +235,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun getErrorString(error: Int): String = when (error) {
         CUDA_INVALID_VALUE -> "invalid argument (simulated)"
+        CUDA_MEMORY_ALLOCATION -> "out of memory (simulated)"
         CUDA_INVALID_DEVICE -> "invalid device ordinal (simulated)"
         CUDA_INVALID_HANDLE -> "invalid resource handle (simulated)"
         CUDA_LAUNCH_FAILURE -> "unspecified launch failure (simulated)"
