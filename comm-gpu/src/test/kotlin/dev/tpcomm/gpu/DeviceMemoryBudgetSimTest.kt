@@ -51,4 +51,33 @@ class DeviceMemoryBudgetSimTest : FunSpec({
         outcomes shouldBe listOf("completed", "completed")
         platform.assertNoMisuse()
     }
+
+    test("outputs kept reachable fail at the device budget with NativeMemoryBudgetException naming it and the fixes") {
+        val platform = SimulatedGpuPlatform(deviceMemoryBytes = capacity)
+        val messages = SimulatedWorld(platform).run(2, config) { c ->
+            val input = platform.upload(Tensor.zeros(DType.Float32, elements), Device.Cuda(c.rank))
+            val kept = ArrayList<Tensor>()
+            try {
+                repeat(100) { kept += c.allGather(input) }
+                "no failure"
+            } catch (e: NativeMemoryBudgetException) {
+                e.heldBytes shouldBe kept.size * 2L * (elements * 4L)
+                e.message!!
+            }
+        }
+        messages.forEach { m ->
+            m shouldContain "device memory budget"
+            m shouldContain "close the output tensors"
+            m shouldContain DeviceMemoryBudgetSettings.PROPERTY
+        }
+        platform.assertNoMisuse()
+    }
+
+    test("the device budget's settings: a size, a percentage of the free memory, the default, a bad value") {
+        DeviceMemoryBudgetSettings.resolve("1g", null, 10L shl 30).limit shouldBe (1L shl 30)
+        DeviceMemoryBudgetSettings.resolve(null, "50%", 10L shl 30).limit shouldBe (5L shl 30)
+        DeviceMemoryBudgetSettings.resolve(null, null, 10L shl 30).limit shouldBe (9L shl 30)
+        DeviceMemoryBudgetSettings.resolve(null, null, null).limit shouldBe Long.MAX_VALUE
+        DeviceMemoryBudgetSettings.resolve("lots", null, 10L shl 30).configError!! shouldContain "not a memory size"
+    }
 })

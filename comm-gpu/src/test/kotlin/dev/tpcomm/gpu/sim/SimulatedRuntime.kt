@@ -171,6 +171,14 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         return if (memory.release(ptr)) 0 else CUDA_INVALID_VALUE
     }
 
+    /** `cudaMemGetInfo`: the current device's capacity less its live allocations, and its capacity. */
+    override fun memGetInfo(free: LongArray, total: LongArray): Int {
+        val d = currentDevice("memGetInfo")
+        total[0] = memory.capacityBytes(d)
+        free[0] = (total[0] - memory.usedBytes(d)).coerceAtLeast(0)
+        return 0
+    }
+
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
         val s = stream(stream, "mallocAsync") ?: return CUDA_INVALID_HANDLE
         if (bytes < 0) return CUDA_INVALID_VALUE
