@@ -15,7 +15,10 @@ internal class SimulatedMemory(
     private val capacity: (Int) -> Long = { Long.MAX_VALUE },
     private val onMisuse: (String) -> Unit = {},
 ) {
-    class Allocation(val base: Long, val bytes: Long, val device: Int, val arena: Arena, val segment: MemorySegment)
+    class Allocation(val base: Long, val bytes: Long, val device: Int, val arena: Arena, val segment: MemorySegment) {
+        /** Made by `cudaMalloc` (not stream-ordered): CUDA frees it with `cudaFree`, not `cudaFreeAsync`. */
+        @Volatile var fromMalloc = false
+    }
 
     private val lock = Any()
     private val device = TreeMap<Long, Allocation>()

@@ -153,6 +153,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         if (bytes < 0) return CUDA_INVALID_VALUE
         val p = memory.tryAllocate(bytes, currentDevice("malloc"))
         if (p == 0L) return CUDA_MEMORY_ALLOCATION
+        memory.allocationAt(p)?.fromMalloc = true
         ptr[0] = p
         return 0
     }
@@ -193,6 +194,9 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val s = stream(stream, "freeAsync") ?: return CUDA_INVALID_HANDLE
         val a = memory.allocationAt(ptr) ?: return CUDA_INVALID_VALUE
         if (stream == 0L && s.device != a.device) platform.recordMisuse("freeAsync of device ${a.device} memory on device ${s.device}'s legacy stream")
+        // CUDA pairs cudaFreeAsync with stream-ordered allocations (cudaMallocAsync); cudaMalloc's memory is freed with cudaFree
+        // (CUDA Programming Guide, "Stream-Ordered Memory Allocator").
+        if (a.fromMalloc) platform.recordMisuse("cudaFreeAsync of memory from cudaMalloc (pair cudaMalloc with cudaFree, cudaMallocAsync with cudaFreeAsync)")
         s.pendingFreeBytes.addAndGet(a.bytes)
         s.enqueue {
             memory.release(ptr)
