@@ -80,4 +80,17 @@ class DeviceMemoryBudgetSimTest : FunSpec({
         DeviceMemoryBudgetSettings.resolve(null, null, null).limit shouldBe Long.MAX_VALUE
         DeviceMemoryBudgetSettings.resolve("lots", null, 10L shl 30).configError!! shouldContain "not a memory size"
     }
+
+    test("page-locked staging is freed at close off the device's native thread (cudaFreeHost synchronises the device)") {
+        val platform = SimulatedGpuPlatform()
+        SimulatedWorld(platform).run(2, config) { c ->
+            c.allGatherObject("rank-${c.rank}", kotlinx.serialization.serializer<String>()) shouldBe listOf("rank-0", "rank-1")
+        }
+        val deadline = System.nanoTime() + 5_000_000_000L
+        while (platform.livePinnedAllocations > 0 && System.nanoTime() < deadline) Thread.sleep(5)
+        platform.livePinnedAllocations shouldBe 0
+        platform.pinnedFreeThreads.isEmpty() shouldBe false
+        platform.pinnedFreeThreads.filter { it.startsWith("tpcomm-nccl-device") } shouldBe emptyList()
+        platform.assertNoMisuse()
+    }
 })

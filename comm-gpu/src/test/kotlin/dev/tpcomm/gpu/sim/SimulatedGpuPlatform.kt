@@ -88,6 +88,11 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     /** Number of live simulated device allocations (for leak checks in tests). */
     public val liveAllocations: Int get() = memory.liveDeviceAllocations
 
+    /** Names of the threads that called `cudaFreeHost` (it synchronises the device: never the device's shared native thread). */
+    public val pinnedFreeThreads: List<String> get() = pinnedFreeLog.toList()
+
+    internal val pinnedFreeLog = CopyOnWriteArrayList<String>()
+
     /** Bytes of live device allocations on simulated device [device]. */
     public fun deviceBytesInUse(device: Int): Long = memory.usedBytes(device)
 

@@ -210,7 +210,10 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         return 0
     }
 
-    override fun freeHost(ptr: Long): Int = if (ptr == 0L || memory.releasePinned(ptr)) 0 else CUDA_INVALID_VALUE
+    override fun freeHost(ptr: Long): Int {
+        platform.pinnedFreeLog += Thread.currentThread().name
+        return if (ptr == 0L || memory.releasePinned(ptr)) 0 else CUDA_INVALID_VALUE
+    }
 
     override fun memcpyAsync(dst: Long, src: Long, bytes: Long, kind: Int, stream: Long): Int {
         val s = stream(stream, "memcpyAsync") ?: return CUDA_INVALID_HANDLE
