@@ -28,7 +28,8 @@ import java.util.concurrent.atomic.AtomicBoolean
  * cannot tell, and its block may already hold another tensor. (`-Dtpcomm.memory.pool=false`
  * gives each tensor its own arena again, slower, so that such a stale segment fails with
  * [IllegalStateException]: a debugging aid.) Given an arena, the memory belongs to that arena and
- * [close] only marks the tensor closed. [wrap] and [wrapDevice] never own memory. Views made by
+ * [close] only marks the tensor closed. [wrap] and [wrapDevice] never own memory; device outputs a
+ * backend allocated (`allGather`'s, ...) are freed by [close], ordered after the work queued on them. Views made by
  * [chunk] along dimension 0, [view], [narrow] and [split] share their parent's memory and keep it
  * alive: the block is reused only after the parent is closed (or unreachable, with all its views)
  * and no operation that retained it is in flight.
@@ -49,7 +50,8 @@ public class Tensor private constructor(
     public val device: Device,
     private val hostSegment: MemorySegment?,
     private val deviceAddress: Long,
-    private val ownedMemory: HostBlock?,
+    /** What gives the owned memory back (a [HostBlock], or a device output's free), run once by [close] or the Cleaner. */
+    private val ownedMemory: Runnable?,
     private val parent: Tensor?,
 ) : AutoCloseable {
     internal val dims: IntArray = shape.copyOf()
@@ -559,6 +561,21 @@ public class Tensor private constructor(
             require(address != 0L) { "wrapDevice: device address is null" }
             TensorShapes.elementCount(shape, dtype, "wrapDevice")
             return Tensor(dtype, shape, device, null, address, null, null)
+        }
+
+        /**
+         * A device tensor viewing [address] that **owns** it: [release] gives the memory back, run
+         * exactly once, by the first [close] (after the operations in flight on the tensor, as for host
+         * tensors) or, if the tensor becomes unreachable unclosed, by the Cleaner. [release] must not
+         * reference the tensor. For backends that allocate device outputs.
+         */
+        @InternalTpcommApi
+        @JvmStatic
+        public fun wrapDeviceOwned(device: Device, address: Long, dtype: DType, shape: IntArray, release: Runnable): Tensor {
+            require(device.isGpu) { "wrapDeviceOwned needs a GPU device (Device.Cuda or Device.Rocm)" }
+            require(address != 0L) { "wrapDeviceOwned: device address is null" }
+            TensorShapes.elementCount(shape, dtype, "wrapDeviceOwned")
+            return Tensor(dtype, shape, device, null, address, release, null)
         }
 
         /**

@@ -99,9 +99,9 @@ internal class HostMemoryPool(
     }
 
     /**
-     * Counts [bytes] against the budget. When they do not fit: returns every wholly free slab to
-     * the system, runs `System.gc()` so that the cleaners of unreachable tensors give their blocks
-     * back, and retries with sleeps of 1, 2, 4, ... ms ([MAX_SLEEPS] of them, a sleep after which
+     * Counts [bytes] against the budget. When they do not fit: the shared reclaim loop
+     * ([NativeMemoryBudget.reclaim]) returns every wholly free slab to the system, runs `System.gc()`
+     * so that the cleaners of unreachable tensors give their blocks back, and retries with sleeps of 1, 2, 4, ... ms ([MAX_SLEEPS] of them, a sleep after which
      * memory was freed not counted, up to [MAX_RECLAIM_NANOS] in all). Returns false, counting
      * nothing, as soon as [ready] says the caller no longer needs the bytes (a slab of its class
      * got a free block meanwhile). An interrupt does not stop the retries; it is restored after.
@@ -116,34 +116,8 @@ internal class HostMemoryPool(
             return true
         }
         if (bytes > budget.limit) throw budgetException(bytes)
-        trimEmptySlabs(0)
-        if (budget.tryReserve(bytes)) return true
-        var interrupted = false
-        try {
-            System.gc()
-            val start = System.nanoTime()
-            var sleepMillis = 1L
-            var sleeps = 0
-            while (true) {
-                if (ready != null && ready()) return false
-                if (budget.tryReserve(bytes)) return true
-                trimEmptySlabs(0)
-                if (budget.tryReserve(bytes)) return true
-                if (sleeps >= MAX_SLEEPS || System.nanoTime() - start > MAX_RECLAIM_NANOS) break
-                val heldBefore = heldInUse()
-                try {
-                    Thread.sleep(sleepMillis)
-                } catch (_: InterruptedException) {
-                    interrupted = true
-                }
-                if (heldInUse() < heldBefore) continue // the cleaners are giving memory back: wait on
-                sleepMillis = sleepMillis shl 1
-                sleeps++
-            }
-            throw budgetException(bytes)
-        } finally {
-            if (interrupted) Thread.currentThread().interrupt()
-        }
+        return NativeMemoryBudget.reclaim({ budget.tryReserve(bytes) }, { trimEmptySlabs(0) }, ::heldInUse, ready)
+            ?: throw budgetException(bytes)
     }
 
     /** Armed: the next reservation past [earlyReclaimBytes] starts a background collection. */
@@ -227,15 +201,8 @@ internal class HostMemoryPool(
             (if (parts.isEmpty()) "nothing pooled" else parts.joinToString("; ")) + ". " +
             "Fixes: close the tensors you no longer need (tensor.close(), or use { }), so their memory is reused at once; " +
             "or raise the budget with -D${HostMemoryBudgetSettings.PROPERTY}=<size> or the environment variable " +
-            "${HostMemoryBudgetSettings.ENV}=<size> (for example ${suggestedBudget(held + bytes)})."
+            "${HostMemoryBudgetSettings.ENV}=<size> (for example ${NativeMemoryBudget.suggestedBudget(held + bytes)})."
         return NativeMemoryBudgetException(message, budget.limit, held, bytes)
-    }
-
-    /** A round size, at least twice [needed], written as the settings take it (`256m`, `2g`). */
-    private fun suggestedBudget(needed: Long): String {
-        var b = 1L shl 20
-        while (b < needed * 2 && b < (1L shl 62)) b = b shl 1
-        return if (b >= 1L shl 30) "${b shr 30}g" else "${b shr 20}m"
     }
 
     /** The size class serving [bytes] (for tests). */
@@ -253,11 +220,11 @@ internal class HostMemoryPool(
         const val DEFAULT_IDLE_RELEASE_MILLIS: Long = 5_000
         const val SLAB_ALIGNMENT: Long = 4096
 
-        /** Sleeps of the reclaiming retries: 1 + 2 + ... + 512 ms, about a second (`Bits` sleeps 9 times). */
-        const val MAX_SLEEPS: Int = 10
+        /** The reclaim loop's sleeps ([NativeMemoryBudget.reclaim], shared with the device budgets). */
+        const val MAX_SLEEPS: Int = NativeMemoryBudget.MAX_SLEEPS
 
-        /** Longest a reservation keeps reclaiming while memory is still coming back. */
-        const val MAX_RECLAIM_NANOS: Long = 5_000_000_000L
+        /** Longest a reservation keeps reclaiming ([NativeMemoryBudget.reclaim]). */
+        const val MAX_RECLAIM_NANOS: Long = NativeMemoryBudget.MAX_RECLAIM_NANOS
 
         private const val MAX_CLASSES_LISTED = 6
 

@@ -2,13 +2,16 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
-import java.lang.ref.Cleaner
 
 /**
  * Synchronous copies between host tensors and new device tensors on [device], for tests, tools and
  * data loading (never used by the communicators themselves). Each call makes [device] current on
- * the calling thread, copies on a private stream and waits for the copy. Device tensors from
- * [upload] are freed when they become unreachable. Thread-safe.
+ * the calling thread, copies on a private stream and waits for the copy. A device tensor from
+ * [upload] owns its memory: its `close()` frees it, or the Cleaner once it is unreachable (once
+ * either way). The memory is stream-ordered (`cudaMallocAsync` on the copy's stream, which the
+ * upload waits for) and so freed with `cudaFreeAsync`, as CUDA pairs them (CUDA Programming Guide,
+ * "Stream-Ordered Memory Allocator": memory from `cudaMalloc` is freed with `cudaFree`, which
+ * synchronises the device; stream-ordered memory with `cudaFreeAsync`). Thread-safe.
  *
  * @throws IllegalStateException when a runtime call fails, with its error string.
  */
@@ -23,11 +26,11 @@ public class DeviceCopies(
     public fun upload(host: Tensor): Tensor {
         val p = LongArray(1)
         check(runtime.setDevice(index), "setDevice")
-        check(runtime.malloc(p, host.byteSize.coerceAtLeast(1)), "malloc")
-        copy(p[0], host.segment.address(), host.byteSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE)
-        val t = Tensor.wrapDevice(device, p[0], host.dtype, *host.shape.toIntArray())
-        CLEANER.register(t, Free(runtime, index, p[0]))
-        return t
+        onStream { s ->
+            check(runtime.mallocAsync(p, host.byteSize.coerceAtLeast(1), s), "mallocAsync")
+            if (host.byteSize > 0) check(runtime.memcpyAsync(p[0], host.segment.address(), host.byteSize, DeviceRuntime.MEMCPY_HOST_TO_DEVICE, s), "memcpyAsync")
+        }
+        return Tensor.wrapDeviceOwned(device, p[0], host.dtype, host.shape.toIntArray(), Free(runtime, index, p[0]))
     }
 
     /** A new host tensor holding device tensor [tensor]'s bytes (after the work already queued on it, when that work was waited for). */
@@ -41,12 +44,17 @@ public class DeviceCopies(
 
     private fun copy(dst: Long, src: Long, bytes: Long, kind: Int) {
         if (bytes == 0L) return
+        onStream { s -> check(runtime.memcpyAsync(dst, src, bytes, kind, s), "memcpyAsync") }
+    }
+
+    /** Runs [work] on a new private stream, waits for it (an event) and destroys the stream. */
+    private inline fun onStream(work: (Long) -> Unit) {
         val s = LongArray(1)
         val e = LongArray(1)
         check(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
         try {
             check(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
-            check(runtime.memcpyAsync(dst, src, bytes, kind, s[0]), "memcpyAsync")
+            work(s[0])
             check(runtime.eventRecord(e[0], s[0]), "eventRecord")
             check(runtime.eventSynchronize(e[0]), "eventSynchronize")
         } finally {
@@ -60,18 +68,18 @@ public class DeviceCopies(
     }
 
     /**
-     * Runs on the Cleaner thread, which has no current device: makes the tensor's device current
-     * first (otherwise the runtime acts on device 0 and opens a context there), then frees on the
-     * legacy default stream (`cudaFreeAsync(ptr, 0)`), which never blocks the shared Cleaner thread.
+     * The tensor's release (its first close, or the Cleaner): makes the tensor's device current
+     * (otherwise the runtime acts on device 0 and opens a context there), frees on the legacy default
+     * stream (`cudaFreeAsync(ptr, 0)`, after the work queued there; never blocks), and restores the
+     * calling thread's current device.
      */
     private class Free(val runtime: DeviceRuntime, val device: Int, val ptr: Long) : Runnable {
         override fun run() {
+            val previous = IntArray(1)
+            val restore = runtime.getDevice(previous) == DeviceRuntime.SUCCESS
             runtime.setDevice(device)
             runtime.freeAsync(ptr, 0L)
+            if (restore && previous[0] != device) runtime.setDevice(previous[0])
         }
-    }
-
-    private companion object {
-        val CLEANER: Cleaner = Cleaner.create()
     }
 }

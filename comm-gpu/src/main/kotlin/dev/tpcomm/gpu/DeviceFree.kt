@@ -1,26 +1,31 @@
 package dev.tpcomm.gpu
 
 /**
- * Frees an output's device memory once its tensor is unreachable, ordered after the work queued
- * on [consumer] (the producer stream of the call that made it, the stream the caller reads
- * outputs on) by then: on the device's native thread, an event on [consumer] that [stream] waits
- * for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends). Without that order
- * the pool could hand the block to the next allocation while a kernel still reads it (PyTorch's
- * `recordStream` exists for this; docs/nccl-semantics.md C7). After the thread ended, from the
- * Cleaner thread with the tensor's device made current, `cudaFreeAsync` on [consumer] itself.
+ * Frees an output's device memory, once: at the tensor's first `close()` (after the operations in
+ * flight on it) or, if it was never closed, from the Cleaner once it is unreachable (the tensor owns
+ * this action: `Tensor.wrapDeviceOwned`, whose Cleanable runs it at most once). Ordered after the
+ * work queued on [consumer] (the producer stream of the call that made it, the stream the caller
+ * reads outputs on) by then: on the device's native thread ([DeviceMemoryBudget.queueFree], which
+ * also issues it while an allocation waits at the budget), an event on [consumer] that [stream]
+ * waits for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends), and the bytes go
+ * back to the device's budget. Without that order the pool could hand the block to the next
+ * allocation while a kernel still reads it (PyTorch's `recordStream` exists for this;
+ * docs/nccl-semantics.md C7). After the thread ended, on the calling thread with the tensor's device
+ * made current (and the caller's current device restored), `cudaFreeAsync` on [consumer] itself.
  * [disarm]ed (by a call that failed after it was issued: the device may still write the memory),
- * it frees nothing. It never references the tensor.
+ * it frees nothing and the bytes stay counted. It never references the tensor.
  *
- * Role: the Cleaner action of one output tensor [NcclCommunicator] allocated. Thread-safety: [disarm]
- * from any thread, [run] once from the Cleaner's. Lifetime: registered with [CLEANER] by the
- * communicator's allocation, owned by the Cleaner from then on.
+ * Thread-safety: [disarm] from any thread; [run] once (the tensor's Cleanable), from any thread;
+ * [freeOnThread] on the native thread.
  */
 internal class DeviceFree(
     val runtime: DeviceRuntime,
-    val thread: DeviceThread,
+    val memory: DeviceMemoryBudget,
     val device: Int,
     val stream: Long,
     val ptr: Long,
+    /** The allocation's size, counted by [memory]. */
+    val bytes: Long,
     val consumer: Long,
 ) : Runnable {
     @Volatile private var armed = true
@@ -31,26 +36,28 @@ internal class DeviceFree(
     }
 
     override fun run() {
-        val onThread = thread.runOnThread(Runnable {
-            if (!armed) return@Runnable
-            if (consumer != NcclCommunicator.NO_PRODUCER_STREAM) {
-                val e = LongArray(1)
-                if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
-                    runtime.eventRecord(e[0], consumer)
-                    runtime.streamWaitEvent(stream, e[0])
-                    runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
-                }
-            }
-            runtime.freeAsync(ptr, stream)
-        })
-        if (!onThread && armed) {
-            runtime.setDevice(device)
-            runtime.freeAsync(ptr, if (consumer == NcclCommunicator.NO_PRODUCER_STREAM) NcclCommunicator.LEGACY_DEFAULT_STREAM else consumer)
-        }
+        if (memory.queueFree(this)) return
+        if (!armed) return
+        val previous = IntArray(1)
+        val restore = runtime.getDevice(previous) == DeviceRuntime.SUCCESS
+        runtime.setDevice(device)
+        runtime.freeAsync(ptr, if (consumer == NcclCommunicator.NO_PRODUCER_STREAM) NcclCommunicator.LEGACY_DEFAULT_STREAM else consumer)
+        if (restore && previous[0] != device) runtime.setDevice(previous[0])
+        memory.released(bytes)
     }
 
-    companion object {
-        /** The Cleaner that runs the output frees of every communicator of the process. */
-        val CLEANER: java.lang.ref.Cleaner = java.lang.ref.Cleaner.create()
+    /** On the native thread: the stream-ordered free, then the bytes back to the budget. */
+    fun freeOnThread() {
+        if (!armed) return
+        if (consumer != NcclCommunicator.NO_PRODUCER_STREAM) {
+            val e = LongArray(1)
+            if (runtime.eventCreateDisableTiming(e) == DeviceRuntime.SUCCESS) {
+                runtime.eventRecord(e[0], consumer)
+                runtime.streamWaitEvent(stream, e[0])
+                runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
+            }
+        }
+        runtime.freeAsync(ptr, stream)
+        memory.released(bytes)
     }
 }

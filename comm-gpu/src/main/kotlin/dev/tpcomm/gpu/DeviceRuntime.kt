@@ -57,6 +57,14 @@ public interface DeviceRuntime {
      */
     public fun free(ptr: Long): Int
 
+    /**
+     * `cudaMemGetInfo(&free, &total)` / `hipMemGetInfo`: the current device's free and total memory
+     * in bytes. The device memory budget's default is a fraction of `free` at the first allocation.
+     * The default body answers `cudaErrorNotSupported` (801), for runtimes that cannot tell: the
+     * budget is then unlimited unless set.
+     */
+    public fun memGetInfo(free: LongArray, total: LongArray): Int = ERROR_NOT_SUPPORTED
+
     /** `cudaMallocAsync(&ptr, bytes, stream)` / `hipMallocAsync` (CUDA 11.2, ROCm 5.3): stream-ordered allocation, no synchronisation. */
     public fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int
 
@@ -94,6 +102,15 @@ public interface DeviceRuntime {
          * preset's `cudart.cudaErrorNotReady`; ROCm/HIP `include/hip/hip_runtime_api.h`, commit 746dcac).
          */
         public const val ERROR_NOT_READY: Int = 600
+
+        /**
+         * `cudaErrorMemoryAllocation` / `hipErrorOutOfMemory` = 2 (CUDA `driver_types.h`; ROCm/HIP
+         * `hip_runtime_api.h`): what `cudaMalloc`/`cudaMallocAsync` return when device memory is exhausted.
+         */
+        public const val ERROR_MEMORY_ALLOCATION: Int = 2
+
+        /** `cudaErrorNotSupported` = 801 (CUDA `driver_types.h`). */
+        public const val ERROR_NOT_SUPPORTED: Int = 801
 
         /** `cudaMemcpyHostToHost` / `hipMemcpyHostToHost` = 0 (CUDA `driver_types.h`; ROCm/HIP `hip_runtime_api.h` / `driver_types.h`). */
         public const val MEMCPY_HOST_TO_HOST: Int = 0

@@ -50,6 +50,9 @@ internal class DeviceThread(
     var p2pSends = false
     var p2pRecvs = false
 
+    /** The device's memory budget: the outputs every communicator of the device allocates count against it. */
+    val memory: DeviceMemoryBudget = DeviceMemoryBudget(runtime, key.device, this)
+
     /** Streams of closed communicators, destroyed when the thread ends (native thread only). */
     private val retired = ArrayList<Long>()
 

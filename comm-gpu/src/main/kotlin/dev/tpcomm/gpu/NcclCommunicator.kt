@@ -119,7 +119,7 @@ public class NcclCommunicator internal constructor(
     /** The named exceptions of failures on the device. */
     private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
     /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
-    private val resources = StreamResources(runtime, stream)
+    private val resources = StreamResources(runtime, stream, deviceIndex)
     /** The point-to-point window (an open group on the device's thread) of this communicator. */
     private val p2p = PointToPointWindow(api, thread, handle, failures)
     /** What this communicator's operations issue with. */
@@ -410,8 +410,8 @@ public class NcclCommunicator internal constructor(
         thread.p2pOwner?.endP2pWindow()
         val healthy = !busy && failure == null
         handle.release(abort = !healthy)
-        // Page-locked memory is freed only when the device is known idle (cudaFreeHost synchronises);
-        // after a failure the device may still write it, so it is left to the process.
+        // Page-locked memory is freed after the stream's work, off this thread (cudaFreeHost synchronises
+        // the device); after a failure the device may still write it, so it is left to the process.
         resources.release(healthy)
         // Outputs of this communicator still alive are freed on its stream later: it is destroyed with the device's thread.
         thread.retireStream(stream)

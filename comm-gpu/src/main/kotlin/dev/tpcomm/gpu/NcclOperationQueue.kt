@@ -145,11 +145,14 @@ internal class NcclOperationQueue(
      * the device's issue order here, at the call (docs/nccl-semantics.md N17: one launch order per
      * device, the order of the calls; a call issued after this one, even without waiting for it, is
      * issued after it): an operation ([Call.state]) is queued on the native thread now, which
-     * allocates (`cudaMallocAsync` on this communicator's stream) and then holds its place until the
-     * front issues the call ([issue] attaches it). The caller waits for the allocation only; its
-     * deadline is the front's, from the call, which recorded it before ([deadlinePassed] releases a
-     * caller still waiting). The memory is freed when the tensor becomes unreachable ([DeviceFree]),
-     * unless the call failed after it was issued (the device may still write it). [producer]: the
+     * allocates (`cudaMallocAsync` on this communicator's stream, counted against the device's budget,
+     * [DeviceMemoryBudget]) and then holds its place until the front issues the call ([issue] attaches
+     * it). The caller waits for the allocation only; its deadline is the front's, from the call, which
+     * recorded it before ([deadlinePassed] releases a caller still waiting). An allocation that does
+     * not fit the budget or the device, even after reclaiming forgotten outputs, fails the call with
+     * [dev.tpcomm.NativeMemoryBudgetException] (the front fails the call and issues nothing; the engine
+     * does not abort). The memory is freed by the tensor's close() or, forgotten, when it becomes
+     * unreachable ([DeviceFree]), unless the call failed after it was issued (the device may still write it). [producer]: the
      * communicator's producer stream of the moment.
      */
     suspend fun allocate(call: Call, producer: Long, dtype: DType, shape: List<Int>): Tensor {
@@ -169,11 +172,10 @@ internal class NcclOperationQueue(
         }
         // The memory is the caller's output from here, unless the native thread took it back first (given up meanwhile).
         if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
-        val t = Tensor.wrapDevice(device, ptr, dtype, *shape.toIntArray())
-        val free = DeviceFree(runtime, thread, deviceIndex, stream, ptr, o.producer)
-        DeviceFree.CLEANER.register(t, free)
+        // The tensor owns the memory: its close() (or the Cleaner, if it is forgotten) frees it once.
+        val free = DeviceFree(runtime, thread.memory, deviceIndex, stream, ptr, a.bytes.coerceAtLeast(1), o.producer)
         o.output = free
-        return t
+        return Tensor.wrapDeviceOwned(device, ptr, dtype, shape.toIntArray(), free)
     }
 
     /**
@@ -200,7 +202,15 @@ internal class NcclOperationQueue(
         val a = o.allocation!!
         if (o.state.get() == NcclOp.RESERVED) {
             val p = LongArray(1)
-            val code = runtime.mallocAsync(p, a.bytes.coerceAtLeast(1), stream)
+            val code = try {
+                thread.memory.allocate(p, a.bytes.coerceAtLeast(1), stream)
+            } catch (e: RuntimeException) {
+                // The budget (NativeMemoryBudgetException) or its setting (IllegalArgumentException):
+                // nothing was allocated and nothing issued; the caller's call fails with it as is.
+                o.state.set(NcclOp.ABANDONED)
+                a.done.completeExceptionally(e)
+                return null
+            }
             if (code != DeviceRuntime.SUCCESS) {
                 o.state.set(NcclOp.ABANDONED)
                 val e = failures.named(OperationFailure.native(failures.runtimeMessage(code, "mallocAsync"), code, isRuntimeError = true), o.name, o.entry.sequence)
@@ -215,7 +225,10 @@ internal class NcclOperationQueue(
             o.state.get() != NcclOp.RESERVED || front.isClosed || handle.failedWith() != null || a.caller?.isCancelled == true
         })
         if (o.state.get() == NcclOp.ATTACHED || !o.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED) && o.state.get() == NcclOp.ATTACHED) return o.body
-        if (a.ptr != 0L && a.owned.compareAndSet(false, true)) runtime.freeAsync(a.ptr, stream) // the caller left before it had its output
+        if (a.ptr != 0L && a.owned.compareAndSet(false, true)) { // the caller left before it had its output
+            runtime.freeAsync(a.ptr, stream)
+            thread.memory.released(a.bytes.coerceAtLeast(1))
+        }
         return null
     }
 

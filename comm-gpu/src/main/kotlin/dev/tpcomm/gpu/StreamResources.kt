@@ -13,7 +13,7 @@ import java.lang.foreign.MemorySegment
  * native thread only. Lifetime: created by [NcclCommunicator], released by its close on the native
  * thread ([release]).
  */
-internal class StreamResources(private val runtime: DeviceRuntime, private val stream: Long) {
+internal class StreamResources(private val runtime: DeviceRuntime, private val stream: Long, private val device: Int) {
     private val events = java.util.ArrayDeque<Long>()
     private val allEvents = ArrayList<Long>()
     private var scratch = 0L
@@ -74,15 +74,41 @@ internal class StreamResources(private val runtime: DeviceRuntime, private val s
 
     /**
      * Frees what the stream's work no longer uses: the scratch word (stream-ordered), the producer
-     * event, the events; the page-locked memory only when [healthy] (the device is known idle:
-     * cudaFreeHost synchronises; after a failure the device may still write it, so it is left to the process).
+     * event, the events; the page-locked memory only when [healthy] (after a failure the device may
+     * still write it, so it is left to the process), off the native thread ([freeHostAfterStream]).
      */
+    /**
+     * Frees the page-locked buffers [ptrs] once the work queued on the stream is done, **off the
+     * native thread**: `cudaFreeHost`/`hipHostFree` synchronise the device (ROCm/HIP
+     * `hip_runtime_api.h`, `hipHostFree`: an implicit device synchronisation), which on the device's
+     * shared thread would stall every other communicator of the device behind the slowest kernel. An
+     * event recorded here on the stream is waited for on a short-lived daemon thread, with the device
+     * made current there, which then frees the buffers and the event. When the event cannot be made,
+     * the buffers are left to the process (as after a failure).
+     */
+    private fun freeHostAfterStream(ptrs: List<Long>) {
+        if (ptrs.isEmpty()) return
+        val e = LongArray(1)
+        if (runtime.eventCreateDisableTiming(e) != DeviceRuntime.SUCCESS) return
+        if (runtime.eventRecord(e[0], stream) != DeviceRuntime.SUCCESS) {
+            runtime.eventDestroy(e[0])
+            return
+        }
+        val event = e[0]
+        Thread.ofPlatform().daemon(true).name("tpcomm-pinned-free-device$device").start {
+            runtime.setDevice(device)
+            runtime.eventSynchronize(event)
+            for (p in ptrs) runtime.freeHost(p)
+            runtime.eventDestroy(event)
+        }
+    }
+
     fun release(healthy: Boolean) {
         if (scratch != 0L) runtime.freeAsync(scratch, stream)
         scratch = 0L
         if (producerEvent != 0L) runtime.eventDestroy(producerEvent)
         producerEvent = 0L
-        if (healthy) (retiredPinned + pinned).filter { it != 0L }.forEach { runtime.freeHost(it) }
+        if (healthy) freeHostAfterStream((retiredPinned + pinned).filter { it != 0L })
         pinned = 0L
         retiredPinned.clear()
         for (e in allEvents) runtime.eventDestroy(e)

@@ -78,4 +78,19 @@ class ConsistencyAndCopiesTest : FunSpec({
             copies.download(host) shouldBe host
         }
     }
+
+    test("DeviceCopies: close() frees an upload at once, with the free that pairs with its allocation") {
+        SimulatedGpuPlatform().use { platform ->
+            val copies = DeviceCopies(platform.runtime, Device.Cuda(2))
+            val before = platform.liveAllocations
+            val d = copies.upload(Tensor.of(doubleArrayOf(1.0, 2.0), 2))
+            platform.liveAllocations shouldBe before + 1
+            d.close()
+            d.close() // once: a second close frees nothing
+            val deadline = System.nanoTime() + 5_000_000_000L
+            while (platform.liveAllocations > before && System.nanoTime() < deadline) Thread.sleep(5) // the legacy stream runs the free
+            platform.liveAllocations shouldBe before
+            platform.assertNoMisuse()
+        }
+    }
 })

@@ -57,6 +57,9 @@ internal class FfmDeviceRuntime(private val lib: NativeLibrary, private val dial
     private val streamWaitEvent = f(dialect.prefix + "StreamWaitEvent", JAVA_INT, ADDRESS, ADDRESS, JAVA_INT)
     private val malloc = f(dialect.prefix + "Malloc", JAVA_INT, ADDRESS, JAVA_LONG)
     private val free = f(dialect.prefix + "Free", JAVA_INT, ADDRESS)
+    // hipMemGetInfo(size_t* free, size_t* total) (ROCm/HIP include/hip/hip_runtime_api.h) /
+    // cudaMemGetInfo(size_t* free, size_t* total) (CUDA include/cuda_runtime_api.h).
+    private val memGetInfo = f(dialect.prefix + "MemGetInfo", JAVA_INT, ADDRESS, ADDRESS)
     private val memcpyAsync = f(dialect.prefix + "MemcpyAsync", JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS)
     private val memcpy2DAsync = f(dialect.prefix + "Memcpy2DAsync", JAVA_INT, ADDRESS, JAVA_LONG, ADDRESS, JAVA_LONG, JAVA_LONG, JAVA_LONG, JAVA_INT, ADDRESS)
     private val getErrorString = f(dialect.prefix + "GetErrorString", ADDRESS, JAVA_INT)
@@ -74,6 +77,15 @@ internal class FfmDeviceRuntime(private val lib: NativeLibrary, private val dial
         val s = a.allocate(JAVA_INT)
         val rc = getDeviceCount.invokeExact(s) as Int
         count[0] = s.get(JAVA_INT, 0)
+        rc
+    }
+
+    override fun memGetInfo(free: LongArray, total: LongArray): Int = Arena.ofConfined().use { a ->
+        val f = a.allocate(JAVA_LONG)
+        val t = a.allocate(JAVA_LONG)
+        val rc = memGetInfo.invokeExact(f, t) as Int
+        free[0] = f.get(JAVA_LONG, 0)
+        total[0] = t.get(JAVA_LONG, 0)
         rc
     }
 

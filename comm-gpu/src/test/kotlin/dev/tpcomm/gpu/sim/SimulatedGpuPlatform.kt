@@ -58,10 +58,18 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     public val environment: Map<String, String> = emptyMap(),
     /** What [NcclApi.float8IsOcp] reports: true as NCCL, false to stand in for RCCL (FNUZ FP8 types). */
     public val float8IsOcp: Boolean = true,
+    /**
+     * Bytes of memory of each simulated device (80 GiB by default, an H100's): `cudaMalloc` and
+     * `cudaMallocAsync` past it return `cudaErrorMemoryAllocation` (2), as the real runtime does when
+     * the device's memory is exhausted. Test fixtures' [upload]s count but are never refused.
+     */
+    public val deviceMemoryBytes: Long = DEFAULT_DEVICE_MEMORY_BYTES,
+    /** Per-device overrides of [deviceMemoryBytes] (device index to bytes). */
+    public val deviceMemory: Map<Int, Long> = emptyMap(),
 ) : AutoCloseable {
     internal val handles = ConcurrentHashMap<Long, Any>()
     private val nextHandle = AtomicLong(0x1000)
-    internal val memory = SimulatedMemory { recordMisuse(it) }
+    internal val memory = SimulatedMemory({ d -> deviceMemory[d] ?: deviceMemoryBytes }) { recordMisuse(it) }
     /** Handles freed by the library (a destroyed stream or event, an aborted or destroyed communicator), with the call that freed them. */
     private val freedHandles = ConcurrentHashMap<Long, String>()
     internal val stalled: MutableSet<Int> = ConcurrentHashMap.newKeySet()
@@ -79,6 +87,14 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
 
     /** Number of live simulated device allocations (for leak checks in tests). */
     public val liveAllocations: Int get() = memory.liveDeviceAllocations
+
+    /** Names of the threads that called `cudaFreeHost` (it synchronises the device: never the device's shared native thread). */
+    public val pinnedFreeThreads: List<String> get() = pinnedFreeLog.toList()
+
+    internal val pinnedFreeLog = CopyOnWriteArrayList<String>()
+
+    /** Bytes of live device allocations on simulated device [device]. */
+    public fun deviceBytesInUse(device: Int): Long = memory.usedBytes(device)
 
     /** Number of live page-locked host allocations. */
     public val livePinnedAllocations: Int get() = memory.livePinnedAllocations
@@ -197,7 +213,9 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
         Device.Host -> throw IllegalArgumentException("upload needs a GPU device")
     }
 
-    private companion object {
-        val CLEANER: Cleaner = Cleaner.create()
+    public companion object {
+        /** [deviceMemoryBytes]' default: 80 GiB. */
+        public const val DEFAULT_DEVICE_MEMORY_BYTES: Long = 80L shl 30
+        private val CLEANER: Cleaner = Cleaner.create()
     }
 }

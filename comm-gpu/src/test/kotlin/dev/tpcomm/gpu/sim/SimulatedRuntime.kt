@@ -39,6 +39,8 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         private val queue = LinkedBlockingQueue<() -> Unit>()
         @Volatile var error = 0
         @Volatile private var running = true
+        /** Bytes of [freeAsync]s queued on this stream that have not run yet (reusable by [mallocAsync] on it). */
+        val pendingFreeBytes = AtomicLong()
         /** Tasks enqueued minus tasks finished: 0 when the stream is idle. */
         val pending = AtomicLong()
         private val thread = Thread.ofPlatform().daemon(true).name("sim-gpu$device-stream").start {
@@ -149,7 +151,10 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun malloc(ptr: LongArray, bytes: Long): Int {
         if (bytes < 0) return CUDA_INVALID_VALUE
-        ptr[0] = memory.allocate(bytes, currentDevice("malloc"))
+        val p = memory.tryAllocate(bytes, currentDevice("malloc"))
+        if (p == 0L) return CUDA_MEMORY_ALLOCATION
+        memory.allocationAt(p)?.fromMalloc = true
+        ptr[0] = p
         return 0
     }
 
@@ -167,10 +172,20 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         return if (memory.release(ptr)) 0 else CUDA_INVALID_VALUE
     }
 
+    /** `cudaMemGetInfo`: the current device's capacity less its live allocations, and its capacity. */
+    override fun memGetInfo(free: LongArray, total: LongArray): Int {
+        val d = currentDevice("memGetInfo")
+        total[0] = memory.capacityBytes(d)
+        free[0] = (total[0] - memory.usedBytes(d)).coerceAtLeast(0)
+        return 0
+    }
+
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
         val s = stream(stream, "mallocAsync") ?: return CUDA_INVALID_HANDLE
         if (bytes < 0) return CUDA_INVALID_VALUE
-        ptr[0] = memory.allocate(bytes, s.device)
+        val p = memory.tryAllocate(bytes, s.device, s.pendingFreeBytes.get())
+        if (p == 0L) return CUDA_MEMORY_ALLOCATION // cudaMallocAsync's exhaustion error (CUDA Runtime API, cudaMallocAsync's returns)
+        ptr[0] = p
         return 0
     }
 
@@ -179,7 +194,14 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val s = stream(stream, "freeAsync") ?: return CUDA_INVALID_HANDLE
         val a = memory.allocationAt(ptr) ?: return CUDA_INVALID_VALUE
         if (stream == 0L && s.device != a.device) platform.recordMisuse("freeAsync of device ${a.device} memory on device ${s.device}'s legacy stream")
-        s.enqueue { memory.release(ptr) }
+        // CUDA pairs cudaFreeAsync with stream-ordered allocations (cudaMallocAsync); cudaMalloc's memory is freed with cudaFree
+        // (CUDA Programming Guide, "Stream-Ordered Memory Allocator").
+        if (a.fromMalloc) platform.recordMisuse("cudaFreeAsync of memory from cudaMalloc (pair cudaMalloc with cudaFree, cudaMallocAsync with cudaFreeAsync)")
+        s.pendingFreeBytes.addAndGet(a.bytes)
+        s.enqueue {
+            memory.release(ptr)
+            s.pendingFreeBytes.addAndGet(-a.bytes)
+        }
         return 0
     }
 
@@ -188,7 +210,10 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         return 0
     }
 
-    override fun freeHost(ptr: Long): Int = if (ptr == 0L || memory.releasePinned(ptr)) 0 else CUDA_INVALID_VALUE
+    override fun freeHost(ptr: Long): Int {
+        platform.pinnedFreeLog += Thread.currentThread().name
+        return if (ptr == 0L || memory.releasePinned(ptr)) 0 else CUDA_INVALID_VALUE
+    }
 
     override fun memcpyAsync(dst: Long, src: Long, bytes: Long, kind: Int, stream: Long): Int {
         val s = stream(stream, "memcpyAsync") ?: return CUDA_INVALID_HANDLE
@@ -225,6 +250,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
 
     override fun getErrorString(error: Int): String = when (error) {
         CUDA_INVALID_VALUE -> "invalid argument (simulated)"
+        CUDA_MEMORY_ALLOCATION -> "out of memory (simulated)"
         CUDA_INVALID_DEVICE -> "invalid device ordinal (simulated)"
         CUDA_INVALID_HANDLE -> "invalid resource handle (simulated)"
         CUDA_LAUNCH_FAILURE -> "unspecified launch failure (simulated)"

@@ -6,6 +6,7 @@ import org.bytedeco.cuda.cudart.CUevent_st
 import org.bytedeco.cuda.cudart.CUstream_st
 import org.bytedeco.cuda.global.cudart
 import org.bytedeco.javacpp.Pointer
+import org.bytedeco.javacpp.SizeTPointer
 
 /**
  * [DeviceRuntime] over the CUDA runtime through the JavaCPP presets (`org.bytedeco.cuda.global.cudart`,
@@ -60,6 +61,20 @@ public class JavaCppCudaRuntime : DeviceRuntime {
     }
 
     override fun free(ptr: Long): Int = cudart.cudaFree(RawPointer(ptr))
+
+    override fun memGetInfo(free: LongArray, total: LongArray): Int {
+        val f = SizeTPointer(1)
+        val t = SizeTPointer(1)
+        try {
+            val rc = cudart.cudaMemGetInfo(f, t)
+            free[0] = f.get()
+            total[0] = t.get()
+            return rc
+        } finally {
+            f.close()
+            t.close()
+        }
+    }
 
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
         val p = Pointer()
