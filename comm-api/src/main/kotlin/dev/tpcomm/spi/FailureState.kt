@@ -13,8 +13,11 @@ import java.util.concurrent.atomic.AtomicReference
  * communicator closed by its user is aborted with [CommunicationErrors.closed]. The exceptions
  * themselves are built by [errors], the communicator's one [CommunicationErrors].
  *
+ * One per communicator and rank, held by the front (`CommunicatorFront`), which runs the backend's
+ * abort itself after [abort] won; no backend keeps one of its own.
+ *
  * **Abort listeners.** [onAbort] actions run once, on the thread whose [abort] won, after the cause
- * is recorded: backends use them to wake waiters and to abort native communicators.
+ * is recorded.
  *
  * Thread-safe and lock-free; [abort] may be called from any thread, including a watchdog while the
  * communicator's own thread is blocked in a native call.
