@@ -16,7 +16,6 @@ import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
-import io.kotest.matchers.shouldNotBe
 import io.mockk.every
 import io.mockk.verify
 import io.mockk.verifyOrder

@@ -17,14 +17,13 @@ import kotlin.time.Duration
  * its aborts through the front's one failure state ([markBroken] -> [CommunicatorFront.abortWith],
  * and back through [aborting], which tells the peers), the peers' abort notices ([MpiAbortNotices]:
  * [peerAborted], [checkAbortNotices]), and the action of the front's deadline ([deadlinePassed]).
- * Knows the front only through its public failure API and [errors].
+ * Knows the front only through its public failure API.
  *
  * Thread-safe where noted; the notices' receive side runs on the communicator's thread (or, under
  * `MPI_THREAD_MULTIPLE`, the watchdog's, [MpiAbortNotices.pollFromOtherThread]).
  */
 internal class MpiFailures(
     private val front: CommunicatorFront,
-    private val errors: CommunicationErrors,
     private val notices: MpiAbortNotices,
     private val runtime: MpiRuntime,
     private val binding: MpiBinding,
