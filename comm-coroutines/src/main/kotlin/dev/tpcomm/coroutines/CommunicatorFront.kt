@@ -480,7 +480,10 @@ public abstract class CommunicatorFront(
      * The exception of a communicator its user closed (operation `close`, no sequence number): the
      * cause a backend records when it closes, which later calls name ([abortedMessage]).
      */
-    protected fun closedException(): CommunicationException = errors.closed()
+    protected fun closedException(): CommunicationException = closedCause
+
+    /** Made once, at the first need: the cause every call after [close] names. */
+    private val closedCause: CommunicationException by lazy { errors.closed() }
 
     /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
     public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)

@@ -107,15 +107,8 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
     /** The `ncclComm_t`'s lifecycle: first failure, close, abort and release. */
-    private val handle = NcclCommHandle(api, comm, thread, backendName, timeoutNanos, { failure ?: closedCause() }, { abortWith(it) })
+    private val handle = NcclCommHandle(api, comm, thread, backendName, timeoutNanos, { failure ?: if (isClosed) closedException() else null }, { abortWith(it) })
 
-    /** The closed exception operations still in flight end with once the front closed, made once. */
-    @Volatile private var closed: Throwable? = null
-
-    private fun closedCause(): Throwable? {
-        if (!isClosed) return null
-        return closed ?: closedException().also { closed = it }
-    }
     /** The named exceptions of failures on the device. */
     private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
     /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
@@ -265,7 +258,7 @@ public class NcclCommunicator internal constructor(
         override suspend fun recv(src: Int): Long = objects.recvLength(MonitoredBarrier.OPERATION, src, 0).first
 
         override fun ensureUsable() {
-            (failure ?: closedCause())?.let { throw exceptionOf(abortedFailure(it), MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
+            (failure ?: if (isClosed) closedException() else null)?.let { throw exceptionOf(abortedFailure(it), MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
         }
 
         override fun abort(cause: CommunicationException) {
