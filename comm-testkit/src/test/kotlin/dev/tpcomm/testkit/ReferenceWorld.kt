@@ -20,6 +20,7 @@ import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.flow.MutableStateFlow
 import kotlinx.coroutines.flow.first
+import kotlinx.coroutines.flow.update
 import kotlinx.coroutines.supervisorScope
 import kotlinx.coroutines.withTimeoutOrNull
 import kotlinx.serialization.KSerializer
@@ -40,6 +41,8 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
     private var abortCause: Throwable? = null
     private var mismatch: Pair<Long, CollectiveMismatchException>? = null
     private val mailboxes = List(size) { ArrayList<Message>() }
+    // Bumped atomically (update, never value++): two senders racing a plain read-modify-write could
+    // put the version back to one a waiting receiver already saw, and it would sleep past its message.
     private val mailVersion = MutableStateFlow(0L)
     val communicators: List<ReferenceCommunicator> = List(size) { ReferenceCommunicator(this, it) }
 
@@ -77,7 +80,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             slots.clear()
         }
         for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, cause))
-        mailVersion.value++
+        mailVersion.update { it + 1 }
         return true
     }
 
@@ -105,7 +108,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
                     slots.clear()
                     for (c in others) c.result.completeExceptionally(CollectiveMismatchException(message, c.rank, BACKEND, c.operation, seq, listOf(call.rank), fields, dump(c.rank, seq, c.operation)))
                     for (c in pending) c.result.completeExceptionally(aborted(c.rank, c.operation, c.seq, e))
-                    mailVersion.value++
+                    mailVersion.update { it + 1 }
                     throw e
                 }
             }
@@ -267,7 +270,7 @@ internal class ReferenceWorld(val size: Int, private val config: CommConfig) {
             abortCause?.let { throw aborted(from, "send", seq, it) }
             mailboxes[dst] += Message(from, tag, bytes)
         }
-        mailVersion.value++
+        mailVersion.update { it + 1 }
     }
 
     suspend fun receive(me: Int, seq: Long, src: Int, tag: Int, into: Tensor?, operation: String): MessageInfo {
