@@ -64,7 +64,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
     fun tryBegin(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext,
-    ): CommunicatorFront.Call? {
+    ): OperationCall? {
         synchronized(lock) {
             val holder = turn.holder ?: return number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null)
             val composite = context[CompositeOperation]
@@ -77,7 +77,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
     fun numberInTurn(
         waiter: IssueTurn.Waiter, op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?,
-    ): CommunicatorFront.Call {
+    ): OperationCall {
         try {
             return synchronized(lock) { number(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, null) }
         } catch (t: Throwable) {
@@ -94,7 +94,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
     fun number(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: CompositeOperation?,
-    ): CommunicatorFront.Call {
+    ): OperationCall {
         val entry = if (composite != null) {
             recorder.step(composite.entry, queued = front.queued)
         } else {
@@ -107,12 +107,12 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
         val name = entry.operation
         front.refuseUnusable(name, entry, true)
         if (composite == null) {
-            val call = CommunicatorFront.Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+            val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
             deadlines.track(entry, call)
             return call
         }
         composite.expired?.let { e -> entry.fail(e); throw e }
-        val call = CommunicatorFront.Call(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
+        val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
         composite.stepEntry = entry
         composite.stepCall = call
         return call
@@ -256,7 +256,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
             if (!entry.inFlight) { i += 2; continue }
             try {
                 val target = expired[i + 1]
-                if (target is CompositeOperation) compositeDeadline(entry, target) else front.passDeadline(entry, target as CommunicatorFront.Call?)
+                if (target is CompositeOperation) compositeDeadline(entry, target) else front.passDeadline(entry, target as OperationCall?)
             } catch (t: Throwable) {
                 // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
                 entry.fail(t)

@@ -21,60 +21,36 @@ import dev.tpcomm.spi.ObjectTransport
 import dev.tpcomm.spi.PointToPointBatch
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
-import kotlinx.coroutines.ensureActive
-import kotlinx.coroutines.withContext
 import kotlinx.serialization.KSerializer
-import kotlin.coroutines.CoroutineContext
 
 /**
  * The front of a communicator: the one place that owns, in one order, what every operation does
  * around the backend's data movement (PyTorch c10d's `ProcessGroup` in front of its `Backend`,
- * torchcomms' `TorchComm` in front of `TorchCommBackend`):
+ * torchcomms' `TorchComm` in front of `TorchCommBackend`). docs/ARCHITECTURE.md draws the order:
+ * **validate** ([CollectiveValidator], before anything is recorded or moved), wait for the **issue
+ * turn** while another caller's composite operation holds it, **record**, **ensure usable** (the
+ * front's closed and failed checks, then the backend's [refusal]) and **number** under one lock
+ * ([CallOrder]: issue order is call order, also for concurrent callers), start the **deadline**,
+ * **allocate** an allocating collective's output ([allocate]), **retain** the tensors, **issue**
+ * ([issue], then [await]; the backend moves the call's signature, [OperationCall.encodeSignature]),
+ * **complete or fail** with the named exception ([exceptionOf]), **release** the tensors. The paths
+ * are [CollectiveIssue] and [PointToPointIssue]; composite operations (the object operations,
+ * [monitoredBarrier]) are one operation each, with their steps recorded and signed under them.
  *
- * 1. **validate** the arguments with the core [CollectiveValidator] built from the backend's
- *    capabilities (device, native memory, `maxTag`, `maxCount`), before anything is recorded or moved;
- * 2. wait for the **issue turn** while another caller's composite operation holds it (below);
- * 3. **record** the call in the [FlightRecorder], **ensure usable** (closed: the front's own
- *    refusal; then the backend's [refusal]), take the **sequence number** and start its deadline,
- *    all under one lock, so that issue order is call order also for concurrent callers;
- * 4. **allocate** the output of an allocating collective ([allocate], with the recorded call): after
- *    the record, so that a backend whose allocation waits (for a device thread) is timed from the
- *    call like everything else;
- * 5. **retain** the tensors ([Tensor.retain]): a `close()` while the operation is in flight only
- *    marks them closed, and the last release frees them;
- * 6. **issue** on the backend ([issue], and [await] when it cannot finish without waiting); the
- *    backend moves the call's **signature** ([Call.encodeSignature], compared by
- *    [compareSignatures]) however it moves data;
- * 7. **complete, or fail** with the named exception built here from the backend's
- *    [OperationFailure] ([exceptionOf]; the communicator's one [CommunicationErrors]);
- * 8. **release** the tensors.
- *
- * **Deadlines** run from the moment of the call (step 3) to its end, for every operation recorded
- * here (collectives, point-to-point calls, and a backend's own operations begun with
- * [beginPointToPoint] or [beginOwnCollective]): the core's `DeadlineWatchdog` thread, which never
- * issues communication, finds each one still in flight past the communicator's timeout and hands it
- * to [deadlinePassed] once, never before the timeout and at most about two watchdog periods (a
- * fifth of the timeout, at most 100 ms) after it. The backend aborts it there, as it aborts anything:
- * that is the only part of a deadline it supplies.
- *
- * **Composite operations** (the object operations, [monitoredBarrier]) are one operation each:
- * one record with its own number, one deadline from the call, steps recorded under it
- * ([FlightRecorder.step]) and signed with its operation; a collective one holds the issue turn
- * from its call to its end, so no other call of this rank is numbered between its steps. The
- * protocol is the core's; the backend supplies how the bytes move ([objectTransport],
- * [monitoredBarrierChannel]).
- *
- * **Close** is the front's: one closed flag, a final idempotent [close] (record closed, deadlines
- * stopped, then the backend's [shutdown]).
+ * **Deadlines** run from the call to its end for every operation recorded here; the core's
+ * `DeadlineWatchdog` thread hands one still in flight past the timeout to [deadlinePassed] once
+ * (never before the timeout, at most about two watchdog periods after it), where the backend names
+ * the timeout and the front's [expire] aborts the communicator. **Failure** (one state per
+ * communicator and rank, the first wins: [failure], [abortWith]) and **close** (one flag, a final
+ * idempotent [close], then the backend's [shutdown]) are the front's.
  *
  * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
- * point-to-point moves, [refusal], [deadlinePassed], [shutdown], its capabilities) and new
- * operations are added here once.
+ * point-to-point moves, [refusal], [aborting], [deadlinePassed], [shutdown], its capabilities).
  *
  * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
- * call order. Cancellation: a caller cancelled before [issue] issues nothing; what happens to one
- * cancelled while the backend waits is the backend's [await] (docs/semantics.md, "Semantics every backend
- * keeps": the communicator aborts, peers get a named exception, no tensor is written afterwards).
+ * call order. Cancellation: a caller cancelled before [issue] issues nothing; one cancelled while
+ * the backend waits aborts the communicator (docs/semantics.md, "Semantics every backend keeps":
+ * peers get a named exception, no tensor is written afterwards).
  */
 @InternalTpcommApi
 public abstract class CommunicatorFront(
@@ -97,7 +73,7 @@ public abstract class CommunicatorFront(
 
     /**
      * Whether this communicator compares the ranks' signatures of each collective before it moves
-     * data ([Call.encodeSignature], [compareSignatures]): decided here once, from the backend's
+     * data ([OperationCall.encodeSignature], [compareSignatures]): decided here once, from the backend's
      * [SignatureCheck] and `CommConfig.checkConsistency`; the backend moves the words when true.
      */
     protected val checksSignatures: Boolean = signatureCheck.enabled(checkConsistency, worldSize)
@@ -108,96 +84,11 @@ public abstract class CommunicatorFront(
     /** Numbers, records and times this communicator's calls in call order ([CallOrder]). */
     private val order = CallOrder(this, recorder, timeout)
 
+    /** The path of every collective from its numbering to its release ([CollectiveIssue]). */
+    private val issuePath = CollectiveIssue(this, order)
 
-    /**
-     * One issued collective: what the backend needs to run it. [sequence] counts this
-     * communicator's collectives from 1 (the same number on every rank for the same call);
-     * [entry] is its flight record. [state] is the backend's own (set in [allocate] or [issue], read in [await]).
-     */
-    public class Call internal constructor(
-        /** The operation. */
-        @JvmField public val op: CollectiveOp,
-        /** The flight record ([FlightRecorder.Entry.sequence] is the number exceptions report). */
-        @JvmField public val entry: FlightRecorder.Entry,
-        /** The collective's number, from 1. */
-        @JvmField public val sequence: Long,
-        /** The tensor the data comes from (null where the call has none on this rank). */
-        @JvmField public val input: Tensor?,
-        output: Tensor?,
-        /** The tensor whose dtype and shape are the call's signature. */
-        @JvmField public val signatureTensor: Tensor?,
-        /** The reduction, or null. */
-        @JvmField public val reduceOp: ReduceOp?,
-        /** The root, or -1. */
-        @JvmField public val root: Int,
-        /** The normalised dimension (0 where the operation has none). */
-        @JvmField public val dim: Int,
-        /** The uneven collectives' per-rank sizes (allToAllV: the input splits), or null. */
-        @JvmField public val sizes: List<Int>?,
-        /** allToAllV's output splits, or null. */
-        @JvmField public val outputSizes: List<Int>?,
-        /** split: `[has color, color, key]`; group: the ranks; null otherwise. */
-        @JvmField public val extra: Any?,
-        /**
-         * The operation the user called: [op] itself, or the composite operation (an object
-         * collective, say) this call is step [step] of. Names the call and goes into its signature.
-         */
-        @JvmField public val signatureOp: CollectiveOp = op,
-        /** The step's index within its composite operation, from 1 (0: not a step). */
-        @JvmField public val step: Int = 0,
-    ) {
-        /**
-         * The tensor the result goes to (the input for in-place calls; null where none). For an
-         * allocating collective, set by the front once [allocate] returned it, before [issue].
-         */
-        public var output: Tensor? = output
-            internal set
-
-        /** The backend's own state of this call (set from [allocate] or [issue] on). */
-        @JvmField public var state: Any? = null
-
-        /** Whether the front retained [output] besides the input (not null, not the input): what [releaseHandedOver] releases. */
-        @JvmField internal var heldOutput: Boolean = false
-
-        /** The caller's coroutine context (its `withTimeout`, its `Overlapping` marker, its job). */
-        @JvmField public var context: kotlin.coroutines.CoroutineContext = kotlin.coroutines.EmptyCoroutineContext
-
-        /** The name users and the flight recorder see (a composite's steps: the composite's). */
-        public val name: String get() = signatureOp.apiName
-
-        /**
-         * Writes this call's signature ([CollectiveSignature.SIZE] longs) into [dst] at [at]: the
-         * operation, dtype, reduction kind, root, dimension and shape; the uneven collectives encode
-         * what is the same on every rank (allGatherV's output shape, reduceScatterV's input shape,
-         * allToAllV's row with dim 0 as -1) and the sizes' digest; for allToAllV the backend sets the
-         * extra word with [setSplitsWord] once it knows what its peers send it.
-         */
-        public fun encodeSignature(dst: LongArray, at: Int) {
-            if (step != 0) {
-                // A composite's step: the composite's operation, no tensor (its lengths differ per call), the step's index.
-                CollectiveSignature.encode(dst, at, signatureOp, null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
-                return
-            }
-            when (op) {
-                CollectiveOp.AllGatherV -> CollectiveSignature.encodeShape(
-                    dst, at, op, input!!.dtype, output!!.shape, extra = CollectiveSignature.sizesDigest(sizes!!),
-                )
-                CollectiveOp.ReduceScatterV -> CollectiveSignature.encodeShape(
-                    dst, at, op, input!!.dtype, input.shape, reduceOp, extra = CollectiveSignature.sizesDigest(sizes!!),
-                )
-                CollectiveOp.AllToAllV -> {
-                    CollectiveSignature.encode(dst, at, op, input)
-                    dst[at + ROW_DIM0] = -1L // dim 0 is each rank's own
-                }
-                else -> CollectiveSignature.encode(
-                    dst, at, op, signatureTensor, reduceOp,
-                    root = if (op.hasRoot) root else -1,
-                    dim = if (op.hasDim) dim else -1,
-                    extra = if (op == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
-                )
-            }
-        }
-    }
+    /** The path of every point-to-point call from its record to its release ([PointToPointIssue]). */
+    private val p2pPath = PointToPointIssue(this)
 
     // ------------------------------------------------------------------ what a backend supplies
 
@@ -214,10 +105,10 @@ public abstract class CommunicatorFront(
      * own return value), or [PENDING] when the caller must [await] it. Never suspends. Throws an
      * [OperationFailedSignal] (or the caller's `CancellationException`) when it failed.
      */
-    protected abstract fun issue(call: Call): Any?
+    protected abstract fun issue(call: OperationCall): Any?
 
     /** Waits for a [call] that [issue] left [PENDING] and returns its result as [issue] does. */
-    protected abstract suspend fun await(call: Call): Any?
+    protected abstract suspend fun await(call: OperationCall): Any?
 
     /** Sends [tensor] (retained by the front) to [dst]; returns once its buffer may be reused. */
     protected abstract suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int)
@@ -234,13 +125,13 @@ public abstract class CommunicatorFront(
     /**
      * A new tensor for the output of the allocating collective [call]: what the front calls, after it
      * recorded the call and started its deadline, before it retains the tensors and [issue]s it (the
-     * call's [Call.output] is still null). By default [allocate]; a backend whose allocation can fail
+     * call's [OperationCall.output] is still null). By default [allocate]; a backend whose allocation can fail
      * or wait (device memory, allocated on a device thread) overrides this one, may keep what it
-     * prepared in [Call.state] (which [deadlinePassed], [notIssued] and [issue] then see), and names
+     * prepared in [OperationCall.state] (which [deadlinePassed], [notIssued] and [issue] then see), and names
      * [call] in its exception. When it throws, the front fails the call's record with it, issues
      * nothing, and tells the backend with [notIssued] (its peers cannot complete that number).
      */
-    protected open suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
+    protected open suspend fun allocate(call: OperationCall, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
 
     /**
      * True when this backend issues a [sendRecv] batch as one operation of its library (NCCL's
@@ -271,7 +162,7 @@ public abstract class CommunicatorFront(
      * idempotent). The front then aborts the communicator ([abortNotIssued]): its peers could never
      * complete that number. Must not block.
      */
-    protected open fun notIssued(call: Call, cause: Throwable) {}
+    protected open fun notIssued(call: OperationCall, cause: Throwable) {}
 
     /**
      * The communicator failed with [cause], its first failure ([abortWith]; [detail] is what the
@@ -294,7 +185,7 @@ public abstract class CommunicatorFront(
      * Called once per operation, on the watchdog's thread, while the caller may be blocked inside a
      * library call: must not block and must not call into a library that could wait on that call.
      */
-    protected abstract fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?)
+    protected abstract fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?)
 
     // ------------------------------------------------------------------ lifecycle
 
@@ -340,7 +231,23 @@ public abstract class CommunicatorFront(
     internal val errorsOf: CommunicationErrors get() = errors
 
     /** [deadlinePassed], for [CallOrder]'s deadline scan. */
-    internal fun passDeadline(entry: FlightRecorder.Entry, call: Call?) = deadlinePassed(entry, call)
+    internal fun passDeadline(entry: FlightRecorder.Entry, call: OperationCall?) = deadlinePassed(entry, call)
+
+    /** [issue], [await] and [allocate], for [CollectiveIssue]. */
+    internal fun issueOnBackend(call: OperationCall): Any? = issue(call)
+
+    internal suspend fun awaitOnBackend(call: OperationCall): Any? = await(call)
+
+    internal suspend fun allocateOnBackend(call: OperationCall, dtype: DType, shape: List<Int>): Tensor = allocate(call, dtype, shape)
+
+    /** [beginPointToPoint], [issueSend], [issueRecv] and [issueGroupedBatch], for [PointToPointIssue]. */
+    internal suspend fun beginMessage(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry = beginPointToPoint(name, tensor, peer, tag)
+
+    internal suspend fun sendOnBackend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) = issueSend(entry, tensor, dst, tag)
+
+    internal suspend fun recvOnBackend(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo = issueRecv(entry, tensor, src, tag)
+
+    internal suspend fun batchOnBackend(entry: FlightRecorder.Entry, ops: List<PointToPoint>): List<MessageInfo> = issueGroupedBatch(entry, ops)
 
     /**
      * The exception a call of [operation] (sequence [sequence]) ends with now because this
@@ -442,7 +349,7 @@ public abstract class CommunicatorFront(
     }
 
     /** [notIssued], then the front's rule ([abortNotIssued]) for [call], given up before [issue] because of [cause]. */
-    private fun gaveUp(call: Call, cause: Throwable) {
+    internal fun gaveUp(call: OperationCall, cause: Throwable) {
         try {
             notIssued(call, cause)
         } finally {
@@ -523,17 +430,17 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         validator.allReduce(tensor, op)
-        return collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
+        return issuePath.collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
     }
 
     final override suspend fun broadcast(tensor: Tensor, root: Int): Tensor {
         validator.broadcast(tensor, root)
-        return collective(CollectiveOp.Broadcast, tensor, tensor, tensor, null, root, 0, null, null, null, tensor)
+        return issuePath.collective(CollectiveOp.Broadcast, tensor, tensor, tensor, null, root, 0, null, null, null, tensor)
     }
 
     final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         validator.reduce(tensor, root, op)
-        return collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
+        return issuePath.collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
     }
 
     // The allocating forms check their input once (the output is fresh) and go straight to the
@@ -541,201 +448,95 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allGather(input: Tensor, dim: Int): Tensor {
         val shape = validator.allGatherShape(input, dim)
-        return allocating(CollectiveOp.AllGather, input, shape, null, -1, CollectiveValidator.normalise(input, dim), null, null)
+        return issuePath.allocating(CollectiveOp.AllGather, input, shape, null, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
     final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val shape = validator.reduceScatterShape(input, op, dim)
-        return allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
+        return issuePath.allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
     final override suspend fun allGatherV(input: Tensor, sizes: List<Int>): Tensor {
         val shape = validator.allGatherVShape(input, sizes, rank)
-        return allocating(CollectiveOp.AllGatherV, input, shape, null, -1, 0, sizes.toList(), null)
+        return issuePath.allocating(CollectiveOp.AllGatherV, input, shape, null, -1, 0, sizes.toList(), null)
     }
 
     final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val shape = validator.reduceScatterVShape(input, sizes, op, rank)
-        return allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
+        return issuePath.allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
     }
 
     final override suspend fun allGatherInto(output: Tensor, input: Tensor, dim: Int): Tensor {
         val d = validator.allGatherInto(output, input, dim)
-        return collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
+        return issuePath.collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
     }
 
     final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val d = validator.reduceScatterInto(output, input, op, dim)
-        return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
+        return issuePath.collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
     }
 
     final override suspend fun gather(input: Tensor, root: Int, dim: Int): Tensor? {
         val shape = validator.gatherShape(input, root, dim)
         val d = CollectiveValidator.normalise(input, dim)
-        if (rank == root) return allocating(CollectiveOp.Gather, input, shape, null, root, d, null, null)
-        return collective(CollectiveOp.Gather, input, null, input, null, root, d, null, null, null, null)
+        if (rank == root) return issuePath.allocating(CollectiveOp.Gather, input, shape, null, root, d, null, null)
+        return issuePath.collective(CollectiveOp.Gather, input, null, input, null, root, d, null, null, null, null)
     }
 
     final override suspend fun scatter(output: Tensor, input: Tensor?, root: Int, dim: Int) {
         val d = validator.scatter(output, input, root, rank, dim)
-        return collective(CollectiveOp.Scatter, if (rank == root) input else null, output, output, null, root, d, null, null, null, Unit)
+        return issuePath.collective(CollectiveOp.Scatter, if (rank == root) input else null, output, output, null, root, d, null, null, null, Unit)
     }
 
     final override suspend fun allToAll(input: Tensor, dim: Int): Tensor {
         val d = validator.allToAll(input, dim)
-        return allocating(CollectiveOp.AllToAll, input, input.shape, null, -1, d, null, null)
+        return issuePath.allocating(CollectiveOp.AllToAll, input, input.shape, null, -1, d, null, null)
     }
 
     final override suspend fun allGatherVInto(output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         validator.allGatherVInto(output, input, sizes, rank)
-        return collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
+        return issuePath.collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
     }
 
     final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         validator.reduceScatterVInto(output, input, sizes, op, rank)
-        return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
+        return issuePath.collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 
     /** As the interface's default, but the arguments are checked once (the output is fresh, so only the input needs it). */
     final override suspend fun allToAllV(input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val shape = validator.allToAllVShape(input, inputSplits, outputSplits)
-        return allocating(CollectiveOp.AllToAllV, input, shape, null, -1, 0, inputSplits.toList(), outputSplits.toList())
+        return issuePath.allocating(CollectiveOp.AllToAllV, input, shape, null, -1, 0, inputSplits.toList(), outputSplits.toList())
     }
 
     final override suspend fun allToAllVInto(output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         validator.allToAllVInto(output, input, inputSplits, outputSplits)
-        return collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
+        return issuePath.collective(CollectiveOp.AllToAllV, input, output, input, null, -1, 0, inputSplits.toList(), outputSplits.toList(), null, output)
     }
 
     final override suspend fun barrier() {
-        return collective(CollectiveOp.Barrier, null, null, null, null, -1, 0, null, null, null, Unit)
+        return issuePath.collective(CollectiveOp.Barrier, null, null, null, null, -1, 0, null, null, null, Unit)
     }
 
     final override suspend fun split(color: Int?, key: Int): Communicator? {
         validator.split(color)
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
-        return (collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { adopted(it) }
+        return (issuePath.collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { adopted(it) }
     }
 
     final override suspend fun group(ranks: List<Int>): Communicator? {
         validator.group(ranks)
-        return (collective<Any?>(CollectiveOp.Group, null, null, null, null, -1, 0, null, null, ranks.toList(), null) as Communicator?)?.also { adopted(it) }
+        return (issuePath.collective<Any?>(CollectiveOp.Group, null, null, null, null, -1, 0, null, null, ranks.toList(), null) as Communicator?)?.also { adopted(it) }
     }
 
     /**
      * A collective of the backend's own that makes a new communicator over the same ranks (MPI's
      * `duplicate`): issued as [split] and [group] are ([CollectiveOp.Duplicate], numbered, recorded,
      * signed, timed, completed or failed here; [extra], the backend's settings for it, is the call's
-     * [Call.extra]) and [adopted]. The backend's [await] makes the communicator.
+     * [OperationCall.extra]) and [adopted]. The backend's [await] makes the communicator.
      */
     protected suspend fun duplicateCollective(extra: Any?): Communicator =
-        (collective<Any?>(CollectiveOp.Duplicate, null, null, null, null, -1, 0, null, null, extra, null) as Communicator).also { adopted(it) }
-
-    /**
-     * Validates nothing (the operation methods did), then: usable, sequence and record under the
-     * lock; retain; [issue]; complete or fail; release. The common case (the backend completed in
-     * [issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
-     */
-    private suspend fun <T> collective(
-        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, ret: T,
-    ): T {
-        // A coroutine already cancelled does not issue: nothing is in flight yet.
-        val context = currentCoroutineContext()
-        context.ensureActive()
-        val call = order.tryBegin(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context)
-            ?: return collectiveInTurn(op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, context, ret)
-        call.context = context
-        return issueBegun(call, ret, null)
-    }
-
-    /**
-     * [collective] of a caller that must first wait for the issue turn (a composite operation is
-     * issuing): it holds the turn until the backend took the call ([issue] returned), so that the
-     * next caller's call cannot reach a backend that orders calls as they reach it (the GPU engine's
-     * device thread) before this one.
-     */
-    private suspend fun <T> collectiveInTurn(
-        op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, context: CoroutineContext, ret: T,
-    ): T {
-        val turn = order.turn.await()
-        val call = order.numberInTurn(turn, op, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
-        call.context = context
-        return issueBegun(call, ret, turn)
-    }
-
-    /**
-     * An allocating collective: as [collective], but its output (of [shape], [input]'s dtype) is
-     * allocated once the call is numbered, recorded and timed ([allocate] with the call), so that an
-     * allocation that waits is within the call's deadline. A failed (or cancelled) allocation fails
-     * the recorded call and issues nothing. Returns the output.
-     */
-    private suspend fun allocating(
-        op: CollectiveOp, input: Tensor, shape: List<Int>, reduceOp: ReduceOp?, root: Int, dim: Int,
-        sizes: List<Int>?, outputSizes: List<Int>?,
-    ): Tensor {
-        val context = currentCoroutineContext()
-        context.ensureActive()
-        var turn: IssueTurn.Waiter? = null
-        val call = order.tryBegin(op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null, context)
-            ?: order.turn.await().let { w -> turn = w; order.numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
-        call.context = context
-        val output = try {
-            allocate(call, input.dtype, shape)
-        } catch (t: Throwable) {
-            turn?.let { order.turn.pass(it) }
-            val e = failure(call.entry, t)
-            gaveUp(call, e)
-            throw e
-        }
-        call.output = output
-        return issueBegun(call, output, turn)
-    }
-
-    /**
-     * Retain, [issue], complete or fail, release, for a [call] already begun (and its output
-     * allocated); [turn], when the caller waited for the issue turn, is passed on once [issue] returned.
-     */
-    private suspend fun <T> issueBegun(call: Call, ret: T, turn: IssueTurn.Waiter?): T {
-        val input = call.input
-        val output = call.output
-        val heldOutput = try {
-            retain(call.name, input, output).also { call.heldOutput = it }
-        } catch (t: Throwable) {
-            if (turn != null) order.turn.pass(turn)
-            // A tensor closed meanwhile: the call is numbered and recorded but will never be issued.
-            call.entry.fail(t)
-            gaveUp(call, t)
-            throw t
-        }
-        val r = try {
-            issue(call)
-        } catch (t: Throwable) {
-            if (turn != null) order.turn.pass(turn)
-            if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
-            throw failure(call.entry, t)
-        }
-        if (turn != null) order.turn.pass(turn)
-        if (r === PENDING) return finishPending(call, ret, heldOutput)
-        call.entry.complete()
-        if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
-        @Suppress("UNCHECKED_CAST")
-        return (r ?: ret) as T
-    }
-
-    private suspend fun <T> finishPending(call: Call, ret: T, heldOutput: Boolean): T {
-        try {
-            val r = await(call)
-            call.entry.complete()
-            @Suppress("UNCHECKED_CAST")
-            return (r ?: ret) as T
-        } catch (t: Throwable) {
-            throw failure(call.entry, callerSees(t))
-        } finally {
-            if (!call.entry.tensorsHandedOver) release(call.input, call.output, heldOutput)
-        }
-    }
+        (issuePath.collective<Any?>(CollectiveOp.Duplicate, null, null, null, null, -1, 0, null, null, extra, null) as Communicator).also { adopted(it) }
 
     /**
      * Hands the tensors the front retained for the operation recorded as [entry] (a collective's
@@ -755,25 +556,8 @@ public abstract class CommunicatorFront(
 
     /** Releases the tensors of collective [call] that the front retained and [handOverTensors] handed to the backend. */
     @InternalTpcommApi
-    public fun releaseHandedOver(call: Call) {
-        release(call.input, call.output, call.heldOutput)
-    }
-
-    /** Retains [input] and [output] (see [Tensor.retain]); returns whether [output] was retained (not null, not [input]). */
-    private fun retain(name: String, input: Tensor?, output: Tensor?): Boolean {
-        input?.retain(name)
-        if (output == null || output === input) return false
-        try {
-            output.retain(name)
-        } catch (t: Throwable) {
-            input?.release(); throw t
-        }
-        return true
-    }
-
-    private fun release(input: Tensor?, output: Tensor?, heldOutput: Boolean) {
-        input?.release()
-        if (heldOutput) output!!.release()
+    public fun releaseHandedOver(call: OperationCall) {
+        issuePath.release(call.input, call.output, call.heldOutput)
     }
 
     /**
@@ -804,35 +588,12 @@ public abstract class CommunicatorFront(
 
     final override suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
         validator.send(tensor, dst, tag)
-        sendChecked(tensor, dst, tag)
-    }
-
-    /** [send] of arguments the validator already accepted: record, retain, [issueSend], complete or fail, release. */
-    private suspend fun sendChecked(tensor: Tensor, dst: Int, tag: Int) {
-        val entry = beginPointToPoint("send", tensor, dst, tag)
-        tensor.retain("send")
-        try {
-            recorded(entry) { issueSend(entry, tensor, dst, tag) }
-        } finally {
-            if (!entry.tensorsHandedOver) tensor.release()
-        }
+        p2pPath.send(tensor, dst, tag)
     }
 
     final override suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
         validator.recv(tensor, src, tag)
-        return recvChecked(tensor, src, tag)
-    }
-
-    /** [recv] of arguments the validator already accepted: record, retain, [issueRecv], complete or fail, release. */
-    private suspend fun recvChecked(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        val entry = beginPointToPoint("recv", tensor, src, tag)
-        // A receive buffer closed while the receive is posted stays allocated until it completes or is withdrawn.
-        tensor.retain("recv")
-        try {
-            return recorded(entry) { issueRecv(entry, tensor, src, tag) }
-        } finally {
-            if (!entry.tensorsHandedOver) tensor.release()
-        }
+        return p2pPath.recv(tensor, src, tag)
     }
 
     final override suspend fun probe(src: Int, tag: Int): MessageInfo {
@@ -845,7 +606,8 @@ public abstract class CommunicatorFront(
      * Runs [block], the backend's part of the operation recorded as [entry], then completes the
      * record, or fails it and throws the named exception ([OperationFailedSignal]s become theirs).
      */
-    protected suspend inline fun <T> recorded(entry: FlightRecorder.Entry, block: () -> T): T {
+    @InternalTpcommApi
+    public suspend inline fun <T> recorded(entry: FlightRecorder.Entry, block: () -> T): T {
         val r = try {
             block()
         } catch (t: Throwable) {
@@ -863,24 +625,8 @@ public abstract class CommunicatorFront(
     final override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         validator.sendRecv(ops)
         if (ops.isEmpty()) return emptyList()
-        if (!groupsBatches) return PointToPointBatch.run(ops, { o -> sendChecked(o.tensor, o.peer, o.tag) }, { o -> recvChecked(o.tensor, o.peer, o.tag) })
-        val first = ops.first()
-        val entry = beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
-        var held = 0
-        try {
-            for (o in ops) { o.tensor.retain("sendRecv"); held++ }
-        } catch (t: Throwable) {
-            // A tensor closed before the batch was issued: its peers' counterparts have no partner.
-            for (i in 0 until held) ops[i].tensor.release()
-            entry.fail(t)
-            abortNotIssued(entry.operation, entry.sequence, t)
-            throw t
-        }
-        try {
-            return recorded(entry) { issueGroupedBatch(entry, ops) }
-        } finally {
-            if (!entry.tensorsHandedOver) for (o in ops) o.tensor.release()
-        }
+        if (!groupsBatches) return PointToPointBatch.run(ops, { o -> p2pPath.send(o.tensor, o.peer, o.tag) }, { o -> p2pPath.recv(o.tensor, o.peer, o.tag) })
+        return p2pPath.groupedBatch(ops)
     }
 
     /**
@@ -905,7 +651,7 @@ public abstract class CommunicatorFront(
 
     /**
      * Writes the signature of the collective step recorded as [entry] (a backend's own step, begun
-     * with [beginOwnCollective] inside a composite operation) into [dst] at [at], as [Call.encodeSignature]
+     * with [beginOwnCollective] inside a composite operation) into [dst] at [at], as [OperationCall.encodeSignature]
      * writes a step's: the composite's operation and root, no tensor, the step's index. Returns false
      * (writing nothing) when [entry] is not such a step.
      */
@@ -993,8 +739,6 @@ public abstract class CommunicatorFront(
 
         /** The operation named by [abort]'s exception. */
         public const val ABORT: String = "abort"
-
-        private const val ROW_DIM0 = 8
 
         /** Sets allToAllV's extra signature word (see [CollectiveSignature.splitsWord]) of the signature at [at] in [dst]. */
         @JvmStatic

@@ -39,7 +39,7 @@ internal class CompositeOperation(
     @Volatile var stepEntry: FlightRecorder.Entry? = null
 
     /** The latest step's call (null for a backend's own step). */
-    @Volatile var stepCall: CommunicatorFront.Call? = null
+    @Volatile var stepCall: OperationCall? = null
 
     /** Set once the composite's deadline passed between steps: a later step is refused with it. */
     @Volatile var expired: CommunicationException? = null

@@ -43,10 +43,10 @@ class CommunicatorFrontSpec : FunSpec({
     ) : CommunicatorFront(0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), validator, timeout) {
         /** What [deadlinePassed] was called with, and from which thread. */
         val deadlines = java.util.concurrent.CopyOnWriteArrayList<String>()
-        var onDeadline: (FlightRecorder.Entry, Call?) -> Unit = { _, _ -> }
+        var onDeadline: (FlightRecorder.Entry, OperationCall?) -> Unit = { _, _ -> }
         var recvGate: CompletableDeferred<Unit>? = null
 
-        override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+        override fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?) {
             deadlines += "${entry.operation} record=${entry.sequence} call=${call?.sequence} on ${Thread.currentThread().name}"
             onDeadline(entry, call)
         }
@@ -54,7 +54,7 @@ class CommunicatorFrontSpec : FunSpec({
         val tracked: Int get() = trackedDeadlines
 
         val log = ArrayList<String>()
-        var script: (Call) -> Any? = { null }
+        var script: (OperationCall) -> Any? = { null }
         var onAllocate: () -> Unit = {}
 
         /** When set, an allocation waits for it (a backend whose allocation waits for a device thread). */
@@ -65,7 +65,7 @@ class CommunicatorFrontSpec : FunSpec({
             return Tensor.zeros(dtype, shape).also { onAllocate() }
         }
 
-        override fun notIssued(call: Call, cause: Throwable) {
+        override fun notIssued(call: OperationCall, cause: Throwable) {
             log += "not issued ${call.name} #${call.sequence}"
         }
 
@@ -76,12 +76,12 @@ class CommunicatorFrontSpec : FunSpec({
 
         override fun refusal(operation: String, collective: Boolean): OperationFailure? = refuse
 
-        override fun issue(call: Call): Any? {
+        override fun issue(call: OperationCall): Any? {
             log += "issue ${call.name} #${call.sequence} record=${call.entry.sequence} inFlight=${call.entry.inFlight}"
             return script(call)
         }
 
-        override suspend fun await(call: Call): Any? {
+        override suspend fun await(call: OperationCall): Any? {
             log += "await ${call.name}"
             return pending!!.await()
         }
@@ -99,7 +99,7 @@ class CommunicatorFrontSpec : FunSpec({
 
         override fun shutdown() {}
 
-        fun signatureOf(call: Call): LongArray = LongArray(CollectiveSignature.SIZE).also { call.encodeSignature(it, 0) }
+        fun signatureOf(call: OperationCall): LongArray = LongArray(CollectiveSignature.SIZE).also { call.encodeSignature(it, 0) }
     }
 
     test("a bad argument is refused before anything is recorded or issued") {

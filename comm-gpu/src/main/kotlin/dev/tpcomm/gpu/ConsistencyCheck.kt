@@ -1,5 +1,6 @@
 package dev.tpcomm.gpu
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.coroutines.CommunicatorFront.Companion.setSplitsWord
 import dev.tpcomm.coroutines.OperationFailure
 import java.lang.foreign.MemorySegment
@@ -12,7 +13,7 @@ import java.lang.foreign.ValueLayout
 /**
  * checkConsistency (only when set to true: off by default on the GPU engine, since it waits
  * for the stream before each collective): all-gathers every rank's signature of this call
- * ([Call.encodeSignature], staged through device memory) and fails with
+ * ([OperationCall.encodeSignature], staged through device memory) and fails with
  * [CollectiveMismatchException] naming the differing ranks and fields ([compare]: the front's compareSignatures).
  */
 internal fun NcclOp.checkSignature(sig: LongArray, sequence: Long, compare: (LongArray, Long, String) -> OperationFailure?) {

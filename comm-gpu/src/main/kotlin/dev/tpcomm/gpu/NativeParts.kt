@@ -1,6 +1,6 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.CommunicatorFront.Call
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.spi.CollectiveOp
 
 // The mapping from the front's call to its device part: what each collective the front issues runs
@@ -18,7 +18,7 @@ private fun onDevice(block: NcclOp.() -> Any?): NcclOp.() -> Any? = block
  * value), issued with [ctx]; a split's or group's child made by [makeChild] with [commConfig].
  */
 internal fun nativePart(
-    call: Call,
+    call: OperationCall,
     ctx: NcclOpContext,
     commConfig: NcclCommConfig,
     makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int) -> NcclCommunicator,

@@ -1,5 +1,6 @@
 package dev.tpcomm.gpu
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -147,7 +148,7 @@ public class NcclCommunicator internal constructor(
      * (`ncclCommAbort`), also when the operation never reached the native thread
      * ([NcclOperationQueue.deadlinePassed]).
      */
-    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?) {
         queue.deadlinePassed(entry, call)
     }
 
@@ -190,7 +191,7 @@ public class NcclCommunicator internal constructor(
      * now, at the call (docs/nccl-semantics.md N17); freed when the tensor becomes unreachable
      * ([DeviceFree]), unless the call failed after it was issued ([NcclOperationQueue.allocate]).
      */
-    override suspend fun allocate(call: Call, dtype: DType, shape: List<Int>): Tensor =
+    override suspend fun allocate(call: OperationCall, dtype: DType, shape: List<Int>): Tensor =
         queue.allocate(call, producerStream, dtype, shape)
 
     /**
@@ -198,7 +199,7 @@ public class NcclCommunicator internal constructor(
      * issued), then queues [call]'s native part ([nativePart]) on the device's thread (or hands it to
      * the operation [allocate] queued for it); the caller waits in [await].
      */
-    override fun issue(call: Call): Any? {
+    override fun issue(call: OperationCall): Any? {
         val body = try {
             nativePart(call, opContext, commConfig, ::child)
         } catch (t: Throwable) {
@@ -213,7 +214,7 @@ public class NcclCommunicator internal constructor(
      * The front gave up on [call] before issuing it: the operation [allocate] queued for it gives up
      * its place at once (the front then aborts the communicator: NCCL pairs calls by their order).
      */
-    override fun notIssued(call: Call, cause: Throwable) {
+    override fun notIssued(call: OperationCall, cause: Throwable) {
         queue.refused(call)
     }
 
@@ -222,7 +223,7 @@ public class NcclCommunicator internal constructor(
         handle.aborted()
     }
 
-    override suspend fun await(call: Call): Any? = queue.finish(call.state as NcclOp)
+    override suspend fun await(call: OperationCall): Any? = queue.finish(call.state as NcclOp)
 
     /**
      * The object operations' bytes (the front runs them, [ObjectProtocol]: lengths first, checked,

@@ -1,5 +1,6 @@
 package dev.tpcomm.gpu
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
@@ -34,7 +35,7 @@ import kotlinx.coroutines.Job
 internal class NcclOp(
     /** What the communicator's operations issue with. */
     val ctx: NcclOpContext,
-    /** The flight record (the front's), by which [NcclOperationQueue.deadlinePassed] finds an operation without a [Call]. */
+    /** The flight record (the front's), by which [NcclOperationQueue.deadlinePassed] finds an operation without an [OperationCall]. */
     val entry: FlightRecorder.Entry,
     val producer: Long,
     val onStream: Boolean = true,
@@ -53,7 +54,7 @@ internal class NcclOp(
     /** The operation's name, as the flight record and exceptions show it. */
     val name: String get() = entry.operation
     /** The front's call, for a collective (its signature, for checkConsistency). */
-    var call: CommunicatorFront.Call? = null
+    var call: OperationCall? = null
     /** [ATTACHED], or for an operation [NcclOperationQueue.allocate] queued before its call: [RESERVED] until attached, [ABANDONED] when it never will be. */
     val state = AtomicInteger(ATTACHED)
     /** A reserved operation's output allocation. */

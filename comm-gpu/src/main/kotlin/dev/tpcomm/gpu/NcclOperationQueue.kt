@@ -1,11 +1,11 @@
 package dev.tpcomm.gpu
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeRequest
@@ -88,7 +88,7 @@ internal class NcclOperationQueue(
 
     /**
      * The operations from [start] to their end, so that [deadlinePassed] finds a point-to-point call
-     * or an own operation (which have no front [Call]) by its flight record.
+     * or an own operation (which have no front [OperationCall]) by its flight record.
      */
     private val live = ConcurrentLinkedQueue<NcclOp>()
 
@@ -107,7 +107,7 @@ internal class NcclOperationQueue(
      * also when the operation never reached the native thread (queued behind a call blocked in the
      * library).
      */
-    fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+    fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?) {
         val op = (call?.state as? NcclOp) ?: live.firstOrNull { it.entry === entry }
         if (op == null) {
             // Recorded, but not yet handed to the engine (its caller was held between the front's
@@ -144,7 +144,7 @@ internal class NcclOperationQueue(
      * Device memory for the output of the allocating collective [call]. The call takes its place in
      * the device's issue order here, at the call (docs/nccl-semantics.md N17: one launch order per
      * device, the order of the calls; a call issued after this one, even without waiting for it, is
-     * issued after it): an operation ([Call.state]) is queued on the native thread now, which
+     * issued after it): an operation ([OperationCall.state]) is queued on the native thread now, which
      * allocates (`cudaMallocAsync` on this communicator's stream, counted against the device's budget,
      * [DeviceMemoryBudget]) and then holds its place until the front issues the call ([issue] attaches
      * it). The caller waits for the allocation only; its deadline is the front's, from the call, which
@@ -155,7 +155,7 @@ internal class NcclOperationQueue(
      * unreachable ([DeviceFree]), unless the call failed after it was issued (the device may still write it). [producer]: the
      * communicator's producer stream of the moment.
      */
-    suspend fun allocate(call: Call, producer: Long, dtype: DType, shape: List<Int>): Tensor {
+    suspend fun allocate(call: OperationCall, producer: Long, dtype: DType, shape: List<Int>): Tensor {
         val bytes = shape.fold(1L) { a, d -> a * d } * dtype.byteSize
         val o = NcclOp(ctx, call.entry, producer)
         o.call = call
@@ -236,7 +236,7 @@ internal class NcclOperationQueue(
      * The front's [call] was refused (its native part could not be built): the operation [allocate]
      * queued for it, if any, gives up its place at once.
      */
-    fun refused(call: Call) {
+    fun refused(call: OperationCall) {
         val own = call.state as? NcclOp
         if (own != null && own.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED)) wake()
     }
@@ -246,7 +246,7 @@ internal class NcclOperationQueue(
      * [allocate] queued for it); the caller waits in [finish]. [producer]: the communicator's
      * producer stream of the moment.
      */
-    fun issue(call: Call, body: NcclOp.() -> Any?, producer: Long) {
+    fun issue(call: OperationCall, body: NcclOp.() -> Any?, producer: Long) {
         val own = call.state as? NcclOp // the operation [allocate] queued for it, if any
         if (own != null) {
             own.body = body

@@ -2,6 +2,7 @@
 
 package dev.tpcomm.gpu
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
@@ -71,7 +72,7 @@ class NcclDeadlinesTest : FunSpec({
             e.operation shouldBe "allGather"
             ms shouldBeLessThan 2_000
             comms[0].flightRecorder.snapshot().single { it.operation == "allGather" }.state shouldBe FlightRecorder.State.Failed
-            // The engine's own operation (recorded by the front with beginOwnCollective, no Call).
+            // The engine's own operation (recorded by the front with beginOwnCollective, no OperationCall).
             val (o, oms) = timed { others[0].allGatherObject("x", String.serializer()) }
             o.shouldBeInstanceOf<CommunicationTimeoutException>()
             o.operation shouldBe "allGatherObject"

@@ -1,10 +1,10 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveOp
 import kotlinx.coroutines.Job
@@ -33,7 +33,7 @@ internal class MpiCollectives(
     private val failures: MpiFailures = calls.failures
 
     /** [allReduce] of a validated [tensor] MPI takes as it is (host memory or a CUDA-aware device pointer). */
-    suspend fun runAllReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor {
+    suspend fun runAllReduce(call: OperationCall, tensor: Tensor, op: ReduceOp): Tensor {
         val name = call.name
         if (workarounds.hostReduced(tensor.dtype, op)) {
             hostWork.guard(CollectiveOp.AllReduce, op, 0, tensor)
@@ -95,7 +95,7 @@ internal class MpiCollectives(
     }
 
     /** allReduce as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
-    fun allReduceBlocking(call: Call, tensor: Tensor, op: ReduceOp) {
+    fun allReduceBlocking(call: OperationCall, tensor: Tensor, op: ReduceOp) {
         reduceInPlace(tensor, op) { pre, n, t, o, payload ->
             val buf = addr(tensor); val inPlace = abi.inPlace
             threading.inlineBlocking(call.entry, call.name, tensor, check.sig(call), payload = payload) { pre?.apply(); binding.allreduce(inPlace, buf, n, t, o, handle) }
@@ -103,14 +103,14 @@ internal class MpiCollectives(
     }
 
     /** broadcast as one blocking MPI call on whichever thread owns MPI now (see [issue]). */
-    fun broadcastBlocking(call: Call, tensor: Tensor, root: Int) {
+    fun broadcastBlocking(call: OperationCall, tensor: Tensor, root: Int) {
         val n = mpiCount(tensor)
         val buf = addr(tensor); val t = abi.datatype(tensor.dtype)
         threading.inlineBlocking(call.entry, call.name, tensor, check.sig(call), payload = broadcastPayload(tensor, root)) { binding.bcast(buf, n, t, root, handle) }
     }
 
     /** [broadcast] of a validated [tensor] MPI takes as it is. */
-    suspend fun runBroadcast(call: Call, tensor: Tensor, root: Int): Tensor {
+    suspend fun runBroadcast(call: OperationCall, tensor: Tensor, root: Int): Tensor {
         val name = call.name
         if (threading.fastPath()) {
             broadcastBlocking(call, tensor, root)
@@ -130,7 +130,7 @@ internal class MpiCollectives(
         if (check.slotsCarry && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Broadcast(tensor, root, rank) else null
 
     /** [reduce] of a validated [tensor] MPI takes as it is. */
-    suspend fun runReduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+    suspend fun runReduce(call: OperationCall, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         val name = call.name
         hostWork.guard(CollectiveOp.Reduce, op, 0, tensor)
         val n = mpiCount(tensor)
@@ -170,7 +170,7 @@ internal class MpiCollectives(
     }
 
     /** [allGatherInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
-    suspend fun runAllGather(call: Call, output: Tensor, input: Tensor, d: Int): Tensor {
+    suspend fun runAllGather(call: OperationCall, output: Tensor, input: Tensor, d: Int): Tensor {
         val name = call.name
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
@@ -193,7 +193,7 @@ internal class MpiCollectives(
     }
 
     /** [reduceScatterInto] of validated tensors MPI takes as they are, along the normalised dim [d]. */
-    suspend fun runReduceScatter(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor {
+    suspend fun runReduceScatter(call: OperationCall, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor {
         val name = call.name
         val n = mpiCount(output)
         val direct = contiguousAlong(input, d)
@@ -237,7 +237,7 @@ internal class MpiCollectives(
     }
 
     /** [gather] of a validated [input] MPI takes as it is, along the normalised dim [d], into the root's [output] (null elsewhere). */
-    suspend fun runGather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? {
+    suspend fun runGather(call: OperationCall, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? {
         val name = call.name
         val n = mpiCount(input)
         val direct = contiguousAlong(input, d)
@@ -257,7 +257,7 @@ internal class MpiCollectives(
      * [scatter] of validated tensors MPI takes as they are, along the normalised dim [d]: [input]
      * is the root's (null on the other ranks).
      */
-    suspend fun runScatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int) {
+    suspend fun runScatter(call: OperationCall, output: Tensor, input: Tensor?, root: Int, d: Int) {
         val name = call.name
         val n = mpiCount(output)
         val direct = contiguousAlong(output, d)
@@ -272,7 +272,7 @@ internal class MpiCollectives(
     }
 
     /** [allToAll] of a validated [input] MPI takes as it is, along the normalised dim [d], into [output] (of [input]'s shape). */
-    suspend fun runAllToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor {
+    suspend fun runAllToAll(call: OperationCall, input: Tensor, d: Int, output: Tensor): Tensor {
         val name = call.name
         val total = mpiCount(input)
         val n = total / worldSize
@@ -316,7 +316,7 @@ internal class MpiCollectives(
         return counts to displs
     }
 
-    suspend fun runAllGatherV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
+    suspend fun runAllGatherV(call: OperationCall, output: Tensor, input: Tensor, sizes: List<Int>): Tensor {
         val name = call.name
         val (counts, displs) = elementCounts(sizes, input.stride(0))
         val meta = intArrays(counts, displs)
@@ -332,7 +332,7 @@ internal class MpiCollectives(
         return output
     }
 
-    suspend fun runReduceScatterV(call: Call, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+    suspend fun runReduceScatterV(call: OperationCall, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val name = call.name
         val rowElements = input.stride(0)
         val (counts, displs) = elementCounts(sizes, rowElements)
@@ -379,7 +379,7 @@ internal class MpiCollectives(
         return output
     }
 
-    suspend fun runAllToAllV(call: Call, output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
+    suspend fun runAllToAllV(call: OperationCall, output: Tensor, input: Tensor, inputSplits: List<Int>, outputSplits: List<Int>): Tensor {
         val name = call.name
         val rowElements = input.stride(0)
         val (sendCounts, sendDispls) = elementCounts(inputSplits, rowElements)
@@ -434,7 +434,7 @@ internal class MpiCollectives(
         }
     }
 
-    suspend fun runBarrier(call: Call) {
+    suspend fun runBarrier(call: OperationCall) {
         // With the consistency check the exchange itself is the barrier (MpiSlotPayload.Barrier).
         threading.collective(call, check.sig(call), null,
             { binding.barrier(handle) },

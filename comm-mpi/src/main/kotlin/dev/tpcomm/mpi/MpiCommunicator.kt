@@ -1,5 +1,6 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
@@ -216,14 +217,14 @@ public class MpiCommunicator internal constructor(
     override fun aborting(cause: Throwable, detail: Int): Unit = failures.aborting(detail)
 
     /** The front's deadline for the operation recorded as [entry]: see [MpiFailures.deadlinePassed]. */
-    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?): Unit = failures.deadlinePassed(entry, call)
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?): Unit = failures.deadlinePassed(entry, call)
 
     /**
      * The small blocking all-reduces and broadcasts run to completion here, without suspending:
      * on this communicator's thread when the caller is on it (the fast path), or on the caller's
      * thread when caller-runs allows it ([MpiThreading.runsHere]). Everything else runs in [await].
      */
-    override fun issue(call: Call): Any? {
+    override fun issue(call: OperationCall): Any? {
         if (!blockingMode) return PENDING
         val tensor = call.input ?: return PENDING
         return when (call.op) {
@@ -246,7 +247,7 @@ public class MpiCommunicator internal constructor(
      * ([MpiThreading.collective]). Device tensors MPI is not given directly go through [staging]
      * (host temporaries), the others straight to MPI.
      */
-    override suspend fun await(call: Call): Any? {
+    override suspend fun await(call: OperationCall): Any? {
         try {
             return run(call)
         } finally {
@@ -256,7 +257,7 @@ public class MpiCommunicator internal constructor(
     }
 
     /** [await]'s work: the operation's MPI calls, directly or through [staging]. */
-    private suspend fun run(call: Call): Any? {
+    private suspend fun run(call: OperationCall): Any? {
         val input = call.input
         val output = call.output
         val staged = staging.needed(input) || staging.needed(output)

@@ -1,8 +1,8 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.OperationFailure
@@ -13,7 +13,7 @@ import kotlin.coroutines.cancellation.CancellationException
 
 /**
  * The consistency check of one MPI communicator (`CommConfig.checkConsistency`, on unless false):
- * each collective's signature ([Call.encodeSignature]) is exchanged first ([MpiSignatureProtocol]'s
+ * each collective's signature ([OperationCall.encodeSignature]) is exchanged first ([MpiSignatureProtocol]'s
  * slots: one `MPI_Allgather` of digests), and a mismatch fails every rank with the front's named
  * exception before any data moves; with [slotsCarry], small collectives ride in that exchange
  * ([MpiSlotPayload]). Runs on whichever thread holds the communicator's MPI calls.
@@ -66,7 +66,7 @@ internal class MpiConsistencyCheck(
         private set
 
     /** [call]'s signature as the front encodes it, or null without the consistency check. */
-    fun sig(call: Call): LongArray? {
+    fun sig(call: OperationCall): LongArray? {
         if (!checksConsistency) return null
         return LongArray(MpiSignatureProtocol.SIG_LEN).also { call.encodeSignature(it, 0) }
     }

@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.Device
@@ -41,14 +41,14 @@ internal class MpiDeviceStaging(
     /** True when [t] is a device tensor MPI is not given directly ([MpiHostWork.direct]). */
     fun needed(t: Tensor?): Boolean = t != null && t.device.isGpu && !hostWork.direct(t)
 
-    suspend fun allReduce(call: Call, tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
+    suspend fun allReduce(call: OperationCall, tensor: Tensor, op: ReduceOp): Tensor = staged("allReduce") {
         val h = copyIn(tensor)
         collectives.runAllReduce(call, h, op)
         copyOut(h, tensor)
         tensor
     }
 
-    suspend fun broadcast(call: Call, tensor: Tensor, root: Int): Tensor = staged("broadcast") {
+    suspend fun broadcast(call: OperationCall, tensor: Tensor, root: Int): Tensor = staged("broadcast") {
         val isRoot = front.rank == root
         val h = if (isRoot) copyIn(tensor) else blank(tensor)
         collectives.runBroadcast(call, h, root)
@@ -56,14 +56,14 @@ internal class MpiDeviceStaging(
         tensor
     }
 
-    suspend fun reduce(call: Call, tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
+    suspend fun reduce(call: OperationCall, tensor: Tensor, root: Int, op: ReduceOp): Tensor = staged("reduce") {
         val h = copyIn(tensor)
         collectives.runReduce(call, h, root, op)
         if (front.rank == root) copyOut(h, tensor)
         tensor
     }
 
-    suspend fun allGatherInto(call: Call, output: Tensor, input: Tensor, d: Int): Tensor = staged("allGather") {
+    suspend fun allGatherInto(call: OperationCall, output: Tensor, input: Tensor, d: Int): Tensor = staged("allGather") {
         val i = copyIn(input)
         val o = blank(output)
         collectives.runAllGather(call, o, i, d)
@@ -71,7 +71,7 @@ internal class MpiDeviceStaging(
         output
     }
 
-    suspend fun reduceScatterInto(call: Call, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor = staged("reduceScatter") {
+    suspend fun reduceScatterInto(call: OperationCall, output: Tensor, input: Tensor, op: ReduceOp, d: Int): Tensor = staged("reduceScatter") {
         val i = copyIn(input)
         val o = blank(output)
         collectives.runReduceScatter(call, o, i, op, d)
@@ -80,12 +80,12 @@ internal class MpiDeviceStaging(
     }
 
     /** The root's result is a new host tensor, as for host inputs. */
-    suspend fun gather(call: Call, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? = staged("gather") {
+    suspend fun gather(call: OperationCall, input: Tensor, root: Int, d: Int, output: Tensor?): Tensor? = staged("gather") {
         collectives.runGather(call, copyIn(input), root, d, output)
     }
 
     /** [input] is the root's (null on the other ranks, which read none). */
-    suspend fun scatter(call: Call, output: Tensor, input: Tensor?, root: Int, d: Int): Unit = staged("scatter") {
+    suspend fun scatter(call: OperationCall, output: Tensor, input: Tensor?, root: Int, d: Int): Unit = staged("scatter") {
         val i = input?.let { copyIn(it) }
         val o = blank(output)
         collectives.runScatter(call, o, i, root, d)
@@ -93,7 +93,7 @@ internal class MpiDeviceStaging(
     }
 
     /** The result is a new host tensor, as for host inputs. */
-    suspend fun allToAll(call: Call, input: Tensor, d: Int, output: Tensor): Tensor = staged("allToAll") {
+    suspend fun allToAll(call: OperationCall, input: Tensor, d: Int, output: Tensor): Tensor = staged("allToAll") {
         collectives.runAllToAll(call, copyIn(input), d, output)
     }
 

@@ -1,10 +1,10 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.OperationFailure
@@ -188,7 +188,7 @@ internal class MpiFailures(
      * its next poll ([ensureNotBrokenWhileInFlight]); a blocking one cannot be interrupted, so with
      * [MpiConfig.abortOnTimeout] (the default) the job ends with `MPI_Abort`.
      */
-    fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+    fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?) {
         if (front.isClosed) return
         val operation = entry.operation
         val sequence = entry.sequence

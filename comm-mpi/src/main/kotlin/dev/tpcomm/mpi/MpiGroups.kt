@@ -1,8 +1,8 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 
 /**
@@ -27,7 +27,7 @@ internal class MpiGroups(
     private val failures: MpiFailures = threading.failures
 
     /** `MPI_Comm_split` of [call] (a split, or a group: then [color] and [key] come from the ranks). */
-    suspend fun runSplit(call: Call, color: Int?, key: Int): Communicator? {
+    suspend fun runSplit(call: OperationCall, color: Int?, key: Int): Communicator? {
         val name = call.name
         val entry = call.entry
         val sig = check.sig(call)
@@ -67,11 +67,11 @@ internal class MpiGroups(
         return abi.readHandle(calls.scratch, MpiNativeCalls.OFF_HANDLE)
     }
 
-    /** [MpiCommunicator.duplicate]'s settings for the new communicator ([Call.extra] of its call). */
+    /** [MpiCommunicator.duplicate]'s settings for the new communicator ([OperationCall.extra] of its call). */
     class Duplication(val commConfig: CommConfig, val mpiConfig: MpiConfig)
 
     /** `MPI_Comm_dup` of [call] ([MpiCommunicator.duplicate], issued by the front as a collective of its own). */
-    suspend fun runDuplicate(call: Call): MpiCommunicator {
+    suspend fun runDuplicate(call: OperationCall): MpiCommunicator {
         val name = call.name
         val entry = call.entry
         val settings = call.extra as Duplication

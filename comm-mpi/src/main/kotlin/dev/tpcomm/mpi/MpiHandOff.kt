@@ -1,8 +1,8 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import kotlinx.coroutines.CancellableContinuation
 import java.util.concurrent.atomic.AtomicInteger
 
@@ -29,7 +29,7 @@ import java.util.concurrent.atomic.AtomicInteger
  */
 internal class MpiHandOff(
     private val front: CommunicatorFront?,
-    private val call: Call?,
+    private val call: OperationCall?,
     private val tensor: Tensor?,
 ) {
     /** [CALLER] and [MPI] once each side let go of the tensors. */

@@ -1,9 +1,9 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.CommunicatorFront
-import dev.tpcomm.coroutines.CommunicatorFront.Call
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.coroutines.NativeDispatcher
 import dev.tpcomm.coroutines.NativeDispatcherClosedException
@@ -72,7 +72,7 @@ internal class MpiThreading(
      * Runs [block] (a blocking collective of [call] on [tensor]) on this thread when the front's
      * `issue` may: the fast path, or caller runs for this size with the thread idle. True when it ran.
      */
-    inline fun runsHere(call: Call, tensor: Tensor, crossinline block: () -> Unit): Boolean {
+    inline fun runsHere(call: OperationCall, tensor: Tensor, crossinline block: () -> Unit): Boolean {
         if (fastPath()) {
             block()
             return true
@@ -109,7 +109,7 @@ internal class MpiThreading(
      * the backend's staging); [blocking] is the blocking MPI call, [start] the non-blocking one.
      */
     suspend fun collective(
-        call: Call,
+        call: OperationCall,
         sig: LongArray?,
         keepAlive: Any?,
         blocking: () -> Int,
@@ -172,12 +172,12 @@ internal class MpiThreading(
     }
 
     /**
-     * The hand-off of collective [call] to the communicator's thread ([Call.state], where
+     * The hand-off of collective [call] to the communicator's thread ([OperationCall.state], where
      * [MpiFailures.deadlinePassed] finds it): the front's retained tensors become the backend's to
      * release ([CommunicatorFront.handOverTensors]; the backend's `await` lets the caller's side go
      * when it returns, [MpiHandOff.callerLeft]).
      */
-    fun handOver(call: Call): MpiHandOff {
+    fun handOver(call: OperationCall): MpiHandOff {
         val h = MpiHandOff(front, call, null)
         call.state = h
         front.handOverTensors(call.entry)

@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.coroutines.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
@@ -112,7 +113,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * what it waited for ([LocalGroup.collectiveTimedOut], [LocalGroup.pointToPointTimedOut]); either
      * aborts the group, so every waiting rank ends with the same [CommunicationTimeoutException].
      */
-    override fun deadlinePassed(entry: FlightRecorder.Entry, call: Call?) {
+    override fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?) {
         if (call != null) {
             group.collectiveTimedOut(rank, call.sequence, entry.sequence, call.name, call.state as OpSlot?)
         } else {
@@ -163,7 +164,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * the collective succeeded, [CommunicatorFront.PENDING] otherwise (wait, failure, or busy slot).
      * Never suspends; allocates nothing when it completes.
      */
-    override fun issue(call: Call): Any? {
+    override fun issue(call: OperationCall): Any? {
         val slot = group.slotFor(call.sequence)
         // What await needs: the slot, or none when the ring slot was still busy (state stays null).
         if (slot == null) return PENDING
@@ -179,7 +180,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * Writes this rank's arguments and signature into [slot] and arrives. The last arriver runs the
      * collective and returns true once the slot is final; the others return false (they must wait).
      */
-    private fun arrive(slot: OpSlot, call: Call): Boolean {
+    private fun arrive(slot: OpSlot, call: OperationCall): Boolean {
         val r = rank
         val kind = call.op.ordinal
         slot.kinds[r] = kind
@@ -206,7 +207,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     }
 
     /** The rest of a collective [issue] left pending: waits for a busy slot, arrives, waits, finishes or throws. */
-    override suspend fun await(call: Call): Any? {
+    override suspend fun await(call: OperationCall): Any? {
         val entry = call.entry
         var slot = call.state as OpSlot?
         if (slot == null) {
@@ -269,7 +270,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * Waits for the slot of [seq] to be free when this rank ran more than the ring size ahead: woken
      * when the slot is recycled (the last rank departs the operation a ring earlier) or the group aborts.
      */
-    private suspend fun awaitSlot(call: Call): OpSlot {
+    private suspend fun awaitSlot(call: OperationCall): OpSlot {
         try {
             while (true) {
                 group.slotFor(call.sequence)?.let { return it }
