@@ -1,5 +1,6 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException

@@ -2,6 +2,7 @@
 
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.Backoff
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 

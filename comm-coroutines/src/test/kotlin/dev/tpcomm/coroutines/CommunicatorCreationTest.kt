@@ -2,6 +2,7 @@
 
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.spi.CommunicationErrors
 import io.kotest.assertions.throwables.shouldThrow

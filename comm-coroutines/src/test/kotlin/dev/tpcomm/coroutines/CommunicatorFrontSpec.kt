@@ -2,6 +2,10 @@
 
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
@@ -305,7 +309,7 @@ class CommunicatorFrontSpec : FunSpec({
     test("a deadline never fires before the timeout, however late the watchdog's scans run") {
         // Another communicator's scan that takes 120 ms makes every scan of the one watchdog thread
         // late by up to that much. A call must still be timed from when it was made.
-        val slow = dev.tpcomm.spi.DeadlineWatchdog.register({ _ -> Thread.sleep(120) }, 1)
+        val slow = dev.tpcomm.engine.DeadlineWatchdog.register({ _ -> Thread.sleep(120) }, 1)
         try {
             repeat(5) { i ->
                 val b = Scripted(timeout = 200.milliseconds)

@@ -1,5 +1,8 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.CommunicatorCreation
+import dev.tpcomm.engine.DeadlineWatchdog
+import dev.tpcomm.engine.RankOrderReduction
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
 import java.io.File

@@ -1,5 +1,7 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.NativeRequest
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.assertions.withClue
 import io.kotest.core.spec.style.FunSpec

@@ -1,5 +1,8 @@
 package dev.tpcomm.coroutines
 
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcherClosedException
+import dev.tpcomm.engine.NativeRequest
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldContainExactly

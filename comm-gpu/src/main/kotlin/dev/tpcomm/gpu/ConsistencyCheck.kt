@@ -1,8 +1,8 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
-import dev.tpcomm.coroutines.CommunicatorFront.Companion.setSplitsWord
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.engine.CommunicatorFront.Companion.setSplitsWord
+import dev.tpcomm.engine.OperationFailure
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 

@@ -1,6 +1,6 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
 import kotlin.coroutines.EmptyCoroutineContext

@@ -1,6 +1,6 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.spi.CollectiveOp
 
 // The mapping from the front's call to its device part: what each collective the front issues runs

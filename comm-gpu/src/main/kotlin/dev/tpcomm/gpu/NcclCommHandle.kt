@@ -1,14 +1,14 @@
 package dev.tpcomm.gpu
 
 import dev.tpcomm.CommunicationException
-import dev.tpcomm.coroutines.AbortEscalation
-import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.engine.AbortEscalation
+import dev.tpcomm.engine.Backoff
 import java.util.concurrent.atomic.AtomicBoolean
 
 /**
  * The lifecycle of one `ncclComm_t` ([comm]): its one release, `ncclCommAbort` or
  * `ncclCommFinalize` then `ncclCommDestroy` ([release]). The communicator's failure is the front's
- * ([dev.tpcomm.coroutines.CommunicatorFront.abortWith]): [failedWith] reads it, [abort] records it
+ * ([dev.tpcomm.engine.CommunicatorFront.abortWith]): [failedWith] reads it, [abort] records it
  * there, and the front's abort comes back as [aborted], which calls `ncclCommAbort`.
  *
  * Role: the single owner of the handle's end; every other part of a communicator asks it whether
@@ -26,7 +26,7 @@ internal class NcclCommHandle(
     private val timeoutNanos: Long,
     /** The front's first failure, or its closed exception once closed; null while usable. */
     private val failure: () -> Throwable?,
-    /** The front's abort ([dev.tpcomm.coroutines.CommunicatorFront.abortWith]): first failure wins. */
+    /** The front's abort ([dev.tpcomm.engine.CommunicatorFront.abortWith]): first failure wins. */
     private val abortFront: (Throwable) -> Unit,
 ) {
     private val released = AtomicBoolean(false)

@@ -1,6 +1,6 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -12,11 +12,11 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
-import dev.tpcomm.coroutines.OperationFailure
-import dev.tpcomm.coroutines.SignatureCheck
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationFailure
+import dev.tpcomm.engine.SignatureCheck
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier

@@ -2,7 +2,7 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationFailure
 import kotlin.time.Duration
 
 /**
@@ -19,9 +19,9 @@ internal class NcclFailures(
     private val runtime: DeviceRuntime,
     private val comm: Long,
     private val timeout: Duration,
-    /** The front's exception factory ([dev.tpcomm.coroutines.CommunicatorFront.exceptionOf]). */
+    /** The front's exception factory ([dev.tpcomm.engine.CommunicatorFront.exceptionOf]). */
     private val exceptionOf: (OperationFailure, String, Long) -> CommunicationException,
-    /** The front's refusal message after a failure ([dev.tpcomm.coroutines.CommunicatorFront.abortedMessage]). */
+    /** The front's refusal message after a failure ([dev.tpcomm.engine.CommunicatorFront.abortedMessage]). */
     private val abortedMessage: (Throwable) -> String,
 ) {
     /** The named exception of [failure] in [operation] #[sequence]. */

@@ -1,15 +1,15 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.Backoff
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.Backoff
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeRequest
-import dev.tpcomm.coroutines.OperationFailedSignal
+import dev.tpcomm.engine.NativeRequest
+import dev.tpcomm.engine.OperationFailedSignal
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout

@@ -1,16 +1,16 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
-import dev.tpcomm.coroutines.NativeRequest
-import dev.tpcomm.coroutines.OperationFailedSignal
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.NativeRequest
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -49,12 +49,12 @@ internal class NcclOperationQueue(
     private val deviceIndex: Int,
     /** Whether collectives compare the ranks' signatures first (checkConsistency set to true, more than one rank). */
     private val checkConsistency: Boolean,
-    /** What the front ([dev.tpcomm.coroutines.CommunicatorFront]) knows, passed in by the communicator. */
+    /** What the front ([dev.tpcomm.engine.CommunicatorFront]) knows, passed in by the communicator. */
     private val front: Front,
 ) {
     /**
      * The front's members the queue needs (protected there, so the communicator passes them in):
-     * see [dev.tpcomm.coroutines.CommunicatorFront]'s members of the same names.
+     * see [dev.tpcomm.engine.CommunicatorFront]'s members of the same names.
      */
     interface Front {
         /** Whether the communicator was closed. */
@@ -99,7 +99,7 @@ internal class NcclOperationQueue(
     val busy: Boolean get() = inFlight > 0
 
     /**
-     * The front's deadline ([dev.tpcomm.coroutines.CommunicatorFront], timed from the call on the
+     * The front's deadline ([dev.tpcomm.engine.CommunicatorFront], timed from the call on the
      * core's `DeadlineWatchdog` thread, so it fires while the native thread is blocked in a library
      * call): the operation is failed with [CommunicationTimeoutException] and the communicator
      * aborted ([NcclCommHandle.abort]: `ncclCommAbort`, from another thread if the native one does

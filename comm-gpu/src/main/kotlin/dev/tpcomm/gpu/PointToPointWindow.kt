@@ -1,8 +1,8 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.Backoff
-import dev.tpcomm.coroutines.NativeRequest
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.Backoff
+import dev.tpcomm.engine.NativeRequest
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CommunicationErrors
 
 /**

@@ -1,7 +1,7 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.Backoff
-import dev.tpcomm.coroutines.OperationFailedSignal
+import dev.tpcomm.engine.Backoff
+import dev.tpcomm.engine.OperationFailedSignal
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 

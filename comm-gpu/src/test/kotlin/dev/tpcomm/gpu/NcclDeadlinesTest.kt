@@ -2,7 +2,7 @@
 
 package dev.tpcomm.gpu
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException

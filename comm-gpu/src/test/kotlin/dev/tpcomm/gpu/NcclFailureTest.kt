@@ -4,7 +4,7 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType

@@ -6,7 +6,7 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.coroutines.LocalWorld
-import dev.tpcomm.coroutines.CommunicatorCreation
+import dev.tpcomm.engine.CommunicatorCreation
 import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.DelicateCoroutinesApi

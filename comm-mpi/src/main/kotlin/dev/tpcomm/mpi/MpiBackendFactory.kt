@@ -5,7 +5,7 @@ import dev.tpcomm.CommBackendFactory
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
-import dev.tpcomm.coroutines.CommunicatorCreation
+import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.spi.LaunchEnvironment
 import java.lang.foreign.Arena

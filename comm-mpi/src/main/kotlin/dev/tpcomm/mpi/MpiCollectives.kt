@@ -1,10 +1,10 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveOp
 import kotlinx.coroutines.Job

@@ -1,6 +1,6 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
@@ -10,11 +10,11 @@ import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
-import dev.tpcomm.coroutines.OperationFailure
-import dev.tpcomm.coroutines.SignatureCheck
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationFailure
+import dev.tpcomm.engine.SignatureCheck
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors

@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.spi.DeadlineWatchdog
+import dev.tpcomm.engine.DeadlineWatchdog
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.locks.LockSupport
 

@@ -1,11 +1,11 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
-import dev.tpcomm.coroutines.Backoff
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.engine.Backoff
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationFailure
 import kotlinx.coroutines.Job
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout

@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.Device

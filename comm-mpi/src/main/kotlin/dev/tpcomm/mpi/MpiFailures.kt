@@ -1,13 +1,13 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CommunicationErrors
 import kotlin.coroutines.EmptyCoroutineContext
 import kotlin.time.Duration

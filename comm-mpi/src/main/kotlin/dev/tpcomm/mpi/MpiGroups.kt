@@ -1,6 +1,6 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.FlightRecorder

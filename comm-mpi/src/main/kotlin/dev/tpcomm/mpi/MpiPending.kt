@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeRequest
+import dev.tpcomm.engine.NativeRequest
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout

@@ -3,9 +3,9 @@ package dev.tpcomm.mpi
 import dev.tpcomm.Communicator
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationFailure
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.launch

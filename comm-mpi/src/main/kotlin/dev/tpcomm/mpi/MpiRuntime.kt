@@ -1,9 +1,9 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.AbortEscalation
-import dev.tpcomm.coroutines.Backoff
+import dev.tpcomm.engine.AbortEscalation
+import dev.tpcomm.engine.Backoff
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.CountDownLatch

@@ -2,7 +2,7 @@ package dev.tpcomm.mpi
 
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.RankOrderReduction
+import dev.tpcomm.engine.RankOrderReduction
 import java.lang.foreign.MemorySegment
 
 /**

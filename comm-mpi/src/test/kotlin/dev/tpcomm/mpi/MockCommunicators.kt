@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.CommConfig
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 
 /**
  * An [MpiCommunicator] over a mocked [MpiBinding] (MPICH's ABI, `MPI_THREAD_MULTIPLE`, its own

@@ -222,7 +222,7 @@ class MpiCallerRunsTest : FunSpec({
 /** Waits until the communicator's thread has parked idle, as it is between a user's calls (it is busy starting up at first). */
 private fun MpiCommunicator.settle() {
     val deadline = System.nanoTime() + 5_000_000_000L
-    while (!(nativeDispatcher as dev.tpcomm.coroutines.NativeDispatcher).runHereIfIdle {}) {
+    while (!(nativeDispatcher as dev.tpcomm.engine.NativeDispatcher).runHereIfIdle {}) {
         check(System.nanoTime() < deadline) { "the communicator's thread never became idle" }
         Thread.sleep(1)
     }

@@ -8,7 +8,7 @@ import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldContain

@@ -5,7 +5,7 @@ import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.NativeDispatcher
+import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.mpi.HostBackedStaging.Companion.onDevice
 import dev.tpcomm.spi.DeviceStagingRegistry
 import io.kotest.assertions.throwables.shouldThrow

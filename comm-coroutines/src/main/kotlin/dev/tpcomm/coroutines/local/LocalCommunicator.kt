@@ -1,6 +1,6 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.coroutines.OperationCall
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
@@ -9,10 +9,10 @@ import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
-import dev.tpcomm.coroutines.CommunicatorFront
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.OperationFailedSignal
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator
 import dev.tpcomm.spi.CommunicationErrors
@@ -47,7 +47,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     CollectiveValidator(group.size, Device.Host, nativeMemory = !group.world.allowHeapMemory),
     group.world.config.timeout,
     // The signatures meet in the slot with the data: compared always, at no cost.
-    dev.tpcomm.coroutines.SignatureCheck.Always, group.world.config.checkConsistency,
+    dev.tpcomm.engine.SignatureCheck.Always, group.world.config.checkConsistency,
 ) {
     val world = group.world
 

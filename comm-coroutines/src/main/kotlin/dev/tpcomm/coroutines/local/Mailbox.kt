@@ -1,7 +1,7 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.coroutines.OperationFailedSignal
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.Communicator
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor

@@ -1,6 +1,6 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.coroutines.OperationFailure
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.spi.CollectiveSignature

@@ -1,4 +1,4 @@
-package dev.tpcomm.spi
+package dev.tpcomm.engine
 
 import dev.tpcomm.InternalTpcommApi
 import java.lang.ref.WeakReference

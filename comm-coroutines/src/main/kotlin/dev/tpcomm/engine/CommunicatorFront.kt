@@ -1,5 +1,7 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
+import dev.tpcomm.coroutines.FlightRecorded
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator

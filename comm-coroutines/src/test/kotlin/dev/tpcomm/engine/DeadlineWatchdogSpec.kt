@@ -1,4 +1,4 @@
-package dev.tpcomm.spi
+package dev.tpcomm.engine
 
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.ints.shouldBeGreaterThan

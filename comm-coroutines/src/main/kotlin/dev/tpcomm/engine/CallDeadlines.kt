@@ -1,6 +1,7 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
-import dev.tpcomm.spi.DeadlineWatchdog
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.DeadlineWatchdog
 import kotlin.time.Duration
 
 /**

@@ -1,4 +1,4 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
 import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.suspendCancellableCoroutine

@@ -1,5 +1,7 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor

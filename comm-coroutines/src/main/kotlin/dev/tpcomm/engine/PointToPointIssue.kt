@@ -1,5 +1,6 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.Tensor

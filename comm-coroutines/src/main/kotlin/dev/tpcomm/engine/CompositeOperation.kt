@@ -1,5 +1,6 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.ObjectProtocol

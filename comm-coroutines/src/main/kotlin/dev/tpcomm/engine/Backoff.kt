@@ -1,4 +1,4 @@
-package dev.tpcomm.coroutines
+package dev.tpcomm.engine
 
 import java.util.concurrent.locks.LockSupport
 
