@@ -1,13 +1,13 @@
 package dev.tpcomm.coroutines
 
-import dev.tpcomm.engine.CommunicatorFront
-import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
+import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.ReduceOp
+import dev.tpcomm.engine.CommunicatorFront
 import kotlinx.serialization.SerialName
 import kotlinx.serialization.Serializable
 import kotlinx.serialization.json.Json

@@ -1,10 +1,10 @@
 package dev.tpcomm.engine
 
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.spi.CollectiveOp
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.DeadlineWatchdog
+import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.ObjectProtocol
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.ensureActive

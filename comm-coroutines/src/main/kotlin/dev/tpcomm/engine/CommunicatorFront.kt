@@ -1,17 +1,17 @@
 package dev.tpcomm.engine
 
-import dev.tpcomm.coroutines.FlightRecorded
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Communicator
-import dev.tpcomm.Device
 import dev.tpcomm.DType
+import dev.tpcomm.Device
 import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorded
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator

@@ -1,7 +1,7 @@
 package dev.tpcomm.engine
 
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.ObjectProtocol
 import kotlin.coroutines.AbstractCoroutineContextElement

@@ -1,10 +1,10 @@
 package dev.tpcomm.engine
 
-import dev.tpcomm.coroutines.FlightRecorder
-import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.InternalTpcommApi
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 

@@ -1,9 +1,9 @@
 package dev.tpcomm.engine
 
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
 
 /**
  * The front's path of one point-to-point call: recorded (a step of the composite operation it runs

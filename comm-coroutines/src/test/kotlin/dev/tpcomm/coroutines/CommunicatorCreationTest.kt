@@ -2,8 +2,8 @@
 
 package dev.tpcomm.coroutines
 
-import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.CommunicationTimeoutException
+import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.spi.CommunicationErrors
 import io.kotest.assertions.throwables.shouldThrow
 import io.kotest.core.spec.style.FunSpec

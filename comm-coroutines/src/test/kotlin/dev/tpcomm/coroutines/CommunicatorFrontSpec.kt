@@ -2,10 +2,6 @@
 
 package dev.tpcomm.coroutines
 
-import dev.tpcomm.engine.OperationFailedSignal
-import dev.tpcomm.engine.CommunicatorFront
-import dev.tpcomm.engine.OperationCall
-import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
@@ -15,6 +11,10 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.NativeLibraryException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
 import dev.tpcomm.spi.CollectiveValidator

@@ -1,7 +1,7 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.CommunicatorFront.Companion.setSplitsWord
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout

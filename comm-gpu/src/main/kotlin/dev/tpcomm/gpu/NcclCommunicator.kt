@@ -1,6 +1,5 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
@@ -12,15 +11,16 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.PointToPoint
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.engine.SignatureCheck
 import dev.tpcomm.spi.CommunicationErrors
-import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.MonitoredBarrier
 import dev.tpcomm.spi.MonitoredBarrierChannel
+import dev.tpcomm.spi.ObjectProtocol
 import dev.tpcomm.spi.ObjectTransport
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit

@@ -4,9 +4,9 @@ import dev.tpcomm.BackendUnavailableException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Device
+import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.engine.NativeRequest
-import dev.tpcomm.engine.CommunicatorCreation
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
 

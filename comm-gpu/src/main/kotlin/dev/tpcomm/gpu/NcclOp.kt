@@ -1,23 +1,23 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.Backoff
 import dev.tpcomm.engine.CommunicatorFront
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.NativeRequest
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
+import kotlinx.coroutines.CancellationException
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.Job
 import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import java.lang.foreign.ValueLayout
 import java.util.concurrent.atomic.AtomicBoolean
 import java.util.concurrent.atomic.AtomicInteger
-import kotlinx.coroutines.CancellationException
-import kotlinx.coroutines.CompletableDeferred
-import kotlinx.coroutines.Job
 
 /**
  * One operation of a [NcclCommunicator], from the call to its completion: its flight record [entry] (made by the front,

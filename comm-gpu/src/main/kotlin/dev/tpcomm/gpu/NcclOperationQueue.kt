@@ -1,6 +1,5 @@
 package dev.tpcomm.gpu
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.DType
@@ -9,11 +8,11 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.engine.NativeRequest
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
 import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CollectiveOp
 import dev.tpcomm.spi.CollectiveSignature
-import java.util.concurrent.ConcurrentLinkedQueue
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineScope
@@ -22,6 +21,7 @@ import kotlinx.coroutines.SupervisorJob
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext
 import kotlinx.coroutines.launch
+import java.util.concurrent.ConcurrentLinkedQueue
 
 /**
  * The operation engine of one [NcclCommunicator]: queues each operation ([NcclOp]) on the device's

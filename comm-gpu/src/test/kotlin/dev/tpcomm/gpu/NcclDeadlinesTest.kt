@@ -2,13 +2,13 @@
 
 package dev.tpcomm.gpu
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.gpu.MockPlatform.Companion.A
 import dev.tpcomm.gpu.MockPlatform.Companion.COMM
 import dev.tpcomm.gpu.MockPlatform.Companion.dev

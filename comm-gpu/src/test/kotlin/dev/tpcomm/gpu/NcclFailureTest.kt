@@ -4,13 +4,13 @@ package dev.tpcomm.gpu
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationTimeoutException
-import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.Communicator
 import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.gpu.MockPlatform.Companion.A
 import dev.tpcomm.gpu.MockPlatform.Companion.COMM
 import dev.tpcomm.gpu.MockPlatform.Companion.dev
@@ -23,11 +23,11 @@ import io.kotest.matchers.types.shouldBeInstanceOf
 import io.mockk.every
 import io.mockk.verify
 import kotlinx.coroutines.CoroutineStart
-import kotlinx.coroutines.async
 import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.withTimeout
-import kotlinx.coroutines.coroutineScope
 import java.util.concurrent.atomic.AtomicInteger
 import kotlin.time.Duration.Companion.milliseconds
 import kotlin.time.Duration.Companion.seconds

@@ -1,11 +1,11 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.spi.CollectiveOp
 import kotlinx.coroutines.Job
 import java.lang.foreign.ValueLayout

@@ -1,6 +1,5 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CollectiveMismatchException
 import dev.tpcomm.CommConfig
 import dev.tpcomm.CommunicationException
@@ -10,9 +9,10 @@ import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.engine.SignatureCheck
 import dev.tpcomm.spi.CollectiveOp

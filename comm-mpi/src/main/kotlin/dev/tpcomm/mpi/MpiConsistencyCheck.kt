@@ -1,10 +1,10 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.Backoff
 import dev.tpcomm.engine.CommunicatorFront
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
 import kotlinx.coroutines.Job
 import java.lang.foreign.Arena

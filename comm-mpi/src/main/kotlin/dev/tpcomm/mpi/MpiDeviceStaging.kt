@@ -1,13 +1,13 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
-import dev.tpcomm.engine.CommunicatorFront
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.spi.DeviceStaging
 import dev.tpcomm.spi.DeviceStagingRegistry
 import java.lang.foreign.Arena

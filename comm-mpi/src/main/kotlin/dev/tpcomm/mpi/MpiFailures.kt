@@ -1,12 +1,12 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.CommunicatorAbortedException
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.NativeDispatcher
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CommunicationErrors
 import kotlin.coroutines.EmptyCoroutineContext

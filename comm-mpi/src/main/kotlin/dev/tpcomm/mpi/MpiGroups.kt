@@ -1,9 +1,9 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.OperationCall
 
 /**
  * The collectives of one MPI communicator that make communicators: `split` and `group`

@@ -1,8 +1,8 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.Tensor
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationCall
 import kotlinx.coroutines.CancellableContinuation
 import java.util.concurrent.atomic.AtomicInteger
 

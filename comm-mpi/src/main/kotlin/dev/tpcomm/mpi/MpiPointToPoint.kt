@@ -3,8 +3,8 @@ package dev.tpcomm.mpi
 import dev.tpcomm.Communicator
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.OperationFailure
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.SupervisorJob

@@ -1,8 +1,8 @@
 package dev.tpcomm.mpi
 
+import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.AbortEscalation
 import dev.tpcomm.engine.Backoff
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.NativeDispatcher
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout

@@ -1,15 +1,15 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.CommunicationTimeoutException
 import dev.tpcomm.Tensor
-import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.coroutines.callerMayBeHeld
+import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.engine.NativeDispatcherClosedException
+import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
 import dev.tpcomm.engine.OperationFailure
-import dev.tpcomm.coroutines.callerMayBeHeld
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.TimeoutCancellationException
 import kotlinx.coroutines.currentCoroutineContext

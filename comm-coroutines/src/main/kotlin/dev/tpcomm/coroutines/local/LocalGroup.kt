@@ -1,7 +1,7 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.OperationFailure
 import java.util.concurrent.atomic.AtomicInteger
 import java.util.concurrent.atomic.AtomicReference
 import java.util.concurrent.atomic.AtomicReferenceArray

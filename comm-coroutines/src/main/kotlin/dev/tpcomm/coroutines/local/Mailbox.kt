@@ -1,12 +1,12 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.engine.OperationFailedSignal
-import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.Communicator
+import dev.tpcomm.DType
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.OperationFailedSignal
+import dev.tpcomm.engine.OperationFailure
 import kotlinx.coroutines.CancellableContinuation
-import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
 import kotlin.coroutines.resumeWithException
 
@@ -30,10 +30,11 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     private val posted = ArrayList<Posted>()
 
     /**
-     * A queued message. A buffered one owns [data]; a waiting (rendezvous) one points at the
-     * sender's memory and resumes [sender] when a receive has copied it.
+     * A queued message. A buffered one owns [data] (in [buffer] above [HEAP_LIMIT], which whoever
+     * takes it off the queue closes); a waiting (rendezvous) one points at the sender's memory and
+     * resumes [sender] when a receive has copied it.
      */
-    class Message(val source: Int, val tag: Int, val byteSize: Long, val data: MemorySegment) {
+    class Message(val source: Int, val tag: Int, val byteSize: Long, val data: MemorySegment, val buffer: Tensor? = null) {
         var sender: CancellableContinuation<Unit>? = null
         var operation: String = ""
         var recorderSeq: Long = 0
@@ -116,9 +117,10 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 break
             }
             if (!consumed && sender == null) {
-                val copy = allocate(bytes)
+                val buffer = if (bytes > HEAP_LIMIT) bufferTensor(bytes) else null
+                val copy = buffer?.segment?.asSlice(0, bytes) ?: MemorySegment.ofArray(LongArray(((bytes + 7) / 8).toInt())).asSlice(0, bytes)
                 MemorySegment.copy(data, 0, copy, 0, bytes)
-                queue.addLast(Message(source, tag, bytes, copy))
+                queue.addLast(Message(source, tag, bytes, copy, buffer))
             } else if (!consumed && sender != null) {
                 val m = Message(source, tag, bytes, data)
                 m.sender = sender
@@ -132,9 +134,13 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         if (consumed) sender?.resumeWith(Result.success(Unit))
     }
 
-    private fun allocate(bytes: Long): MemorySegment =
-        if (bytes <= HEAP_LIMIT) MemorySegment.ofArray(LongArray(((bytes + 7) / 8).toInt())).asSlice(0, bytes)
-        else Arena.ofAuto().allocate(bytes, 64)
+    /**
+     * The memory of a buffered message above [HEAP_LIMIT]: a host tensor, so it counts against the
+     * native memory budget (a loop of messages nobody receives ends in [dev.tpcomm.NativeMemoryBudgetException]
+     * on the sender, named, instead of growing the process) and goes back to the pool as soon as a
+     * receive took the message ([Message.buffer]).
+     */
+    private fun bufferTensor(bytes: Long): Tensor = Tensor.zeros(DType.Int64, listOf(((bytes + 7) / 8).toInt()))
 
     /**
      * Takes the first matching queued message into [target] (or, for a probe with null target,
@@ -157,6 +163,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 if (target.byteSize != m.byteSize) throw wrongSize(target, m.source, m.tag, m.byteSize)
                 MemorySegment.copy(m.data, 0, target.segment, 0, m.byteSize)
                 it.remove()
+                m.buffer?.close()
                 onTaken(m)
             }
             return MessageInfo(m.source, m.tag, m.byteSize)
@@ -224,6 +231,10 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val senders = synchronized(lock) {
             val waiting = queue.filter { it.sender != null }
             queue.removeAll(waiting)
+            // Nothing can receive on a failed communicator: buffered messages give their memory back now.
+            val buffered = queue.filter { it.buffer != null }
+            queue.removeAll(buffered)
+            buffered.forEach { it.buffer!!.close() }
             waiting
         }
         val comm = group.communicators[owner]

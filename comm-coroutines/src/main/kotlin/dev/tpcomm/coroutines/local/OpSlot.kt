@@ -1,8 +1,8 @@
 package dev.tpcomm.coroutines.local
 
-import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.OperationFailure
 import dev.tpcomm.spi.CollectiveSignature
 import kotlinx.coroutines.CancellableContinuation
 import kotlinx.coroutines.suspendCancellableCoroutine

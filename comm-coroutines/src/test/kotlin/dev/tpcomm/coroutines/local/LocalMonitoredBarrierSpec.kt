@@ -1,8 +1,8 @@
 package dev.tpcomm.coroutines.local
 
 import dev.tpcomm.CommConfig
-import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.Communicator
+import dev.tpcomm.CommunicatorAbortedException
 import dev.tpcomm.DType
 import dev.tpcomm.MonitoredBarrierException
 import dev.tpcomm.Tensor

@@ -1,0 +1,48 @@
+package dev.tpcomm.coroutines.local
+
+import io.kotest.core.spec.style.FunSpec
+import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
+import java.io.File
+import java.util.concurrent.TimeUnit
+
+/**
+ * Issue 34: messages the in-process backend buffers (above 1 MiB: a send to the sender's own rank,
+ * or any send under a raised `local.eagerLimit`) count against the native memory budget. Before,
+ * they lived in `Arena.ofAuto()` memory outside it: 100 unreceived 8 MiB sends (800 MiB) passed a
+ * 64 MiB budget without a word, freed only when the garbage collector found them.
+ */
+class UnreceivedMessagesTest : FunSpec({
+    fun run(mode: String): Pair<Int, String> {
+        val java = File(System.getProperty("java.home"), "bin/java").path
+        val cp = System.getProperty("surefire.test.class.path") ?: System.getProperty("java.class.path")
+        val log = File.createTempFile("tpcomm-unreceived-", ".log")
+        try {
+            val pb = ProcessBuilder(
+                java, "-Xmx256m", "--enable-native-access=ALL-UNNAMED", "-Dtpcomm.memory.budget=64m",
+                "-cp", cp, UnreceivedMessagesProgram::class.java.name, mode,
+            ).redirectErrorStream(true).redirectOutput(log)
+            pb.environment().remove("TPCOMM_MEMORY_BUDGET")
+            val p = pb.start()
+            if (!p.waitFor(120, TimeUnit.SECONDS)) p.destroyForcibly().waitFor()
+            val out = log.readText().takeLast(4000)
+            println(out)
+            return p.exitValue() to out
+        } finally {
+            log.delete()
+        }
+    }
+
+    test("unreceived 8 MiB messages buffered by the library end in NativeMemoryBudgetException at a 64 MiB budget") {
+        val (rc, out) = run("forget")
+        rc shouldBe 0
+        out shouldContain "caught NativeMemoryBudgetException after"
+        out shouldContain "budget of 64.0 MiB"
+    }
+
+    test("received ones give their memory back at once: 200 rounds of 8 MiB, then 56 MiB held, at a 64 MiB budget") {
+        val (rc, out) = run("receive")
+        rc shouldBe 0
+        out shouldContain "received 200 sends of 8 MiB, then held 56 MiB"
+    }
+})
