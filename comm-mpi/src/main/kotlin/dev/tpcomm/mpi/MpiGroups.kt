@@ -28,18 +28,32 @@ internal class MpiGroups(
 
     /** `MPI_Comm_split` of [call] (a split, or a group: then [color] and [key] come from the ranks). */
     suspend fun runSplit(call: OperationCall, color: Int?, key: Int): Communicator? {
+        val made = make(call) { out -> binding.commSplit(handle, color ?: abi.undefined, key, out) }
+        if (made[0] == abi.commNull) return null
+        return MpiBackendFactory.wrap(
+            runtime, binding, made[0], config, mpiConfig, "${commName}.split${call.entry.collectiveSequence}-color$color", existingControl = made[1],
+        )
+    }
+
+    /**
+     * Makes a communicator by [native] (`MPI_Comm_split` or `MPI_Comm_dup` of this one, writing the
+     * new handle at its argument) for [call], on the communicator's thread under the call's deadline,
+     * after the signature exchange; returns the new handle and its abort-notice duplicate ([controlOf];
+     * none for `MPI_COMM_NULL`). A caller whose withTimeout expires is told at its deadline
+     * ([MpiThreading.inFlight]) while the thread finishes the collective.
+     */
+    private suspend fun make(call: OperationCall, native: (out: Long) -> Int): LongArray {
         val name = call.name
         val entry = call.entry
         val sig = check.sig(call)
         val handOff = threading.handOver(call)
-        // onThread: a caller whose withTimeout expires is told at its deadline (MpiThreading.cancelledInFlight).
-        val newHandle = threading.inFlight(entry) {
+        return threading.inFlight(entry) {
             threading.onThread(handOff) {
                 try {
                     failures.ensureUsable(name, entry)
                     if (sig != null) check.exchangeBlocking(sig, name, entry)
                     val out = calls.scratchAddress + MpiNativeCalls.OFF_HANDLE
-                    calls.runBlockingCall(name, entry, null) { binding.commSplit(handle, color ?: abi.undefined, key, out) }
+                    calls.runBlockingCall(name, entry, null) { native(out) }
                     val made = abi.readHandle(calls.scratch, MpiNativeCalls.OFF_HANDLE)
                     if (made == abi.commNull) longArrayOf(made, 0L) else longArrayOf(made, controlOf(made, name, entry))
                 } finally {
@@ -47,10 +61,6 @@ internal class MpiGroups(
                 }
             }
         }
-        if (newHandle[0] == abi.commNull) return null
-        return MpiBackendFactory.wrap(
-            runtime, binding, newHandle[0], config, mpiConfig, "${commName}.split${entry.collectiveSequence}-color$color", existingControl = newHandle[1],
-        )
     }
 
     /**
@@ -72,27 +82,10 @@ internal class MpiGroups(
 
     /** `MPI_Comm_dup` of [call] ([MpiCommunicator.duplicate], issued by the front as a collective of its own). */
     suspend fun runDuplicate(call: OperationCall): MpiCommunicator {
-        val name = call.name
-        val entry = call.entry
         val settings = call.extra as Duplication
-        val sig = check.sig(call)
-        val handOff = threading.handOver(call)
-        val newHandle = threading.inFlight(entry) {
-            threading.onThread(handOff) {
-                try {
-                    failures.ensureUsable(name, entry)
-                    if (sig != null) check.exchangeBlocking(sig, name, entry)
-                    val out = calls.scratchAddress + MpiNativeCalls.OFF_HANDLE
-                    calls.runBlockingCall(name, entry, null) { binding.commDup(handle, out) }
-                    val made = abi.readHandle(calls.scratch, MpiNativeCalls.OFF_HANDLE)
-                    longArrayOf(made, controlOf(made, name, entry))
-                } finally {
-                    handOff.mpiDone()
-                }
-            }
-        }
+        val made = make(call) { out -> binding.commDup(handle, out) }
         return MpiBackendFactory.wrap(
-            runtime, binding, newHandle[0], settings.commConfig, settings.mpiConfig, "${commName}.dup${entry.collectiveSequence}", existingControl = newHandle[1],
+            runtime, binding, made[0], settings.commConfig, settings.mpiConfig, "${commName}.dup${call.entry.collectiveSequence}", existingControl = made[1],
         )
     }
 }
