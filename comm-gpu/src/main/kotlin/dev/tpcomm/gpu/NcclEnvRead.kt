@@ -21,12 +21,22 @@ internal object NcclEnvRead {
      * The value NCCL would see for [name]: [getEnv] (the process environment as the library reads
      * it), else the configuration files, read with [readFile] (null when a file is absent).
      */
-    fun value(name: String, getEnv: (String) -> String?, readFile: (String) -> String? = ::readIfPresent): String? {
+    fun value(name: String, getEnv: (String) -> String?, readFile: (String) -> String? = ::readIfPresent, rccl: Boolean = false): String? {
         getEnv(name)?.let { return it }
-        val userFile = getEnv("NCCL_CONF_FILE")?.takeIf { it.isNotEmpty() }
+        return fromFiles(name, getEnv, readFile, rccl)?.second
+    }
+
+    /** The configuration file that sets [name] (as [value] reads them), or null. */
+    fun sourceFile(name: String, getEnv: (String) -> String?, readFile: (String) -> String? = ::readIfPresent, rccl: Boolean = false): String? =
+        fromFiles(name, getEnv, readFile, rccl)?.first
+
+    /** RCCL 2.21.5 reads `$HOME/.rccl.conf` then `/etc/rccl.conf` and has no `NCCL_CONF_FILE` (ROCm/rccl `src/misc/param.cc` `initEnv`). */
+    private fun fromFiles(name: String, getEnv: (String) -> String?, readFile: (String) -> String?, rccl: Boolean): Pair<String, String>? {
+        val userFile = if (rccl) null else getEnv("NCCL_CONF_FILE")?.takeIf { it.isNotEmpty() }
+        val lib = if (rccl) "rccl" else "nccl"
         val files = buildList {
-            if (userFile != null) add(userFile) else getEnv("HOME")?.let { add("$it/.nccl.conf") }
-            add("/etc/nccl.conf")
+            if (userFile != null) add(userFile) else getEnv("HOME")?.let { add("$it/.$lib.conf") }
+            add("/etc/$lib.conf")
         }
         for (f in files) {
             val text = readFile(f) ?: continue
@@ -35,7 +45,7 @@ internal object NcclEnvRead {
                 if (line.startsWith("#")) continue
                 val eq = line.indexOf('=')
                 if (eq < 0) continue
-                if (line.substring(0, eq) == name) return line.substring(eq + 1)
+                if (line.substring(0, eq) == name) return f to line.substring(eq + 1)
             }
         }
         return null
@@ -73,7 +83,8 @@ internal object NcclEnvRead {
         return if (negative) -value else value
     }
 
-    private fun readIfPresent(file: String): String? = try {
+    /** The text of [file], or null when it is absent or unreadable. */
+    fun readIfPresent(file: String): String? = try {
         val p = Path.of(file)
         if (Files.isReadable(p)) Files.readString(p) else null
     } catch (_: Exception) {
