@@ -111,15 +111,24 @@ internal class SimulatedLifetimes(private val platform: SimulatedGpuPlatform) {
         get() = platform.version >= LAUNCH_ORDER_IMPLICIT_SINCE &&
             NcclEnvRead.integer(platform.environment["NCCL_LAUNCH_ORDER_IMPLICIT"]) == 1L
 
-    private class LastLaunch(val world: Any, val stream: SimulatedRuntime.SimStream, val count: Long)
+    private class LastLaunch(val comm: SimulatedNccl.SimComm, val world: Any, val stream: SimulatedRuntime.SimStream, val count: Long)
 
-    private val last = ConcurrentHashMap<Int, LastLaunch>()
+    /**
+     * The last launch per device and host thread. Launches of different host threads on one device
+     * are N17's (recorded there); those of different processes sharing a GPU (the simulator's ranks
+     * on device 0, each with its own device thread) run in different contexts that the GPU time-slices.
+     */
+    private val last = ConcurrentHashMap<Pair<Int, Thread>, LastLaunch>()
 
     /** A kernel of a communicator of [world] launched on [stream] of [device] (called at the API call, in issue order). */
-    fun launch(device: Int, world: Any, stream: SimulatedRuntime.SimStream, rank: Int) {
+    fun launch(comm: SimulatedNccl.SimComm, world: Any, stream: SimulatedRuntime.SimStream) {
+        val device = comm.device
+        val rank = comm.rank
         val n = stream.ncclLaunches.incrementAndGet()
-        val prev = last.put(device, LastLaunch(world, stream, n))
-        if (prev == null || prev.world === world || prev.stream === stream || implicitLaunchOrder) return
+        val prev = last.put(device to Thread.currentThread(), LastLaunch(comm, world, stream, n))
+        // A communicator aborted or destroyed since has no kernel left (abort makes them exit; destroy after
+        // finalize waited for them): nothing to order after.
+        if (prev == null || !prev.comm.live || prev.world === world || prev.stream === stream || implicitLaunchOrder) return
         if ((stream.orderedAfter[prev.stream] ?: 0L) >= prev.count) return
         platform.recordMisuse(
             "rank $rank launched on device $device on a stream not ordered after the previous kernel of another communicator " +

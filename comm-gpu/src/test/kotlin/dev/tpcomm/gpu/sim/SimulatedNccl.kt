@@ -195,7 +195,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     }
 
     private fun noteLaunch(comm: SimComm, stream: SimStream?) {
-        if (stream != null) lifetimes.launch(comm.device, comm.clique, stream, comm.rank)
+        if (stream != null) lifetimes.launch(comm, comm.clique, stream)
         val me = Thread.currentThread()
         comm.launcher = me
         val other = liveComms.firstOrNull {
@@ -608,7 +608,9 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             val cell = round.cells[parent.rank] ?: continue
             round.children[parent.rank] = null
             ch.clique = Clique(1)
-            ch.state.set(NcclResult.REMOTE_ERROR)
+            // N4: the failed child's own asyncResult stays 0 (the error is the parent's); it is not built.
+            ch.built = false
+            ch.state.set(NcclResult.SUCCESS)
             ch.lastError = "the split's init job was aborted with its parent"
             try {
                 cell.set(ValueLayout.JAVA_LONG, 0, platform.handle(ch))
@@ -659,8 +661,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         lifetimes.call(sc, "a call", sc.rank) {}
         if (!sc.built) {
             platform.recordMisuse(
-                "rank ${sc.rank} used a communicator whose ncclCommInitRankConfig was issued inside an open group: it is not built until " +
-                    "that group's ncclGroupEnd (docs/nccl-semantics.md N3)",
+                "rank ${sc.rank} used a communicator that is not built: its ncclCommInitRankConfig was issued inside an open group " +
+                    "whose ncclGroupEnd has not run (docs/nccl-semantics.md N3), or its split failed (N4)",
             )
             return NcclResult.INVALID_USAGE
         }
