@@ -51,7 +51,8 @@ for want in "dry run" "binding gpu-check loads" "world: world of 2" "passed  con
     "FAILED  conformance, java.lang.foreign" "exit status: 1"; do
   grep -q -- "$want" "$summary" || { cat "$summary"; fail "summary.txt lacks '$want'"; }
 done
-tar tzf "$out/tpcomm-gpu-logs.tar.gz" | grep -q 'conformance-ffm.log' || fail "the tarball lacks conformance-ffm.log"
+listing=$(tar tzf "$out/tpcomm-gpu-logs.tar.gz")
+grep -q 'conformance-ffm.log' <<<"$listing" || fail "the tarball lacks conformance-ffm.log"
 grep -q "stopped at the time limit (5 s)" "$work/run.log" || { cat "$work/run.log"; fail "the hanging step was not reported as stopped at its 5 s limit"; }
 echo "-- output folder: $files; summary:"
 sed 's/^/   /' "$summary"
