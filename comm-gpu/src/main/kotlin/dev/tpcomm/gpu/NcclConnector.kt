@@ -8,7 +8,6 @@ import dev.tpcomm.coroutines.Backoff
 import dev.tpcomm.coroutines.CommunicatorCreation
 import java.lang.foreign.Arena
 import java.lang.foreign.ValueLayout
-import java.util.concurrent.atomic.AtomicBoolean
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 
@@ -166,11 +165,10 @@ public object NcclConnector {
      */
     private suspend fun initRank(api: NcclApi, runtime: DeviceRuntime, device: Int, config: CommConfig, id: ByteArray, commConfig: NcclCommConfig, creation: CommunicatorCreation, backendName: String): Long {
         val done = CompletableDeferred<Long>()
-        val abandoned = AtomicBoolean(false)
         Thread.ofPlatform().daemon(true).name("tpcomm-$backendName-init-device$device").start {
             try {
                 val comm = initOnThisThread(api, runtime, device, config, id, commConfig, creation)
-                if (!done.complete(comm) || abandoned.get()) api.commAbort(comm)
+                if (!done.complete(comm)) api.commAbort(comm) // the caller gave up first: nobody else will
             } catch (t: Throwable) {
                 done.completeExceptionally(t)
             }
@@ -178,10 +176,16 @@ public object NcclConnector {
         try {
             return done.await()
         } catch (e: CancellationException) {
-            abandoned.set(true)
-            done.cancel(e)
+            // Whoever comes second aborts: the thread when the cancel came first, here when the communicator did.
+            if (!done.completeExceptionally(e)) abortCompleted(done, api)
             throw e
         }
+    }
+
+    /** Aborts the communicator [done] completed with (nothing when it failed). */
+    @OptIn(kotlinx.coroutines.ExperimentalCoroutinesApi::class)
+    private fun abortCompleted(done: CompletableDeferred<Long>, api: NcclApi) {
+        runCatching { done.getCompleted() }.getOrNull()?.let { api.commAbort(it) }
     }
 
     /** [initRank]'s body, on its own thread: init, then poll until ready, failed or past the deadline. */
