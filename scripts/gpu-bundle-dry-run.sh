@@ -57,6 +57,21 @@ grep -q "stopped at the time limit (5 s)" "$work/run.log" || { cat "$work/run.lo
 echo "-- output folder: $files; summary:"
 sed 's/^/   /' "$summary"
 
+# A binding that does not load: its conformance is skipped with the reason, not run.
+cat >"$home/bin/gpu-check" <<'EOF2'
+#!/usr/bin/env bash
+echo "UnsatisfiedLinkError: no jnicudart (stub: the preset does not load)" >&2; exit 1
+EOF2
+out3="$work/out3"
+set +e
+TPCOMM_GPU_DRY_RUN=1 TPCOMM_GPU_BUDGET=40 TPCOMM_GPU_STEP_TIMEOUT=3 TPCOMM_GPU_WORLD=1 PATH=/usr/bin:/bin \
+  "$home/tpcomm-gpu-check" --out "$out3" conformance >"$work/run3.log" 2>&1
+set -e
+grep -q "binding gpu-check does not load: UnsatisfiedLinkError" "$out3/summary.txt" \
+  && grep -q "skipped conformance, JavaCPP binding.*does not load here" "$out3/summary.txt" \
+  || { cat "$out3/summary.txt" "$work/run3.log"; fail "a binding that does not load should be named and its conformance skipped"; }
+echo "-- a binding that does not load: named in summary.txt, its conformance skipped"
+
 # Without a GPU and without the dry run: "no GPU found", exit 2, the same two files.
 out2="$work/out2"
 set +e

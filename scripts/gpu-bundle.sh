@@ -239,11 +239,21 @@ echo "   ${cm:-compute mode unknown (nvidia-smi -q)}; $mps"
 version_line=$("$home/bin/gpu-check-ffm" version --nvidia 2>>"$results/version.log") \
   || version_line=$("$home/bin/gpu-check" version 2>>"$results/version.log") || true
 echo "$version_line" >>"$results/version.log"
+# Which binding loads here (the JavaCPP preset is built for CUDA 13.3; the FFM one opens libnccl.so.2
+# and libcudart by name): a binding that does not load has its steps skipped with the reason.
+declare -A unloadable=()
 for b in gpu-check gpu-check-ffm; do
   flag=(); [ "$b" = gpu-check-ffm ] && flag=(--nvidia)
   if line=$(timeout 60 "$home/bin/$b" version "${flag[@]}" 2>>"$results/version.log"); then note "binding $b loads: $line"
-  else note "binding $b does not load (see version.log)"; fi
+  else
+    why=$(tail -1 "$results/version.log" 2>/dev/null | cut -c1-200)
+    note "binding $b does not load: ${why:-no answer} (see version.log)"; unloadable[$b]="${why:-does not load}"
+  fi
 done
+loads() { # $1 = launcher name: true when it loaded, else sets skipped=WHY
+  [ -z "${unloadable[$1]:-}" ] && return 0
+  skipped="bin/$1 does not load here: ${unloadable[$1]}"; return 1
+}
 code=$(sed -n 's/^nccl version \([0-9][0-9]*\) .*/\1/p' <<<"$version_line" | head -1)
 if [ -n "${TPCOMM_GPU_WORLD:-}" ]; then
   [[ "$TPCOMM_GPU_WORLD" =~ ^[1-9][0-9]*$ ]] || { echo "TPCOMM_GPU_WORLD must be a positive number, not '$TPCOMM_GPU_WORLD'" >&2; exit 2; }
@@ -366,7 +376,10 @@ sweep_pass() { # $1 = pass number, then the implementations in the order to run 
 
 sweep() {
   rm -f "$results"/sweep-*.log "$results"/nccl-sweep-*.log
-  local impls=(tpcomm-javacpp tpcomm-ffm torch)
+  local impls=()
+  [ -z "${unloadable[gpu-check]:-}" ] && impls+=(tpcomm-javacpp) || echo "   tpcomm-javacpp left out: bin/gpu-check does not load here"
+  [ -z "${unloadable[gpu-check-ffm]:-}" ] && impls+=(tpcomm-ffm) || echo "   tpcomm-ffm left out: bin/gpu-check-ffm does not load here"
+  impls+=(torch)
   if build_c nccl_allreduce; then impls=(c-nccl c-nccl-nonblocking "${impls[@]}"); else echo "no C reference"; status=1; fi
   # The host cost of a non-blocking group (a std::thread per ncclGroupEnd with two or more ranks),
   # measured on this host's CPUs without NCCL (docs/gpu.md).
@@ -407,10 +420,16 @@ sanitizer() {
   return "$rc"
 }
 
+run_if_loads() { # $1 = launcher, then the command: runs it when the launcher loaded, else a skip with the reason
+  local b="$1"; shift
+  loads "$b" || return 0
+  "$@"
+}
+
 for s in "${steps[@]}"; do
   case "$s" in
-    conformance) step "conformance, JavaCPP binding ($where)" ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
-    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
+    conformance) step "conformance, JavaCPP binding ($where)" run_if_loads gpu-check ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
+    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" run_if_loads gpu-check-ffm ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
     probe) step "split probe: a non-blocking ncclCommSplit, seen from the caller (world of 1$([ "$world" -gt 1 ] && echo ", then $world"))" probe ;;
     sweep) step "all-reduce sweep: C/NCCL, tpcomm (both bindings), torch.distributed ($where)" sweep ;;
     sanitizer) step "compute-sanitizer memcheck: conformance, JavaCPP binding, world of 1" sanitizer ;;
