@@ -54,6 +54,11 @@ import java.util.concurrent.atomic.AtomicInteger
  * - **One launch order per device** (N17): launches for two communicators of one device from two
  *   live host threads are recorded as misuse (with `NCCL_MULTI_RANK_GPU_ENABLE`, where ranks of one
  *   world share a device, only a communicator and its split relatives).
+ * - **Version- and thread-dependent lifetimes** ([SimulatedLifetimes], issue 35): the thread-local
+ *   group job before NCCL 2.27.3 and in RCCL (N10a), an init inside an open group that builds
+ *   nothing until the group's end (N3), `ncclCommAbort` racing a call of another thread (N12a), and
+ *   launch order across the communicators of a device (N17a); a split that never completed stores
+ *   its half-built child at the abort of its parent (N4).
  *
  * - **PreMulSum operators** (NVIDIA/nccl `src/enqueue.cc` `ncclRedOpCreatePreMulSum`,
  *   `ncclRedOpDestroy`, `hostToDevRedOp`): `ncclRedOpCreatePreMulSum` makes an operator of one
@@ -79,6 +84,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     private val deferredInits = ThreadLocal.withInitial { ArrayList<() -> Unit>() }
     /** The version- and thread-dependent lifetime rules (N10a, N12a, N17a). */
     internal val lifetimes = SimulatedLifetimes(platform)
+    /** What the collectives compute. */
+    private val results = SimulatedCollectiveResults(platform.memory)
     private val familyCounter = AtomicInteger()
 
     inner class Clique(val size: Int) {
@@ -123,16 +130,6 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     val liveRedOps: Int get() = liveComms.sumOf { it.userOps.size }
 
     class Message(val bytes: ByteArray, val consumed: CountDownLatch = CountDownLatch(1))
-
-    /** One rank's call; [op] is [NcclRedOp.NUM_OPS] for every PreMulSum operator (resolved at the enqueue), [factor] its scalar. */
-    class Contribution(val kind: String, val send: Long, val recv: Long, val count: Long, val dtype: Int, val op: Int, val root: Int, val factor: Double = 0.0)
-
-    class Round(size: Int) {
-        val inputs = arrayOfNulls<Contribution>(size)
-        val arrived = CountDownLatch(size)
-        val computed = CountDownLatch(size)
-        val finished = AtomicInteger()
-    }
 
     class SplitRound(size: Int) {
         val colors = IntArray(size)
@@ -309,7 +306,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             round.arrived.countDown()
             awaitPeers(round.arrived, comm)
             val write = try {
-                compute(round, comm.rank, clique.size)
+                results.compute(round, comm.rank, clique.size)
             } catch (f: SimFault) {
                 round.computed.countDown()
                 throw f
@@ -319,86 +316,6 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             write()
             if (round.finished.incrementAndGet() == clique.size) clique.rounds.remove(seq)
         }
-    }
-
-    /** Reads every input of [round] and returns the write of rank [me]'s output. */
-    private fun compute(round: Round, me: Int, size: Int): () -> Unit {
-        val inputs = round.inputs.map { it!! }
-        val mine = inputs[me]
-        val bad = inputs.indices.filter { r ->
-            val o = inputs[r]
-            o.kind != mine.kind || o.count != mine.count || o.dtype != mine.dtype || o.op != mine.op || o.root != mine.root
-        }
-        if (bad.isNotEmpty()) {
-            throw SimFault(
-                NcclResult.INVALID_USAGE, CUDA_LAUNCH_FAILURE,
-                "simulated NCCL: ranks $bad called ${bad.map { inputs[it].kind }} with other arguments than rank $me's ${mine.kind}",
-            )
-        }
-        val width = elementSize(mine.dtype)
-        val n = mine.count
-        return when (mine.kind) {
-            "allReduce" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            "broadcast" -> {
-                val result = copyOf(memory.resolve(inputs[mine.root].send, n * width))
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            "reduce" -> {
-                if (me != mine.root) ({}) else {
-                    val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
-                    ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-                }
-            }
-            "allGather" -> {
-                val parts = inputs.map { copyOf(memory.resolve(it.send, n * width)) }
-                ({
-                    val out = memory.resolve(mine.recv, n * width * size)
-                    for (r in 0 until size) MemorySegment.copy(parts[r], 0, out, r * n * width, n * width)
-                })
-            }
-            "reduceScatter" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width * size).asSlice(me * n * width, n * width) }, mine.dtype, mine.op, n, inputs)
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            else -> throw SimFault(NcclResult.INTERNAL_ERROR, CUDA_LAUNCH_FAILURE, "unknown kind ${mine.kind}")
-        }
-    }
-
-    private fun copyOf(s: MemorySegment): MemorySegment = Arena.ofAuto().allocate(s.byteSize().coerceAtLeast(1)).also { MemorySegment.copy(s, 0, it, 0, s.byteSize()) }
-
-    /**
-     * The reduction through comm-testkit's [ReferenceReduction] (the project's one reference), except
-     * FP8, which [Float8Reduction] reduces as NCCL's kernels do (pairwise through half precision).
-     */
-    private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long, calls: List<Contribution>): MemorySegment {
-        val dt = NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported datatype $dtype")
-        // FuncPreMulSum: each rank's input times its own scalar, then the sum (src/device/reduce_kernel.h).
-        val ops = calls.map { c ->
-            when (op) {
-                NcclRedOp.SUM -> ReduceOp.Sum
-                NcclRedOp.PROD -> ReduceOp.Product
-                NcclRedOp.MAX -> ReduceOp.Max
-                NcclRedOp.MIN -> ReduceOp.Min
-                NcclRedOp.AVG -> ReduceOp.Avg
-                NcclRedOp.NUM_OPS -> ReduceOp.PreMulSum(c.factor)
-                else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
-            }
-        }
-        if (n == 0L) return Arena.ofAuto().allocate(1)
-        if (dt == dev.tpcomm.DType.Float8E4M3 || dt == dev.tpcomm.DType.Float8E5M2) {
-            return copyOf(Float8Reduction.reduce(ops.first(), inputs.map { Tensor.wrap(it.asSlice(0, n), dt, n.toInt()) }).segment)
-        }
-        val result = ReferenceReduction.expected(ops, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
-        return copyOf(result.segment)
-    }
-
-    private fun elementSize(dtype: Int): Long = when (dtype) {
-        NcclDataType.UINT32 -> 4L
-        NcclDataType.UINT64 -> 8L
-        else -> (NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "datatype $dtype")).byteSize.toLong()
     }
 
     // ------------------------------------------------------------------ the API
@@ -720,7 +637,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         if (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather") {
             // PreMulSum on one rank: the scaling kernel, out = in * scalar.
             st.enqueue {
-                val result = reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
+                val result = results.reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
                 MemorySegment.copy(result, 0, memory.resolve(c.recv, bytes), 0, bytes)
             }
             return NcclResult.SUCCESS
