@@ -9,8 +9,9 @@
 #      launcher (one line, exit 2) and each launcher's --help naming it;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
 #      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, with no step named and with
-#      every step named (conformance conformance-ffm probe sweep sanitizer), and refuses an unknown
-#      step (exit 2); its jlinked runtime starts both GpuCheckMains, which report NCCL unavailable
+#      every step named (conformance conformance-ffm probe sweep sanitizer), leaving only
+#      summary.txt and tpcomm-gpu-logs.tar.gz in its output folder, and refuses an unknown step
+#      (exit 2); its command runs end to end on stubs (scripts/gpu-bundle-dry-run.sh); its jlinked runtime starts both GpuCheckMains, which report NCCL unavailable
 #      (exit 2) rather than crashing (comm-nccl's JavaCPP one; comm-rccl's java.lang.foreign one,
 #      --nvidia, which opens this machine's libcudart.so.13 and finds no libnccl.so.2), also in their
 #      `version` mode, which the bundle reads to choose the world; its sweep report passes its
@@ -121,6 +122,8 @@ echo "-- bin/tpcomm-demo --help"
 
 echo "== GPU bundle"
 cd "$repo_root"
+# Its command end to end with stub programs, a small budget and a hanging step (seconds, no build).
+scripts/gpu-bundle-dry-run.sh || fail "scripts/gpu-bundle-dry-run.sh failed"
 bundle=$(scripts/gpu-bundle.sh "$work/gpu" "${nobuild[@]}" | tail -1)
 [ -f "$bundle" ] || fail "scripts/gpu-bundle.sh wrote no bundle"
 size=$(stat -c %s "$bundle"); [ "$size" -lt $((60 * 1024 * 1024)) ] || fail "the bundle is $size bytes, over 60 MB"
@@ -141,6 +144,9 @@ else
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" "${steps[@]}" 2>&1); rc=$?; set -e
   [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || { echo "$out"; fail "tpcomm-gpu-check ${steps[*]} should say 'no GPU found' and exit 2 (got $rc)"; }
   echo "-- tpcomm-gpu-check ${steps[*]}: no GPU found, exit 2"
+  # Its results: exactly the summary and the tarball, in the folder it was given (./tpcomm-gpu-out here).
+  got=$(cd "$work/tpcomm-gpu-out" && ls -A | sort | tr '\n' ' ')
+  [ "$got" = "summary.txt tpcomm-gpu-logs.tar.gz " ] || fail "tpcomm-gpu-check left '$got' in its output folder, not only summary.txt and tpcomm-gpu-logs.tar.gz"
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" bandwidth 2>&1); rc=$?; set -e
   [ "$rc" = 2 ] && grep -q '^usage:.*steps: conformance conformance-ffm probe sweep sanitizer' <<<"$out" \
     || { echo "$out"; fail "tpcomm-gpu-check with an unknown step should print its usage and exit 2 (got $rc)"; }

@@ -89,7 +89,14 @@ cp LICENSE "$tree/"
 cat >"$tree/tpcomm-gpu-check" <<'EOF'
 #!/usr/bin/env bash
 # The bundle's one command (made by scripts/gpu-bundle.sh): the tpcomm GPU check on GPU 0.
-#   tpcomm-gpu-check [conformance] [conformance-ffm] [probe] [sweep] [sanitizer]   (default: all, in this order)
+#   tpcomm-gpu-check [--out DIR] [conformance] [conformance-ffm] [probe] [sweep] [sanitizer]
+# Default steps: conformance conformance-ffm probe sweep, in this order, within one time budget
+# (TPCOMM_GPU_BUDGET seconds, default 500: under 9 minutes with the inventory); the sanitizer only
+# when named (the second, optional command: tpcomm-gpu-check --out DIR sanitizer).
+# Output: DIR (--out, else TPCOMM_GPU_OUT, else ./tpcomm-gpu-out) receives exactly two files:
+# summary.txt (the inventory: driver, CUDA runtimes, every libnccl with its version, which binding
+# loads, the world and why; then one line per step) and tpcomm-gpu-logs.tar.gz (every log). Logs
+# are written to a temporary folder first, so DIR never holds anything else of this run.
 # conformance      the comm-testkit cases through comm-nccl's JavaCPP binding
 # conformance-ffm  the same through comm-rccl's java.lang.foreign binding on libnccl.so.2
 # probe            split_probe.cu: what a non-blocking ncclCommSplit returns and when its child appears
@@ -104,24 +111,56 @@ cat >"$tree/tpcomm-gpu-check" <<'EOF'
 # to ./tpcomm-gpu-results/. Exit status: 0 when every step passed, 1 when a case failed or a step
 # crashed or timed out, 2 when there is no NVIDIA GPU (no /dev/nvidia* device or no libcuda.so.1).
 # Environment: TPCOMM_GPU_WORLD=N forces the world; TPCOMM_GPU_STEP_TIMEOUT (seconds per process,
-# default 1800); TPCOMM_GPU_SWEEP_MAX_BYTES (default 268435456); TPCOMM_GPU_SANITIZER_TIMEOUT
-# (seconds, default 1800).
+# default 120, and never past the budget); TPCOMM_GPU_SWEEP_MAX_BYTES (default 67108864);
+# TPCOMM_GPU_SANITIZER_TIMEOUT (seconds, default 300); TPCOMM_GPU_BUDGET (seconds, default 500).
 set -uo pipefail
 home="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
 all=(conformance conformance-ffm probe sweep sanitizer)
-steps=("$@"); [ ${#steps[@]} -gt 0 ] || steps=("${all[@]}")
-for s in "${steps[@]}"; do
-  case " ${all[*]} " in *" $s "*) ;; *) echo "usage: $0 [STEP...]; steps: ${all[*]} (default: all, in this order)" >&2; exit 2 ;; esac
+out="${TPCOMM_GPU_OUT:-}"
+steps=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) [ $# -ge 2 ] || { echo "usage: $0 [--out DIR] [STEP...]" >&2; exit 2; }; out="$2"; shift 2 ;;
+    --out=*) out="${1#--out=}"; shift ;;
+    *) steps+=("$1"); shift ;;
+  esac
 done
+[ ${#steps[@]} -gt 0 ] || steps=(conformance conformance-ffm probe sweep)
+for s in "${steps[@]}"; do
+  case " ${all[*]} " in *" $s "*) ;; *) echo "usage: $0 [--out DIR] [STEP...]; steps: ${all[*]} (default: all but sanitizer, in this order)" >&2; exit 2 ;; esac
+done
+out="${out:-$PWD/tpcomm-gpu-out}"
+mkdir -p "$out" || { echo "cannot create the output folder $out" >&2; exit 2; }
+out="$(cd "$out" && pwd)"
+budget="${TPCOMM_GPU_BUDGET:-500}"
+deadline=$((SECONDS + budget))
+results=$(mktemp -d /tmp/tpcomm-gpu-results.XXXXXX)
+summary_file="$results/summary.txt"
+: >"$summary_file"
+note() { echo "$*"; echo "$*" >>"$summary_file"; }
+finish() { # $1 = exit status: the summary and the tarball into $out, nothing else
+  local rc="$1"
+  echo "exit status: $rc" >>"$summary_file"
+  cp "$summary_file" "$out/summary.txt"
+  tar -czf "$out/tpcomm-gpu-logs.tar.gz" -C "$results" . 2>/dev/null
+  rm -rf "$results"
+  echo "== results: $out/summary.txt and $out/tpcomm-gpu-logs.tar.gz"
+  exit "$rc"
+}
+note "tpcomm GPU check, $(date -u +%FT%TZ), steps: ${steps[*]}, budget ${budget} s"
 
 devices=$(ls /dev/nvidia[0-9]* 2>/dev/null | head -1)
 driver=$( (ldconfig -p 2>/dev/null | grep -o '/[^ ]*/libcuda\.so\.1$' | head -1) || true)
 for d in /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/nvidia/lib64 /usr/lib/wsl/lib; do
   [ -z "$driver" ] && [ -e "$d/libcuda.so.1" ] && driver="$d/libcuda.so.1"
 done
+if [ "${TPCOMM_GPU_DRY_RUN:-0}" = 1 ]; then
+  note "dry run (TPCOMM_GPU_DRY_RUN=1): no GPU required, every step runs against what the bundle holds (scripts/gpu-bundle-dry-run.sh)"
+  devices="${devices:-dry-run}"; driver="${driver:-dry-run}"
+fi
 if [ -z "$devices" ] || [ -z "$driver" ]; then
-  echo "no GPU found: ${devices:+/dev/nvidia* present, }${devices:-no /dev/nvidia* device, }${driver:-no libcuda.so.1 (NVIDIA driver) library}${driver:+driver $driver}; nothing to check"
-  exit 2
+  note "no GPU found: ${devices:+/dev/nvidia* present, }${devices:-no /dev/nvidia* device, }${driver:-no libcuda.so.1 (NVIDIA driver) library}${driver:+driver $driver}; nothing to check"
+  finish 2
 fi
 
 # NCCL and the CUDA runtime: the system's, or the pip wheels' (nvidia-nccl-cu13, nvidia-cuda-runtime).
@@ -137,12 +176,52 @@ fi
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 [ -n "$nccl_home" ] || for d in /usr /usr/local /usr/local/cuda; do [ -f "$d/include/nccl.h" ] && { nccl_home="$d"; break; }; done
 export NCCL_DEBUG="${NCCL_DEBUG:-INFO}"
-step_timeout="${TPCOMM_GPU_STEP_TIMEOUT:-1800}"
-sanitizer_timeout="${TPCOMM_GPU_SANITIZER_TIMEOUT:-1800}"
-max_bytes="${TPCOMM_GPU_SWEEP_MAX_BYTES:-268435456}"
+step_limit="${TPCOMM_GPU_STEP_TIMEOUT:-120}"
+step_timeout="$step_limit"
+sanitizer_timeout="${TPCOMM_GPU_SANITIZER_TIMEOUT:-300}"
+max_bytes="${TPCOMM_GPU_SWEEP_MAX_BYTES:-67108864}"
 
-results="$PWD/tpcomm-gpu-results"; mkdir -p "$results"
 echo "== tpcomm GPU check: $(nvidia-smi -L 2>/dev/null | head -1), driver $driver, $(date -u +%FT%TZ)"
+# The inventory (first contact): the driver, the CUDA runtimes and every libnccl this machine shows.
+note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 || echo unknown)"
+note "driver: $driver; CUDA driver API: $(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -1)"
+lib_dirs() { # every folder a library may come from: the loader's path, ldconfig's cache, the pip wheels, the CUDA toolkits
+  tr ':' '\n' <<<"$LD_LIBRARY_PATH"
+  ldconfig -p 2>/dev/null | sed -n 's/.* => \(.*\)\/[^/]*$/\1/p' | sort -u
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - <<'PY' 2>/dev/null
+import site, glob, os
+for s in site.getsitepackages() + [site.getusersitepackages()]:
+    for d in glob.glob(os.path.join(s, "nvidia", "*", "lib")) + glob.glob(os.path.join(s, "torch", "lib")):
+        print(d)
+PY
+  fi
+  ls -d /usr/local/cuda*/lib64 /usr/lib/x86_64-linux-gnu 2>/dev/null
+}
+nccl_version_of() { # $1 = a libnccl file: its ncclGetVersion (python ctypes), else the version in its file name
+  local v=""
+  command -v python3 >/dev/null 2>&1 && v=$(python3 -c "import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); c=ctypes.c_int(); l.ncclGetVersion(ctypes.byref(c)); print(c.value)" "$1" 2>/dev/null)
+  [ -n "$v" ] || v=$(basename "$(readlink -f "$1")" | sed -n 's/^libnccl\.so\.\([0-9][0-9.]*\)$/\1/p')
+  echo "${v:-unknown}"
+}
+best_nccl=""; best_code=0
+while read -r d; do
+  [ -d "$d" ] || continue
+  for f in "$d"/libnccl.so*; do
+    [ -e "$f" ] || continue
+    real=$(readlink -f "$f"); case " ${seen_nccl:-} " in *" $real "*) continue ;; esac; seen_nccl="${seen_nccl:-} $real"
+    v=$(nccl_version_of "$f"); note "libnccl: $f -> $real, version $v"
+    [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt "$best_code" ] && { best_code=$v; best_nccl=$f; }
+  done
+  for f in "$d"/libcudart.so.*; do [ -e "$f" ] && note "CUDA runtime: $f -> $(basename "$(readlink -f "$f")")"; done
+done < <(lib_dirs | awk 'NF && !seen[$0]++')
+[ -n "${seen_nccl:-}" ] || note "libnccl: none found"
+# The newest NCCL found is the one both bindings load (by name, through the loader's path): it decides the world.
+if [ -n "$best_nccl" ]; then
+  export LD_LIBRARY_PATH="$(dirname "$best_nccl"):$LD_LIBRARY_PATH"
+  export TPCOMM_NCCL_LIBRARY="$best_nccl"
+  note "chosen NCCL: $best_nccl ($best_code), first on LD_LIBRARY_PATH and TPCOMM_NCCL_LIBRARY"
+fi
 echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH; NCCL headers: ${nccl_home:-none found}; NCCL_DEBUG=$NCCL_DEBUG; logs in $results"
 nvidia-smi -q >"$results/nvidia-smi-q.txt" 2>&1
 mps="MPS: unknown (no pgrep)"
@@ -160,6 +239,21 @@ echo "   ${cm:-compute mode unknown (nvidia-smi -q)}; $mps"
 version_line=$("$home/bin/gpu-check-ffm" version --nvidia 2>>"$results/version.log") \
   || version_line=$("$home/bin/gpu-check" version 2>>"$results/version.log") || true
 echo "$version_line" >>"$results/version.log"
+# Which binding loads here (the JavaCPP preset is built for CUDA 13.3; the FFM one opens libnccl.so.2
+# and libcudart by name): a binding that does not load has its steps skipped with the reason.
+declare -A unloadable=()
+for b in gpu-check gpu-check-ffm; do
+  flag=(); [ "$b" = gpu-check-ffm ] && flag=(--nvidia)
+  if line=$(timeout 60 "$home/bin/$b" version "${flag[@]}" 2>>"$results/version.log"); then note "binding $b loads: $line"
+  else
+    why=$(tail -1 "$results/version.log" 2>/dev/null | cut -c1-200)
+    note "binding $b does not load: ${why:-no answer} (see version.log)"; unloadable[$b]="${why:-does not load}"
+  fi
+done
+loads() { # $1 = launcher name: true when it loaded, else sets skipped=WHY
+  [ -z "${unloadable[$1]:-}" ] && return 0
+  skipped="bin/$1 does not load here: ${unloadable[$1]}"; return 1
+}
 code=$(sed -n 's/^nccl version \([0-9][0-9]*\) .*/\1/p' <<<"$version_line" | head -1)
 if [ -n "${TPCOMM_GPU_WORLD:-}" ]; then
   [[ "$TPCOMM_GPU_WORLD" =~ ^[1-9][0-9]*$ ]] || { echo "TPCOMM_GPU_WORLD must be a positive number, not '$TPCOMM_GPU_WORLD'" >&2; exit 2; }
@@ -177,7 +271,7 @@ if [ "$world" -gt 1 ]; then
 else
   where="world of 1 on GPU 0"
 fi
-echo "== $where. Why: $why"
+note "world: $where. Why: $why"
 status=0
 summary=()
 port=29517
@@ -191,6 +285,10 @@ port=29517
 ranks() {
   local name="$1" n="$2" rdv r rc=0 rc0 a args pids=(); shift 2
   ranks_why=""
+  # Each process stops at the step limit, and never past the budget (15 s kept for the summary).
+  ranks_limit=$step_timeout
+  local left=$((deadline - SECONDS - 15)); [ "$left" -lt "$ranks_limit" ] && ranks_limit=$left
+  if [ "$ranks_limit" -lt 1 ]; then ranks_why=" not run: no time left in the ${budget} s budget;"; return 124; fi
   rdv=$(mktemp -d /tmp/tpcomm-gpu-rdv.XXXXXX)
   port=$((port + 1))
   rm -f "$results/$name".rank*.log "$results/nccl-$name".rank*.log
@@ -200,13 +298,13 @@ ranks() {
     local envs=(RANK=$r WORLD_SIZE=$n LOCAL_RANK=0 TPCOMM_RENDEZVOUS="file://$rdv/rendezvous" TPCOMM_TIMEOUT_SECONDS=120
       MASTER_ADDR=127.0.0.1 MASTER_PORT=$port NCCL_DEBUG_FILE="$results/nccl-$name.rank$r.%p.log")
     if [ "$r" -gt 0 ]; then
-      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" >"$results/$name.rank$r.log" 2>&1 &
+      env "${envs[@]}" timeout -k 5 "$ranks_limit" "${args[@]}" >"$results/$name.rank$r.log" 2>&1 &
       pids+=($!)
     elif [ "${QUIET:-0}" = 1 ]; then
-      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" >"$results/$name.log" 2>&1
+      env "${envs[@]}" timeout -k 5 "$ranks_limit" "${args[@]}" >"$results/$name.log" 2>&1
       rc0=$?
     else
-      env "${envs[@]}" timeout -k 30 "$step_timeout" "${args[@]}" 2>&1 | tee "$results/$name.log"
+      env "${envs[@]}" timeout -k 5 "$ranks_limit" "${args[@]}" 2>&1 | tee "$results/$name.log"
       rc0=${PIPESTATUS[0]}
     fi
   done
@@ -221,7 +319,7 @@ ranks() {
 }
 explain() { # NAME RANK STATUS: appends how that rank ended to $ranks_why
   case "$3" in
-    124|137) ranks_why+=" rank $2 stopped at the time limit ($step_timeout s);" ;;
+    124|137) ranks_why+=" rank $2 stopped at the time limit ($ranks_limit s);" ;;
     *) ranks_why+=" rank $2 exit $3;" ;;
   esac
 }
@@ -229,7 +327,10 @@ explain() { # NAME RANK STATUS: appends how that rank ended to $ranks_why
 step() { # $1 = name, then the command: runs it, records the result (a command may set skipped=WHY)
   local name="$1"; shift
   echo "== $name"
-  local start=$SECONDS
+  local start=$SECONDS left=$((deadline - SECONDS - 15))
+  if [ "$left" -lt 20 ]; then summary+=("skipped $name: no time left in the ${budget} s budget"); return; fi
+  # Each process of the step stops at the step limit, and never past the budget.
+  step_timeout=$(( step_limit < left ? step_limit : left ))
   skipped=""
   "$@"; local rc=$?
   if [ "$rc" = 0 ] && [ -n "$skipped" ]; then summary+=("skipped $name: $skipped")
@@ -275,12 +376,15 @@ sweep_pass() { # $1 = pass number, then the implementations in the order to run 
 
 sweep() {
   rm -f "$results"/sweep-*.log "$results"/nccl-sweep-*.log
-  local impls=(tpcomm-javacpp tpcomm-ffm torch)
+  local impls=()
+  [ -z "${unloadable[gpu-check]:-}" ] && impls+=(tpcomm-javacpp) || echo "   tpcomm-javacpp left out: bin/gpu-check does not load here"
+  [ -z "${unloadable[gpu-check-ffm]:-}" ] && impls+=(tpcomm-ffm) || echo "   tpcomm-ffm left out: bin/gpu-check-ffm does not load here"
+  impls+=(torch)
   if build_c nccl_allreduce; then impls=(c-nccl c-nccl-nonblocking "${impls[@]}"); else echo "no C reference"; status=1; fi
   # The host cost of a non-blocking group (a std::thread per ncclGroupEnd with two or more ranks),
   # measured on this host's CPUs without NCCL (docs/gpu.md).
   if command -v g++ >/dev/null 2>&1 && g++ -O2 -pthread -o "$results/nonblocking_cost" "$home/gpu/nonblocking_cost.cc" 2>"$results/g++.log"; then
-    "$results/nonblocking_cost" | tee "$results/nonblocking-cost.log"
+    timeout -k 5 30 "$results/nonblocking_cost" | tee "$results/nonblocking-cost.log"
   else
     echo "no g++: the non-blocking group cost was not measured"
   fi
@@ -305,7 +409,8 @@ sanitizer() {
   rm -f "$results"/sanitizer-memcheck.*.log
   echo "$cs --tool memcheck --target-processes all, at most $sanitizer_timeout s; report in sanitizer-memcheck.<pid>.log"
   local rc
-  step_timeout="$sanitizer_timeout" ranks sanitizer 1 "$cs" --tool memcheck --target-processes all --launch-timeout 300 \
+  local cap=$((deadline - SECONDS - 15)); [ "$sanitizer_timeout" -lt "$cap" ] && cap=$sanitizer_timeout
+  step_timeout="$cap" ranks sanitizer 1 "$cs" --tool memcheck --target-processes all --launch-timeout 300 \
     --log-file "$results/sanitizer-memcheck.%p.log" "$home/bin/gpu-check" conformance
   rc=$?
   local errors
@@ -315,18 +420,24 @@ sanitizer() {
   return "$rc"
 }
 
+run_if_loads() { # $1 = launcher, then the command: runs it when the launcher loaded, else a skip with the reason
+  local b="$1"; shift
+  loads "$b" || return 0
+  "$@"
+}
+
 for s in "${steps[@]}"; do
   case "$s" in
-    conformance) step "conformance, JavaCPP binding ($where)" ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
-    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
+    conformance) step "conformance, JavaCPP binding ($where)" run_if_loads gpu-check ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
+    conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" run_if_loads gpu-check-ffm ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
     probe) step "split probe: a non-blocking ncclCommSplit, seen from the caller (world of 1$([ "$world" -gt 1 ] && echo ", then $world"))" probe ;;
     sweep) step "all-reduce sweep: C/NCCL, tpcomm (both bindings), torch.distributed ($where)" sweep ;;
     sanitizer) step "compute-sanitizer memcheck: conformance, JavaCPP binding, world of 1" sanitizer ;;
   esac
 done
-echo "== summary ($where; logs in $results)"
-printf '   %s\n' "${summary[@]}"
-exit $status
+echo "== summary ($where)"
+printf '   %s\n' "${summary[@]}" | tee -a "$summary_file"
+finish $status
 EOF
 chmod +x "$tree/tpcomm-gpu-check"
 

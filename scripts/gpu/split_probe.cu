@@ -5,11 +5,13 @@
 // NVIDIA/nccl v2.30.7, src/init.cc: ncclCommSplit -> ncclCommInitChildComm sets *newcomm =
 // NCCL_COMM_NULL ("should be NCCL_COMM_NULL until comm split fully complete") and queues the child's
 // init job (ncclAsyncLaunch inside the split's own group); src/group.cc ncclGroupEndInternal starts a
-// thread for a non-blocking group, marks the parent ncclInProgress and returns ncclInProgress; the
-// job (ncclCommInitRankFunc) stores the child into *newcomm at its end, and groupLaunch then sets the
-// parent's async error to the group's result. Expected: ncclInProgress returned, *newcomm NULL right
-// after, the parent's ncclCommGetAsyncError ncclInProgress right after, *newcomm non-NULL shortly
-// before the parent leaves ncclInProgress; with NCCL_SPLIT_NOCOLOR *newcomm stays NULL.
+// thread for a non-blocking group, marks the parent ncclInProgress and returns ncclInProgress, which
+// ncclCommSplit's trailing NCCLCHECK(ncclGroupEndInternal()) lets pass: the split returns its own res
+// (src/include/checks.h NCCLCHECK; docs/nccl-semantics.md N4). The job (ncclCommInitRankFunc) stores
+// the child into *newcomm at its end, and groupLaunch then sets the parent's async error to the
+// group's result. Expected: ncclSuccess returned (while the child is still being built), *newcomm
+// NULL right after, the parent's ncclCommGetAsyncError ncclInProgress right after, *newcomm non-NULL
+// shortly before the parent leaves ncclInProgress; with NCCL_SPLIT_NOCOLOR *newcomm stays NULL.
 //
 // Cases, each on a fresh non-blocking parent of the whole world:
 //   split    every rank color 0, key = rank

@@ -53,8 +53,79 @@ internal class DeviceThread(
     /** The device's memory budget: the outputs every communicator of the device allocates count against it. */
     val memory: DeviceMemoryBudget = DeviceMemoryBudget(runtime, key.device, this)
 
+    /**
+     * Out-cells of splits that failed or timed out (issue 35, finding 5): NCCL's job stores the
+     * half-built child into `*newcomm` even when it failed (NVIDIA/nccl `src/init.cc`
+     * `ncclCommInitRankFunc`: `fail:` then `exit:` stores `job->newcomm`), and "any new communicator
+     * returned" must be aborted (`usage/communicators.rst`, fault tolerance). [reapOrphans] aborts
+     * what they hold. Thread-safe.
+     */
+    private val orphans = java.util.concurrent.ConcurrentLinkedQueue<java.lang.foreign.MemorySegment>()
+
+    /** Keeps [cell], the out-cell of a split that failed, until a child appears in it ([reapOrphans]). */
+    fun adoptOrphan(cell: java.lang.foreign.MemorySegment) {
+        orphans += cell
+    }
+
+    /**
+     * Aborts ([api], the library itself) every half-built child that appeared in an [adoptOrphan]
+     * cell. Called after each release of a communicator of this device: the parent's `ncclCommAbort`
+     * raised the child's abort flag (`comm->childAbortFlag`) and joined its job.
+     */
+    fun reapOrphans(api: NcclApi) {
+        val it = orphans.iterator()
+        while (it.hasNext()) {
+            val cell = it.next()
+            val child = cell.get(java.lang.foreign.ValueLayout.JAVA_LONG, 0)
+            if (child != 0L) {
+                it.remove()
+                api.commAbort(child)
+            }
+        }
+    }
+
     /** Streams of closed communicators, destroyed when the thread ends (native thread only). */
     private val retired = ArrayList<Long>()
+
+    /** The world whose operations were issued last on this device, and their streams since it became last ([orderAcross]). */
+    private var lastWorld: Any? = null
+    private val lastStreams = ArrayList<Long>()
+    /** The event [orderAcross] records and waits on (created on first use, destroyed when the thread ends). */
+    private var orderEvent = 0L
+
+    /**
+     * Orders [stream] (of a communicator of [world]) after the NCCL work already issued on this
+     * device by communicators of other worlds (issue 35, finding 3; docs/nccl-semantics.md N17a):
+     * `cudaEventRecord` on each of their streams and `cudaStreamWaitEvent` on [stream], no host
+     * synchronisation. NCCL guarantees no deadlock between communicators of one device only when
+     * their operations are serialised "via CUDA stream dependencies" or with
+     * `NCCL_LAUNCH_ORDER_IMPLICIT=1` (2.26+, default off) (NVIDIA/nccl
+     * `docs/userguide/source/usage/communicators.rst`, "Using multiple NCCL communicators
+     * concurrently"; `src/enqueue.cc` `getImplicitOrder`). Every rank issues its worlds' calls from
+     * one thread per device in program order, so the dependencies make one total order on every
+     * device. Ranks of one world (several ranks on one GPU) are not ordered against each other:
+     * their kernels wait for each other. Native thread only.
+     */
+    fun orderAcross(world: Any, stream: Long, check: (Int, String) -> Unit) {
+        if (lastWorld == null || lastWorld == world) {
+            lastWorld = world
+            if (stream !in lastStreams) lastStreams += stream
+            return
+        }
+        if (orderEvent == 0L) {
+            val e = LongArray(1)
+            check(runtime.eventCreateDisableTiming(e), "eventCreateWithFlags")
+            orderEvent = e[0]
+        }
+        for (s in lastStreams) {
+            if (s == stream) continue
+            check(runtime.eventRecord(orderEvent, s), "eventRecord(another world's stream)")
+            check(runtime.streamWaitEvent(stream, orderEvent), "streamWaitEvent(another world's stream)")
+        }
+        lastWorld = world
+        lastStreams.clear()
+        lastStreams += stream
+    }
 
     /** One more communicator uses the thread. */
     fun retain(): DeviceThread = registry.retain(this)
@@ -78,6 +149,8 @@ internal class DeviceThread(
             try {
                 for (s in retired) runtime.streamDestroy(s)
                 retired.clear()
+                if (orderEvent != 0L) runtime.eventDestroy(orderEvent)
+                orderEvent = 0L
             } finally {
                 done.countDown()
             }

@@ -21,7 +21,7 @@ internal fun nativePart(
     call: OperationCall,
     ctx: NcclOpContext,
     commConfig: NcclCommConfig,
-    makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int) -> NcclCommunicator,
+    makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int, world: Any) -> NcclCommunicator,
 ): NcclOp.() -> Any? {
     val resources = ctx.resources
     val libraryVersionCode = ctx.libraryVersionCode

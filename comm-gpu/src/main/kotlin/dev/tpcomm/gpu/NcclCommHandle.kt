@@ -3,7 +3,6 @@ package dev.tpcomm.gpu
 import dev.tpcomm.CommunicationException
 import dev.tpcomm.engine.AbortEscalation
 import dev.tpcomm.engine.Backoff
-import java.util.concurrent.atomic.AtomicBoolean
 
 /**
  * The lifecycle of one `ncclComm_t` ([comm]): its one release, `ncclCommAbort` or
@@ -18,7 +17,8 @@ import java.util.concurrent.atomic.AtomicBoolean
  * [NcclCommunicator], for as long as the communicator lives.
  */
 internal class NcclCommHandle(
-    private val api: NcclApi,
+    /** The communicator's library calls ([CommCallGuard]): this class releases [comm] through it. */
+    private val guard: CommCallGuard,
     /** The `ncclComm_t`. */
     val comm: Long,
     private val thread: DeviceThread,
@@ -29,14 +29,13 @@ internal class NcclCommHandle(
     /** The front's abort ([dev.tpcomm.engine.CommunicatorFront.abortWith]): first failure wins. */
     private val abortFront: (Throwable) -> Unit,
 ) {
-    private val released = AtomicBoolean(false)
     private val status = IntArray(1)
 
     /** The communicator's first failure (or the closed exception once closed), or null. */
     fun failedWith(): Throwable? = failure()
 
     /** True once `ncclCommAbort` or `ncclCommDestroy` was called: nothing may touch [comm] any more. */
-    val isReleased: Boolean get() = released.get()
+    val isReleased: Boolean get() = guard.released.get()
 
     /** Aborts the communicator with [cause] through the front (first failure wins); the front's abort then calls [aborted]. */
     fun abort(cause: CommunicationException) = abortFront(cause)
@@ -44,13 +43,16 @@ internal class NcclCommHandle(
     /**
      * The front recorded the communicator's failure: call `ncclCommAbort`. On the native thread
      * inside an open group the abort waits for the group's end ([NcclOp.group]): NCCL would only
-     * carry it out at `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`:3035-3060, `ncclCommAbort` runs
+     * carry it out at `ncclGroupEnd` (NVIDIA/nccl `src/init.cc`, `ncclCommAbort` runs
      * inside `ncclGroupStartInternal`/`ncclGroupEndInternal`). From any other thread it is queued on
-     * the native thread and, when that thread does not take it within [ABORT_GRACE_MS] (it is
-     * blocked in a library call), called right away from a separate thread, as PyTorch's watchdog
-     * calls `ncclCommAbort` while the issuing thread is blocked (pytorch/pytorch
-     * `torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp`, `ProcessGroupNCCL::abortCommsFromMap`, called from the
-     * heartbeat/watchdog thread): NCCL's abort flag makes the blocked call return.
+     * the native thread; when that thread does not take it within [ABORT_GRACE_MS] (it is busy with
+     * another communicator's operation, or blocked in a runtime call), it is called from a separate
+     * thread, as PyTorch's watchdog calls `ncclCommAbort` while the issuing thread is blocked
+     * (pytorch/pytorch `ProcessGroupNCCL::abortCommsFromMap`), but only once no call on the
+     * communicator is running and never before one (issue 35, finding 4: [CommCallGuard]; NVIDIA/nccl
+     * `usage/communicators.rst`: "make sure no thread is calling any NCCL operations while calling
+     * ncclCommAbort"). Every communicator is non-blocking, so a call on it returns and lets the
+     * abort in; calls after it never reach the library.
      */
     fun aborted() {
         if (thread.dispatcher.isNativeThread) {
@@ -59,7 +61,9 @@ internal class NcclCommHandle(
         }
         thread.runOnThread(Runnable { releaseAfterGroups() })
         AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
-            if (!released.get() && !thread.dispatcher.isClosed) release(abort = true)
+            while (!isReleased && !thread.dispatcher.isClosed) {
+                if (guard.releaseOnce(ABORT_GRACE_MS * 1_000_000) { it.commAbort(comm) }) break
+            }
         }
     }
 
@@ -74,27 +78,31 @@ internal class NcclCommHandle(
         if (thread.groupDepth == 0) release(abort = true)
     }
 
-    /** Releases [comm] once: `ncclCommAbort` when [abort], else finalize then destroy (abort if that fails). */
-    fun release(abort: Boolean) {
-        if (!released.compareAndSet(false, true)) return
+    /**
+     * Releases [comm] once: `ncclCommAbort` when [abort], else finalize then destroy (abort if that
+     * fails). Waits up to [waitNanos] for a call on [comm] that is running ([CommCallGuard]); false
+     * when it is still running then (nothing released).
+     */
+    fun release(abort: Boolean, waitNanos: Long = Long.MAX_VALUE): Boolean = guard.releaseOnce(waitNanos) { api ->
         if (abort) {
             api.commAbort(comm)
-            return
-        }
-        // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
-        // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
-        // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
-        var code = api.commFinalize(comm)
-        if (code == NcclResult.IN_PROGRESS) {
-            val deadline = System.nanoTime() + timeoutNanos
-            val backoff = Backoff.forLibraryThread()
-            while (true) {
-                code = api.asyncState(comm, status)
-                if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
-                backoff.idle()
+        } else {
+            // ncclCommFinalize first, polled to success, then ncclCommDestroy (NVIDIA/nccl
+            // docs/userguide/source/usage/communicators.rst:330-350; init.cc:2783 ncclCommFinalize). If it
+            // fails or does not finish within the timeout, abort instead; nothing touches comm afterwards.
+            var code = api.commFinalize(comm)
+            if (code == NcclResult.IN_PROGRESS) {
+                val deadline = System.nanoTime() + timeoutNanos
+                val backoff = Backoff.forLibraryThread()
+                while (true) {
+                    code = api.asyncState(comm, status)
+                    if (code != NcclResult.IN_PROGRESS || System.nanoTime() - deadline > 0) break
+                    backoff.idle()
+                }
             }
+            if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
         }
-        if (code == NcclResult.SUCCESS) api.commDestroy(comm) else api.commAbort(comm)
+        thread.reapOrphans(api)
     }
 
     private companion object {

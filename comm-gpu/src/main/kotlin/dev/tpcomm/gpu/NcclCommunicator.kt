@@ -80,7 +80,8 @@ import kotlin.coroutines.EmptyCoroutineContext
  * Thread-safety: every method may be called from any thread or coroutine.
  */
 public class NcclCommunicator internal constructor(
-    private val api: NcclApi,
+    /** The library as every communicator uses it; this one's calls go through [api]. */
+    private val library: NcclApi,
     private val runtime: DeviceRuntime,
     private val thread: DeviceThread,
     private val comm: Long,
@@ -94,12 +95,14 @@ public class NcclCommunicator internal constructor(
     public val libraryVersionCode: Int,
     private val commConfig: NcclCommConfig,
     private val onClose: AutoCloseable? = null,
+    /** The world this communicator belongs to, equal on all its ranks and different from every other world's ([DeviceThread.orderAcross]). */
+    worldKey: Any = Any(),
 ) : CommunicatorFront(
     rank, worldSize, device, backendName,
     FlightRecorder(config.flightRecorderSize, rank, backendName, worldSize = worldSize, dumpDirectory = config.flightRecorderDir),
     // The core's one argument check, run first by every operation, with what NCCL/RCCL cannot do
     // (dtypes, reductions, tags, ANY_SOURCE, messages to oneself) declared as its capabilities.
-    NcclLimits(api, backendName, libraryVersionCode).validator(worldSize, rank, device),
+    NcclLimits(library, backendName, libraryVersionCode).validator(worldSize, rank, device),
     config.timeout,
     // The check's exchange waits for the stream: compared only when checkConsistency is set to true.
     SignatureCheck.OnRequest, config.checkConsistency,
@@ -108,7 +111,10 @@ public class NcclCommunicator internal constructor(
     private val deviceIndex = deviceIndex(device)
     private val timeoutNanos = config.timeout.inWholeNanoseconds
     /** The `ncclComm_t`'s lifecycle: first failure, close, abort and release. */
-    private val handle = NcclCommHandle(api, comm, thread, backendName, timeoutNanos, { failure ?: if (isClosed) closedException() else null }, { abortWith(it) })
+    /** The library as this communicator calls it: calls on [comm] serialised with its release, none after it (issue 35, finding 4). */
+    private val guard = CommCallGuard(library, comm)
+    private val api: NcclApi = guard
+    private val handle = NcclCommHandle(guard, comm, thread, backendName, timeoutNanos, { failure ?: if (isClosed) closedException() else null }, { abortWith(it) })
 
     /** The named exceptions of failures on the device. */
     private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
@@ -117,7 +123,7 @@ public class NcclCommunicator internal constructor(
     /** The point-to-point window (an open group on the device's thread) of this communicator. */
     private val p2p = PointToPointWindow(api, thread, handle, failures)
     /** What this communicator's operations issue with. */
-    private val opContext = NcclOpContext(api, runtime, thread, comm, stream, rank, worldSize, backendName, libraryVersionCode, handle, failures, resources)
+    private val opContext = NcclOpContext(api, runtime, thread, comm, stream, rank, worldSize, backendName, libraryVersionCode, handle, failures, resources, worldKey)
 
     /**
      * The operation engine: the device's issue order, each operation's native part, deadlines,
@@ -370,7 +376,7 @@ public class NcclCommunicator internal constructor(
             dispatcher.dispatch(EmptyCoroutineContext, task)
             if (!done.await(timeoutNanos, TimeUnit.NANOSECONDS)) {
                 // The native thread is blocked in the library: abort from here so that it returns.
-                if (!handle.isReleased) handle.release(abort = true)
+                if (!handle.isReleased) handle.release(abort = true, waitNanos = timeoutNanos)
             }
         }
         if (done.count == 0L) thread.release(timeoutNanos) // a thread still blocked is left running (daemon) rather than joined forever
@@ -378,11 +384,11 @@ public class NcclCommunicator internal constructor(
     }
 
     /** A child of a split (or group) sharing this device's native thread: one launch order per device (SharedDispatcher). */
-    private fun child(childComm: Long, childStream: Long, childRank: Int, childWorldSize: Int): NcclCommunicator =
+    private fun child(childComm: Long, childStream: Long, childRank: Int, childWorldSize: Int, world: Any): NcclCommunicator =
         NcclCommunicator(
-            api, runtime, thread.retain(), childComm, childStream, childRank, childWorldSize, device, backendName,
+            library, runtime, thread.retain(), childComm, childStream, childRank, childWorldSize, device, backendName,
             config.copy(worldSize = childWorldSize, rank = childRank, localRank = config.localRank),
-            libraryVersionCode, commConfig,
+            libraryVersionCode, commConfig, worldKey = world,
         )
 
     override fun toString(): String = "NcclCommunicator($backendName rank $rank of $worldSize on $device)"

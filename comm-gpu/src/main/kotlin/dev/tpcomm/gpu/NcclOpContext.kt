@@ -22,6 +22,8 @@ internal class NcclOpContext(
     val handle: NcclCommHandle,
     val failures: NcclFailures,
     val resources: StreamResources,
+    /** The communicator's world, the same on every rank of it ([DeviceThread.orderAcross]). */
+    val worldKey: Any,
 ) {
     /** The out-argument of `ncclCommGetAsyncError` (native thread only). */
     val status: IntArray = IntArray(1)

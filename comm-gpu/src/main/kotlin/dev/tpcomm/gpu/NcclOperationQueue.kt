@@ -345,6 +345,8 @@ internal class NcclOperationQueue(
             val owner = thread.p2pOwner
             if (owner != null && (!o.p2p || owner !== p2p)) owner.endP2pWindow()
             ctx.resources.orderAfter(o.producer, o::cuda)
+            // After the kernels of other worlds issued before on this device: one launch order per device (issue 35, finding 3).
+            if (o.onStream || o.p2p) thread.orderAcross(ctx.worldKey, stream, o::cuda)
             val call = o.call
             if (o.onStream && checkConsistency) {
                 val signature = LongArray(CollectiveSignature.SIZE)

@@ -13,7 +13,7 @@ import java.lang.foreign.ValueLayout
  * parent's stream drained, waited out until NCCL's job stored the child; the child (or null)
  * as a communicator sharing this device's native thread, made by [makeChild] from its handle, stream, rank and size.
  */
-internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommConfig, makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int) -> NcclCommunicator): NcclCommunicator? {
+internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommConfig, makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int, world: Any) -> NcclCommunicator): NcclCommunicator? {
     // Nothing may be in flight on the parent during ncclCommSplit: drain its stream first
     // (on this thread, so no later call of this device's communicators is issued meanwhile).
     awaitStream()
@@ -25,6 +25,18 @@ internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommCon
     val out = cell.allocate(ValueLayout.JAVA_LONG)
     out.set(ValueLayout.JAVA_LONG, 0, 0L)
     val code = api.commSplit(comm, color ?: NcclVersion.SPLIT_NOCOLOR, key, out, commConfig)
+    try {
+        return awaitChild(code, color, out, cell, makeChild)
+    } catch (t: Throwable) {
+        // The job may still store a half-built child into the cell (issue 35, finding 5): the device's
+        // thread aborts it once the parent's abort (which this failure brings) let the job end.
+        if (out.scope().isAlive) thread.adoptOrphan(out)
+        throw t
+    }
+}
+
+/** [splitOnDevice] after `ncclCommSplit` returned [code]: the child once NCCL's job stored it in [out]. */
+private fun NcclOp.awaitChild(code: Int, color: Int?, out: java.lang.foreign.MemorySegment, cell: Arena, makeChild: (comm: Long, stream: Long, rank: Int, worldSize: Int, world: Any) -> NcclCommunicator): NcclCommunicator? {
     if (code != NcclResult.IN_PROGRESS) nccl(code, "ncclCommSplit")
     // A non-blocking ncclCommSplit returns ncclSuccess while its job still builds the child: the
     // trailing NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass (NVIDIA/nccl src/init.cc
@@ -44,9 +56,8 @@ internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommCon
         }
     }
     cell.close()
-    return if (child == 0L) {
-        null
-    } else {
+    if (child == 0L) return null
+    try {
         checkAsync(child)
         val counts = IntArray(1)
         nccl(api.commCount(child, counts), "ncclCommCount")
@@ -55,6 +66,11 @@ internal fun NcclOp.splitOnDevice(color: Int?, key: Int, commConfig: NcclCommCon
         val s = LongArray(1)
         cuda(runtime.streamCreateNonBlocking(s), "streamCreateWithFlags")
         // The child shares this native thread: one launch order per device (SharedDispatcher).
-        makeChild(child, s[0], ranks[0], counts[0])
+        // The child's world: the same on every member (the parent's world, this split's place among the
+        // parent's collectives, the color), distinct from every other world (DeviceThread.orderAcross).
+        return makeChild(child, s[0], ranks[0], counts[0], "${ctx.worldKey}/split${entry.collectiveSequence}/color$color")
+    } catch (t: Throwable) {
+        api.commAbort(child) // a child NCCL returned is aborted when it cannot be handed over (finding 5)
+        throw t
     }
 }

@@ -265,10 +265,15 @@ class GpuDefectsSimTest : FunSpec({
         val platform = SimulatedGpuPlatform()
         SimulatedWorld(platform).run(2, CommConfig(timeout = 10.seconds)) { c ->
             val child = c.split(color = 0)!!
+            // Issue 35, finding 3: the parent's and the child's calls in the same order on every rank
+            // (NCCL needs one launch order across the communicators of a device; the engine orders
+            // their streams in that order, so two ranks issuing in different orders would deadlock).
             coroutineScope {
-                val a = async { repeat(20) { c.allReduce(platform.upload(ints(1), c.device)) } }
-                val b = async { repeat(20) { child.allReduce(platform.upload(ints(2), c.device)) } }
-                a.await(); b.await()
+                repeat(20) {
+                    val a = async(start = CoroutineStart.UNDISPATCHED) { c.allReduce(platform.upload(ints(1), c.device)) }
+                    val b = async(start = CoroutineStart.UNDISPATCHED) { child.allReduce(platform.upload(ints(2), c.device)) }
+                    a.await(); b.await()
+                }
             }
             child.close()
         }

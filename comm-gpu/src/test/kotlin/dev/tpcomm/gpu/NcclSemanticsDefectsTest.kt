@@ -237,7 +237,17 @@ class NcclSemanticsDefectsTest : FunSpec({
         val b = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 10.seconds))
         try {
             coroutineScope {
-                (a + b).map { c -> async(Dispatchers.Default) { repeat(10) { c.allReduce(platform.upload(ints(1), c.device)) } } }.awaitAll()
+                // Each rank issues on both worlds in the same order (issue 35, finding 3: NCCL needs one launch
+                // order across a device's communicators, and the engine orders their streams in issue order).
+                (0 until 2).map { r ->
+                    async(Dispatchers.Default) {
+                        repeat(10) {
+                            val x = async(start = kotlinx.coroutines.CoroutineStart.UNDISPATCHED) { a[r].allReduce(platform.upload(ints(1), a[r].device)) }
+                            val y = async(start = kotlinx.coroutines.CoroutineStart.UNDISPATCHED) { b[r].allReduce(platform.upload(ints(1), b[r].device)) }
+                            x.await(); y.await()
+                        }
+                    }
+                }.awaitAll()
             }
         } finally {
             (a + b).forEach { it.close() }

@@ -41,8 +41,13 @@ public class RcclLibrary internal constructor(private val lib: NativeLibrary, pr
 
     override val libraryName: String get() = name
 
-    /** False: RCCL's `ncclFp8E4M3`/`ncclFp8E5M2` are `rccl_float8`/`rccl_bfloat8`, FNUZ formats (ROCm/rccl `src/include/rccl_float8.h`). */
-    override val float8IsOcp: Boolean get() = false
+    /**
+     * False on RCCL: its `ncclFp8E4M3`/`ncclFp8E5M2` are `rccl_float8`/`rccl_bfloat8`, FNUZ formats
+     * (ROCm/rccl `src/include/rccl_float8.h`). True on NVIDIA's `libnccl.so.2` opened by [nvidia]: its
+     * FP8 types are the OCP `__nv_fp8_e4m3`/`__nv_fp8_e5m2` (NVIDIA/nccl `src/nccl.h.in`), and the GPU
+     * check's FP8 cases over this binding would otherwise fail by construction (issue 35).
+     */
+    override val float8IsOcp: Boolean get() = name == "NCCL"
 
     private fun f(name: String, ret: ValueLayout?, vararg args: java.lang.foreign.MemoryLayout): MethodHandle =
         lib.function(name, if (ret == null) FunctionDescriptor.ofVoid(*args) else FunctionDescriptor.of(ret, *args))

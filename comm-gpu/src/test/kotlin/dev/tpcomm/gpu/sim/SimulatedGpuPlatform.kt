@@ -151,11 +151,21 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     internal val multiRankGpu: Boolean get() = !rejectSharedDevices || environment["NCCL_MULTI_RANK_GPU_ENABLE"] == "1"
 
     /** `NCCL_COMM_BLOCKING` as NCCL's `envConfigOverride` applies it: 0 or 1 overrides the config, anything else does not. */
-    internal fun blockingOverride(requested: Boolean): Boolean = when (environment["NCCL_COMM_BLOCKING"]?.trim()) {
-        "0" -> false
-        "1" -> true
-        else -> requested
-    }
+    internal fun blockingOverride(requested: Boolean): Boolean =
+        // As NCCL reads it: the environment, then NCCL_CONF_FILE or $HOME/.nccl.conf, then /etc/nccl.conf,
+        // parsed with strtoll(.., 0) (src/misc/param.cc initEnvFunc, ncclLoadParam; src/init.cc envConfigOverride).
+        when (dev.tpcomm.gpu.NcclEnvRead.integer(dev.tpcomm.gpu.NcclEnvRead.value("NCCL_COMM_BLOCKING", environment::get))) {
+            0L -> false
+            1L -> true
+            else -> requested
+        }
+
+    /**
+     * Milliseconds each simulated `ncclCommGetAsyncError` takes (0: none): a slow call, so that a test
+     * can show an `ncclCommAbort` from another thread racing it (N12a, recorded as [misuse]).
+     */
+    @Volatile
+    public var slowAsyncErrorPollMillis: Long = 0L
 
     /** Sets asynchronous error [code] on every live communicator on [device] (as a failed kernel or network would). */
     public fun injectAsyncError(device: Int, code: Int) {

@@ -54,6 +54,11 @@ import java.util.concurrent.atomic.AtomicInteger
  * - **One launch order per device** (N17): launches for two communicators of one device from two
  *   live host threads are recorded as misuse (with `NCCL_MULTI_RANK_GPU_ENABLE`, where ranks of one
  *   world share a device, only a communicator and its split relatives).
+ * - **Version- and thread-dependent lifetimes** ([SimulatedLifetimes], issue 35): the thread-local
+ *   group job before NCCL 2.27.3 and in RCCL (N10a), an init inside an open group that builds
+ *   nothing until the group's end (N3), `ncclCommAbort` racing a call of another thread (N12a), and
+ *   launch order across the communicators of a device (N17a); a split that never completed stores
+ *   its half-built child at the abort of its parent (N4).
  *
  * - **PreMulSum operators** (NVIDIA/nccl `src/enqueue.cc` `ncclRedOpCreatePreMulSum`,
  *   `ncclRedOpDestroy`, `hostToDevRedOp`): `ncclRedOpCreatePreMulSum` makes an operator of one
@@ -75,6 +80,12 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     private val cliques = ConcurrentHashMap<String, Clique>()
     private val groupOps = ThreadLocal.withInitial { ArrayList<PendingKernel>() }
     private val groupDepth = ThreadLocal.withInitial { 0 }
+    /** Inits issued inside an open group: they join their world only at the group's end (N3). */
+    private val deferredInits = ThreadLocal.withInitial { ArrayList<() -> Unit>() }
+    /** The version- and thread-dependent lifetime rules (N10a, N12a, N17a). */
+    internal val lifetimes = SimulatedLifetimes(platform)
+    /** What the collectives compute. */
+    private val results = SimulatedCollectiveResults(platform.memory)
     private val familyCounter = AtomicInteger()
 
     inner class Clique(val size: Int) {
@@ -100,6 +111,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         @Volatile var finalized = false
         @Volatile var lastError: String? = null
         @Volatile var launcher: Thread? = null
+        /** False while an init issued inside an open group waits for the group's end: the communicator is not built (N3). */
+        @Volatile var built = true
         /** Kernels enqueued on a stream and not finished yet. */
         val inFlight = AtomicInteger()
         var collectives = 0L
@@ -117,16 +130,6 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
     val liveRedOps: Int get() = liveComms.sumOf { it.userOps.size }
 
     class Message(val bytes: ByteArray, val consumed: CountDownLatch = CountDownLatch(1))
-
-    /** One rank's call; [op] is [NcclRedOp.NUM_OPS] for every PreMulSum operator (resolved at the enqueue), [factor] its scalar. */
-    class Contribution(val kind: String, val send: Long, val recv: Long, val count: Long, val dtype: Int, val op: Int, val root: Int, val factor: Double = 0.0)
-
-    class Round(size: Int) {
-        val inputs = arrayOfNulls<Contribution>(size)
-        val arrived = CountDownLatch(size)
-        val computed = CountDownLatch(size)
-        val finished = AtomicInteger()
-    }
 
     class SplitRound(size: Int) {
         val colors = IntArray(size)
@@ -188,7 +191,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         }
     }
 
-    private fun noteLaunch(comm: SimComm) {
+    private fun noteLaunch(comm: SimComm, stream: SimStream?) {
+        if (stream != null) lifetimes.launch(comm, comm.clique, stream)
         val me = Thread.currentThread()
         comm.launcher = me
         val other = liveComms.firstOrNull {
@@ -222,11 +226,12 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     /** Issues [k] now, or keeps it for the open group. Returns what the call returns. */
     private fun issue(k: PendingKernel): Int {
-        noteLaunch(k.comm)
+        noteLaunch(k.comm, k.stream)
         if (groupDepth.get() > 0) {
             groupOps.get() += k
             return NcclResult.SUCCESS
         }
+        lifetimes.groupEnds("a collective or point-to-point call on rank ${k.comm.rank}")
         return launchMaybeAsync(listOf(k))
     }
 
@@ -243,6 +248,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             return NcclResult.SUCCESS
         }
         comms.forEach { it.state.compareAndSet(NcclResult.SUCCESS, NcclResult.IN_PROGRESS) }
+        lifetimes.launched(comms, "a group of rank ${comms.first().rank}'s calls")
         Thread.ofPlatform().daemon(true).name("sim-nccl-group").start {
             Thread.sleep(0, 200_000)
             if (connect(kernels)) {
@@ -300,7 +306,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             round.arrived.countDown()
             awaitPeers(round.arrived, comm)
             val write = try {
-                compute(round, comm.rank, clique.size)
+                results.compute(round, comm.rank, clique.size)
             } catch (f: SimFault) {
                 round.computed.countDown()
                 throw f
@@ -310,86 +316,6 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             write()
             if (round.finished.incrementAndGet() == clique.size) clique.rounds.remove(seq)
         }
-    }
-
-    /** Reads every input of [round] and returns the write of rank [me]'s output. */
-    private fun compute(round: Round, me: Int, size: Int): () -> Unit {
-        val inputs = round.inputs.map { it!! }
-        val mine = inputs[me]
-        val bad = inputs.indices.filter { r ->
-            val o = inputs[r]
-            o.kind != mine.kind || o.count != mine.count || o.dtype != mine.dtype || o.op != mine.op || o.root != mine.root
-        }
-        if (bad.isNotEmpty()) {
-            throw SimFault(
-                NcclResult.INVALID_USAGE, CUDA_LAUNCH_FAILURE,
-                "simulated NCCL: ranks $bad called ${bad.map { inputs[it].kind }} with other arguments than rank $me's ${mine.kind}",
-            )
-        }
-        val width = elementSize(mine.dtype)
-        val n = mine.count
-        return when (mine.kind) {
-            "allReduce" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            "broadcast" -> {
-                val result = copyOf(memory.resolve(inputs[mine.root].send, n * width))
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            "reduce" -> {
-                if (me != mine.root) ({}) else {
-                    val result = reduce(inputs.map { memory.resolve(it.send, n * width) }, mine.dtype, mine.op, n, inputs)
-                    ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-                }
-            }
-            "allGather" -> {
-                val parts = inputs.map { copyOf(memory.resolve(it.send, n * width)) }
-                ({
-                    val out = memory.resolve(mine.recv, n * width * size)
-                    for (r in 0 until size) MemorySegment.copy(parts[r], 0, out, r * n * width, n * width)
-                })
-            }
-            "reduceScatter" -> {
-                val result = reduce(inputs.map { memory.resolve(it.send, n * width * size).asSlice(me * n * width, n * width) }, mine.dtype, mine.op, n, inputs)
-                ({ MemorySegment.copy(result, 0, memory.resolve(mine.recv, n * width), 0, n * width) })
-            }
-            else -> throw SimFault(NcclResult.INTERNAL_ERROR, CUDA_LAUNCH_FAILURE, "unknown kind ${mine.kind}")
-        }
-    }
-
-    private fun copyOf(s: MemorySegment): MemorySegment = Arena.ofAuto().allocate(s.byteSize().coerceAtLeast(1)).also { MemorySegment.copy(s, 0, it, 0, s.byteSize()) }
-
-    /**
-     * The reduction through comm-testkit's [ReferenceReduction] (the project's one reference), except
-     * FP8, which [Float8Reduction] reduces as NCCL's kernels do (pairwise through half precision).
-     */
-    private fun reduce(inputs: List<MemorySegment>, dtype: Int, op: Int, n: Long, calls: List<Contribution>): MemorySegment {
-        val dt = NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported datatype $dtype")
-        // FuncPreMulSum: each rank's input times its own scalar, then the sum (src/device/reduce_kernel.h).
-        val ops = calls.map { c ->
-            when (op) {
-                NcclRedOp.SUM -> ReduceOp.Sum
-                NcclRedOp.PROD -> ReduceOp.Product
-                NcclRedOp.MAX -> ReduceOp.Max
-                NcclRedOp.MIN -> ReduceOp.Min
-                NcclRedOp.AVG -> ReduceOp.Avg
-                NcclRedOp.NUM_OPS -> ReduceOp.PreMulSum(c.factor)
-                else -> throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "unsupported op $op")
-            }
-        }
-        if (n == 0L) return Arena.ofAuto().allocate(1)
-        if (dt == dev.tpcomm.DType.Float8E4M3 || dt == dev.tpcomm.DType.Float8E5M2) {
-            return copyOf(Float8Reduction.reduce(ops.first(), inputs.map { Tensor.wrap(it.asSlice(0, n), dt, n.toInt()) }).segment)
-        }
-        val result = ReferenceReduction.expected(ops, inputs.map { Tensor.wrap(it.asSlice(0, n * dt.byteSize), dt, n.toInt()) })
-        return copyOf(result.segment)
-    }
-
-    private fun elementSize(dtype: Int): Long = when (dtype) {
-        NcclDataType.UINT32 -> 4L
-        NcclDataType.UINT64 -> 8L
-        else -> (NcclDataType.toDType(dtype) ?: throw SimFault(NcclResult.INVALID_ARGUMENT, CUDA_INVALID_VALUE, "datatype $dtype")).byteSize.toLong()
     }
 
     // ------------------------------------------------------------------ the API
@@ -415,10 +341,34 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     override fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
         if (nranks < 1 || rank !in 0 until nranks || uniqueId.size != NcclConnector.UNIQUE_ID_BYTES) return NcclResult.INVALID_ARGUMENT
-        val key = uniqueId.joinToString("") { "%02x".format(it) }
-        val clique = cliques.computeIfAbsent(key) { Clique(nranks) }
         val blocking = platform.blockingOverride(config.blocking)
         val c = SimComm(runtime.currentDevice("ncclCommInitRankConfig"), blocking, familyCounter.incrementAndGet())
+        if (groupDepth.get() > 0) {
+            // N3 inside an open group: ncclAsyncLaunch only queues the job in the thread's ncclAsyncJobs;
+            // *newcomm is written, the call returns the fresh communicator's asyncResult (0, ncclSuccess)
+            // with nothing built; the job runs at the user's ncclGroupEnd (src/init.cc ncclCommInitRankDev,
+            // src/group.cc ncclAsyncLaunch, ncclGroupEndInternal).
+            c.built = false
+            c.state.set(NcclResult.SUCCESS)
+            comm.set(ValueLayout.JAVA_LONG, 0, platform.handle(c))
+            deferredInits.get() += {
+                c.built = true
+                c.state.set(NcclResult.IN_PROGRESS)
+                joinInit(c, comm, nranks, uniqueId, rank)
+            }
+            return NcclResult.SUCCESS
+        }
+        lifetimes.groupEnds("ncclCommInitRankConfig")
+        val code = joinInit(c, comm, nranks, uniqueId, rank)
+        if (code == NcclResult.IN_PROGRESS) lifetimes.launched(listOf(c), "rank $rank's ncclCommInitRankConfig")
+        return code
+    }
+
+    /** The init job of [c] (rank [rank] of [nranks]): joins its world; ncclInProgress while non-blocking. */
+    private fun joinInit(c: SimComm, comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int): Int {
+        val key = uniqueId.joinToString("") { "%02x".format(it) }
+        val clique = cliques.computeIfAbsent(key) { Clique(nranks) }
+        val blocking = c.blocking
         synchronized(clique) {
             if (clique.size != nranks) return NcclResult.INVALID_ARGUMENT
             if (clique.members[rank] != null) return NcclResult.INVALID_USAGE
@@ -427,7 +377,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             clique.members[rank] = c
         }
         // ncclCommInitRankDev: initState = ncclInProgress, *newcomm = comm, before the async job runs.
-        comm.set(ValueLayout.JAVA_LONG, 0, platform.handle(c))
+        if (c.built && platform.handles.values.none { it === c }) comm.set(ValueLayout.JAVA_LONG, 0, platform.handle(c))
         if (clique.joined.incrementAndGet() == nranks) {
             cliques.remove(key)
             // The init job (ncclCommInitRankFunc, initTransportsRank) finishes on its own thread; every rank
@@ -454,6 +404,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             platform.recordMisuse("ncclCommSplit on rank ${parent.rank} while ${parent.inFlight.get()} operation(s) are in flight on the parent")
         }
         newComm.set(ValueLayout.JAVA_LONG, 0, 0L) // init.cc:3098-3099: NULL until the split is complete
+        lifetimes.groupEnds("ncclCommSplit on rank ${parent.rank}")
         val clique = parent.clique
         val round = clique.splits.computeIfAbsent(parent.splitCount++) { SplitRound(clique.size) }
         // copyCommConfig / parseCommConfig, then envConfigOverride (N6).
@@ -499,7 +450,10 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         // N4: ncclCommSplit returns res, the result of ncclCommInitChildComm only: the trailing
         // NCCLCHECK(ncclGroupEndInternal()) lets ncclInProgress pass, so a non-blocking split returns
         // ncclSuccess while the job still runs and *newcomm is still NULL.
-        if (!blocking) return NcclResult.SUCCESS
+        if (!blocking) {
+            lifetimes.launched(listOfNotNull(parent, child), "rank ${parent.rank}'s ncclCommSplit")
+            return NcclResult.SUCCESS
+        }
         while (parent.state.get() == NcclResult.IN_PROGRESS) { if (clique.broken != 0) return clique.broken; Thread.sleep(1) }
         return parent.state.get()
     }
@@ -524,12 +478,14 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             )
         }
         c.finalized = true
+        lifetimes.groupEnds("ncclCommFinalize on rank ${c.rank}")
         // ncclCommFinalize (init.cc:2783) flushes the communicator's outstanding work asynchronously.
         if (c.blocking) {
             while (c.inFlight.get() > 0 && !c.aborted) Thread.sleep(1)
             return NcclResult.SUCCESS
         }
         c.state.compareAndSet(NcclResult.SUCCESS, NcclResult.IN_PROGRESS)
+        lifetimes.launched(listOf(c), "rank ${c.rank}'s ncclCommFinalize")
         Thread.ofPlatform().daemon(true).name("sim-nccl-finalize").start {
             while (c.inFlight.get() > 0 && !c.aborted) Thread.sleep(1)
             c.state.compareAndSet(NcclResult.IN_PROGRESS, NcclResult.SUCCESS)
@@ -542,14 +498,48 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         if (groupDepth.get() > 0) {
             platform.recordMisuse("ncclCommAbort inside an open group on thread '${Thread.currentThread().name}': the abort joins the group and runs only at its ncclGroupEnd (init.cc:3035-3060)")
         }
-        c.aborted = true
-        c.userOps.clear() // commFree frees the communicator's operators
-        if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
+        lifetimes.abort(c, c.rank) {
+            // ncclCommEnsureReady joins the communicator's own group job first (ncclGroupJobAbort), then the
+            // abort's own group end runs (src/init.cc ncclCommAbort).
+            lifetimes.groupEnds("ncclCommAbort on rank ${c.rank}", joinsFirst = c)
+            lifetimes.joined(c)
+            c.aborted = true
+            c.userOps.clear() // commFree frees the communicator's operators
+            if (platform.detectPeerFailure) runCatching { c.clique.broken = NcclResult.REMOTE_ERROR }
+            storeHalfBuiltChildren(c)
+        }
         return NcclResult.SUCCESS
+    }
+
+    /**
+     * A split of [parent] that never completed (a peer never called it): the abort's child abort flag
+     * (`comm->childAbortFlag`, src/init.cc ncclCommAbort) makes the child's init job fail, and the
+     * job still stores the half-built child into the caller's out-pointer at its `exit:` (src/init.cc
+     * ncclCommInitRankFunc: `fail:` sets `initState`, then `exit:` stores `*newcomm`). That child is
+     * live until the caller aborts it ("abort any new communicator returned", usage/communicators.rst).
+     */
+    private fun storeHalfBuiltChildren(parent: SimComm) {
+        val clique = runCatching { parent.clique }.getOrNull() ?: return
+        for (round in clique.splits.values) {
+            val ch = round.children[parent.rank] as SimComm? ?: continue
+            val cell = round.cells[parent.rank] ?: continue
+            round.children[parent.rank] = null
+            ch.clique = Clique(1)
+            // N4: the failed child's own asyncResult stays 0 (the error is the parent's); it is not built.
+            ch.built = false
+            ch.state.set(NcclResult.SUCCESS)
+            ch.lastError = "the split's init job was aborted with its parent"
+            try {
+                cell.set(ValueLayout.JAVA_LONG, 0, platform.handle(ch))
+            } catch (e: RuntimeException) {
+                platform.recordMisuse("ncclCommSplit's job wrote rank ${parent.rank}'s half-built child into an out-pointer that was already freed ($e)")
+            }
+        }
     }
 
     override fun commDestroy(comm: Long): Int {
         val c = platform.remove<SimComm>(comm, "ncclCommDestroy") ?: return NcclResult.INVALID_ARGUMENT
+        lifetimes.groupEnds("ncclCommDestroy on rank ${c.rank}", joinsFirst = c)
         if (!c.finalized) platform.recordMisuse("ncclCommDestroy without ncclCommFinalize on rank ${c.rank} (usage/communicators.rst:330-350)")
         c.aborted = true
         c.userOps.clear()
@@ -559,8 +549,14 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     override fun commGetAsyncError(comm: Long, asyncError: IntArray): Int {
         val c = platform.lookup<SimComm>(comm) ?: return NcclResult.INVALID_ARGUMENT
-        asyncError[0] = c.state.get()
-        return NcclResult.SUCCESS
+        return lifetimes.call(c, "ncclCommGetAsyncError", c.rank) {
+            val delay = platform.slowAsyncErrorPollMillis
+            if (delay > 0) Thread.sleep(delay)
+            asyncError[0] = c.state.get()
+            // A linked group job is joined once the state is ncclSuccess (src/init.cc ncclCommGetAsyncError).
+            if (asyncError[0] == NcclResult.SUCCESS) lifetimes.joined(c)
+            NcclResult.SUCCESS
+        }
     }
 
     override fun commCount(comm: Long, count: IntArray): Int {
@@ -579,6 +575,14 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
 
     /** Checks shared by every enqueue (init.cc:422-436 `ncclCommEnsureReady`), or the error code. */
     private fun ready(sc: SimComm): Int {
+        lifetimes.call(sc, "a call", sc.rank) {}
+        if (!sc.built) {
+            platform.recordMisuse(
+                "rank ${sc.rank} used a communicator that is not built: its ncclCommInitRankConfig was issued inside an open group " +
+                    "whose ncclGroupEnd has not run (docs/nccl-semantics.md N3), or its split failed (N4)",
+            )
+            return NcclResult.INVALID_USAGE
+        }
         val s = sc.state.get()
         if (s == NcclResult.IN_PROGRESS) {
             platform.recordMisuse("rank ${sc.rank} used its communicator before the previous call returned ncclSuccess")
@@ -613,7 +617,11 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             sc.lastError = f.message
             return f.nccl
         }
-        if (sc.clique.size == 1) return oneRank(sc, st, call, sendBytes)
+        if (sc.clique.size == 1) {
+            // Every enqueue brackets itself with ncclGroupStartInternal/ncclGroupEndInternal (src/enqueue.cc ncclEnqueueCheck).
+            if (groupDepth.get() == 0) lifetimes.groupEnds("${c.kind} on rank ${sc.rank}")
+            return oneRank(sc, st, call, sendBytes)
+        }
         return issue(collectiveKernel(sc, st, call))
     }
 
@@ -624,12 +632,12 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
      * point runs a scaling kernel (a PreMulSum by 1/1, which leaves the data as it is).
      */
     private fun oneRank(sc: SimComm, st: SimStream, c: Contribution, bytes: Long): Int {
-        noteLaunch(sc)
+        noteLaunch(sc, null)
         val scales = c.op == NcclRedOp.AVG && NcclDataType.toDType(c.dtype)?.isFloatingPoint == true
         if (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather") {
             // PreMulSum on one rank: the scaling kernel, out = in * scalar.
             st.enqueue {
-                val result = reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
+                val result = results.reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
                 MemorySegment.copy(result, 0, memory.resolve(c.recv, bytes), 0, bytes)
             }
             return NcclResult.SUCCESS
@@ -763,9 +771,13 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
         if (depth == 0) return NcclResult.INVALID_USAGE
         groupDepth.set(depth - 1)
         if (depth > 1) return NcclResult.SUCCESS
+        lifetimes.groupEnds("ncclGroupEnd")
+        val inits = ArrayList(deferredInits.get())
+        deferredInits.get().clear()
+        inits.forEach { it() }
         val ops = ArrayList(groupOps.get())
         groupOps.get().clear()
-        if (ops.isEmpty()) return NcclResult.SUCCESS
+        if (ops.isEmpty()) return if (inits.isEmpty()) NcclResult.SUCCESS else NcclResult.IN_PROGRESS
         return launchMaybeAsync(ops)
     }
 

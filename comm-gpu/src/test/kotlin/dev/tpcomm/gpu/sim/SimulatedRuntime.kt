@@ -43,6 +43,10 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val pendingFreeBytes = AtomicLong()
         /** Tasks enqueued minus tasks finished: 0 when the stream is idle. */
         val pending = AtomicLong()
+        /** NCCL kernels launched on this stream so far (N17a, [SimulatedLifetimes.launch]). */
+        val ncclLaunches = AtomicLong()
+        /** Per other stream, how many of its NCCL kernels this stream is ordered after (through events it waited for; N17a). */
+        val orderedAfter = ConcurrentHashMap<SimStream, Long>()
         private val thread = Thread.ofPlatform().daemon(true).name("sim-gpu$device-stream").start {
             while (running) {
                 val task = try { queue.take() } catch (_: InterruptedException) { break }
@@ -68,7 +72,12 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         fun stop() { running = false; thread.interrupt() }
     }
 
-    class SimEvent { @Volatile var done: CountDownLatch? = null; @Volatile var stream: SimStream? = null }
+    class SimEvent {
+        @Volatile var done: CountDownLatch? = null
+        @Volatile var stream: SimStream? = null
+        /** The ordering the event carries (N17a): its stream's NCCL launches at the record, and what that stream was ordered after. */
+        @Volatile var order: Map<SimStream, Long> = emptyMap()
+    }
 
     val streams: MutableSet<SimStream> = ConcurrentHashMap.newKeySet()
     private val legacy = ConcurrentHashMap<Int, SimStream>()
@@ -124,6 +133,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val latch = CountDownLatch(1)
         e.done = latch
         e.stream = s
+        e.order = HashMap(s.orderedAfter).also { it[s] = s.ncclLaunches.get() }
         s.enqueue { latch.countDown() }
         return 0
     }
@@ -145,6 +155,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
         val e = platform.lookup<SimEvent>(event) ?: return CUDA_INVALID_HANDLE
         val s = stream(stream, "streamWaitEvent") ?: return CUDA_INVALID_HANDLE
         val latch = e.done ?: return 0
+        for ((other, n) in e.order) if (other !== s) s.orderedAfter.merge(other, n) { a, b -> maxOf(a, b) }
         s.enqueue { latch.await() }
         return 0
     }

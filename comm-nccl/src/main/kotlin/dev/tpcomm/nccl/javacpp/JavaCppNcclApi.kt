@@ -13,7 +13,9 @@ import org.bytedeco.javacpp.BytePointer
 import org.bytedeco.javacpp.IntPointer
 import org.bytedeco.javacpp.Loader
 import org.bytedeco.javacpp.PointerPointer
+import java.lang.foreign.Arena
 import java.lang.foreign.MemorySegment
+import java.lang.foreign.ValueLayout
 
 /**
  * [NcclApi] over NVIDIA NCCL through the JavaCPP presets (`org.bytedeco.cuda.global.nccl`,
@@ -31,38 +33,38 @@ public class JavaCppNcclApi : NcclApi {
 
     override fun getVersion(version: IntArray): Int = nccl.ncclGetVersion(version)
 
+    // Issue 35, finding 7: the per-call ncclUniqueId, ncclConfig_t and netName live in java.lang.foreign
+    // arenas, seen through JavaCPP's cast constructors (which allocate nothing and register no
+    // deallocator). An allocating JavaCPP constructor counts against Pointer.maxBytes and checks the
+    // process's physical memory against Pointer.maxPhysicalBytes (org.bytedeco.javacpp.Pointer
+    // .DeallocatorReference), so an init or split could fail with an OutOfMemoryError that has nothing
+    // to do with NCCL in a process whose resident set is large (pinned buffers, PyTorch).
+
     override fun getUniqueId(uniqueId: ByteArray): Int {
         require(uniqueId.size == NcclConnector.UNIQUE_ID_BYTES) { "an ncclUniqueId has ${NcclConnector.UNIQUE_ID_BYTES} bytes" }
-        val id = ncclUniqueId()
-        try {
-            val rc = nccl.ncclGetUniqueId(id)
-            id.internal().get(uniqueId, 0, uniqueId.size)
+        Arena.ofConfined().use { a ->
+            val seg = a.allocate(NcclConnector.UNIQUE_ID_BYTES.toLong(), 8)
+            val rc = nccl.ncclGetUniqueId(ncclUniqueId(RawPointer(seg.address())))
+            MemorySegment.copy(seg, ValueLayout.JAVA_BYTE, 0, uniqueId, 0, uniqueId.size)
             return rc
-        } finally {
-            id.close()
         }
     }
 
     override fun commInitRankConfig(comm: MemorySegment, nranks: Int, uniqueId: ByteArray, rank: Int, config: NcclCommConfig): Int {
-        val id = ncclUniqueId()
-        val native = NativeConfig(config)
-        try {
-            id.internal().put(uniqueId, 0, uniqueId.size)
+        Arena.ofConfined().use { a ->
+            val seg = a.allocate(NcclConnector.UNIQUE_ID_BYTES.toLong(), 8)
+            MemorySegment.copy(uniqueId, 0, seg, ValueLayout.JAVA_BYTE, 0, uniqueId.size)
+            val native = NativeConfig(config, a)
             // The engine's cell (it outlives this call), not a JNI temporary: NCCL may write it later.
-            return nccl.ncclCommInitRankConfig(PointerPointer<ncclComm>(RawPointer(comm.address())), nranks, id, rank, native.struct)
-        } finally {
-            native.close()
-            id.close()
+            return nccl.ncclCommInitRankConfig(PointerPointer<ncclComm>(RawPointer(comm.address())), nranks, ncclUniqueId(RawPointer(seg.address())), rank, native.struct)
         }
     }
 
     override fun commSplit(comm: Long, color: Int, key: Int, newComm: MemorySegment, config: NcclCommConfig?): Int {
-        val native = config?.let { NativeConfig(it) }
-        try {
+        Arena.ofConfined().use { a ->
+            val native = config?.let { NativeConfig(it, a) }
             // NCCL's split job writes the child into this cell after the call returned (init.cc:1959-1961).
             return nccl.ncclCommSplit(comm(comm), color, key, PointerPointer<ncclComm>(RawPointer(newComm.address())), native?.struct)
-        } finally {
-            native?.close()
         }
     }
 
@@ -120,9 +122,9 @@ public class JavaCppNcclApi : NcclApi {
      * An `ncclConfig_t` filled as `NCCL_CONFIG_INITIALIZER` does: size, `NCCL_API_MAGIC`, the header's
      * version, every int field `NCCL_CONFIG_UNDEF_INT` and every pointer NULL; then [config]'s fields.
      */
-    private class NativeConfig(config: NcclCommConfig) : AutoCloseable {
-        val struct = ncclConfig_t()
-        private val netName: BytePointer? = config.netName?.let { BytePointer(it) }
+    private class NativeConfig(config: NcclCommConfig, arena: Arena) {
+        val struct = ncclConfig_t(RawPointer(arena.allocate(Loader.sizeof(ncclConfig_t::class.java).toLong(), 8).address()))
+        private val netName: BytePointer? = config.netName?.let { BytePointer(RawPointer(arena.allocateFrom(it).address())) }
 
         init {
             val size = Loader.sizeof(ncclConfig_t::class.java).toLong()
@@ -138,11 +140,6 @@ public class JavaCppNcclApi : NcclApi {
             config.maxCtas?.let { struct.maxCTAs(it) }
             config.cgaClusterSize?.let { struct.cgaClusterSize(it) }
             config.splitShare?.let { struct.splitShare(if (it) 1 else 0) }
-        }
-
-        override fun close() {
-            struct.close()
-            netName?.close()
         }
     }
 }
