@@ -101,7 +101,7 @@ class StoreWorldJobsTest : FunSpec({
     }
 
     test("rank 0 dies while the others wait: they fail at once with CommunicatorAbortedException naming rank 0").config(enabled = openMpi) {
-        val lines = job(3, "mpi", timeoutSeconds = 30, ranks = listOf(0, 1), limitSeconds = 40, env = { r -> if (r == 0) mapOf("TPCOMM_TEST_HALT_AFTER_MS" to "4000") else emptyMap() })
+        val lines = job(3, "mpi", timeoutSeconds = 30, ranks = listOf(0, 1), limitSeconds = 40, env = { r -> if (r == 0) mapOf("TPCOMM_TEST_HALT_AFTER_MS" to "7000") else emptyMap() })
         lines[1]!! shouldStartWith "failed CommunicatorAbortedException"
         lines[1]!! shouldContain "rank 0"
         lines[1]!!.substringAfterLast(" after ").substringBefore(" ms").toInt() shouldBeLessThan 20_000

@@ -12,7 +12,7 @@ import kotlin.time.Duration.Companion.seconds
  * One rank of a job that no MPI launcher started, with only torchrun's variables (`RANK`,
  * `WORLD_SIZE`, `MASTER_ADDR`, ...): `Comm.create(args[0], CommConfig.fromEnvironment())` with a
  * timeout of `args[1]` seconds, one `allReduce` of `rank + 1`, and one line for [StoreWorldJobsTest]:
- * `rank R of N backend B sum S create-ms T` or `failed <exception class>: <message>`.
+ * `rank R of N backend B sum S create-ms T steps <step>=<ms since create>,...` or `failed <exception class>: <message>`.
  * `TPCOMM_TEST_HALT_AFTER_MS`: the process ends itself (`Runtime.halt(9)`) that long after it started,
  * as a rank that dies would.
  */
@@ -39,7 +39,8 @@ object StoreWorldMain {
             val createMs = (System.nanoTime() - started) / 1_000_000
             Tensor.of(longArrayOf(comm.rank + 1L)).use { t ->
                 comm.allReduce(t, ReduceOp.Sum)
-                say("rank ${comm.rank} of ${comm.worldSize} backend ${comm.backendName} sum ${t.getLong(0)} create-ms $createMs")
+                val steps = dev.tpcomm.mpi.MpiStoreWorld.timing?.stepsMillis?.entries?.joinToString(",") { "${it.key}=${it.value}" }
+                say("rank ${comm.rank} of ${comm.worldSize} backend ${comm.backendName} sum ${t.getLong(0)} create-ms $createMs steps $steps")
             }
             comm.close()
             0
