@@ -26,8 +26,11 @@ class StoreWorldJobsTest : FunSpec({
         OmpiServer.locate(System.getenv()) != null
 
     /** One rank's JVM with torchrun's variables only; its output goes to [out]. */
-    fun launch(rank: Int, world: Int, port: Int, backend: String, timeoutSeconds: Int, out: File, marker: String, env: Map<String, String>): Process {
-        val cmd = MpiJobs.javaCommand(StoreWorldMain::class.java.name, listOf(backend, "$timeoutSeconds"), marker)
+    fun launch(
+        rank: Int, world: Int, port: Int, backend: String, timeoutSeconds: Int, out: File, marker: String, env: Map<String, String>,
+        prefix: List<String> = emptyList(), masterAddr: String = "127.0.0.1",
+    ): Process {
+        val cmd = prefix + MpiJobs.javaCommand(StoreWorldMain::class.java.name, listOf(backend, "$timeoutSeconds"), marker)
         val pb = ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(out)
         pb.environment().keys.removeIf {
             it.matches(Regex("^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|GROUP_RANK|MASTER_ADDR|MASTER_PORT|TORCHELASTIC_.*|PET_.*|SLURM_.*|OMPI_.*|PMI_.*|PMIX_.*|MPI_LOCALRANKID|HYDRA_.*|TPCOMM_.*)$"))
@@ -35,7 +38,7 @@ class StoreWorldJobsTest : FunSpec({
         pb.environment().putAll(
             mapOf(
                 "RANK" to "$rank", "WORLD_SIZE" to "$world", "LOCAL_RANK" to "$rank", "LOCAL_WORLD_SIZE" to "$world", "GROUP_RANK" to "0",
-                "ROLE_RANK" to "$rank", "ROLE_WORLD_SIZE" to "$world", "MASTER_ADDR" to "127.0.0.1", "MASTER_PORT" to "$port",
+                "ROLE_RANK" to "$rank", "ROLE_WORLD_SIZE" to "$world", "MASTER_ADDR" to masterAddr, "MASTER_PORT" to "$port",
                 "TORCHELASTIC_RESTART_COUNT" to "0", "TORCHELASTIC_MAX_RESTARTS" to "0", "TORCHELASTIC_RUN_ID" to "none",
             ),
         )
@@ -54,12 +57,14 @@ class StoreWorldJobsTest : FunSpec({
         ranks: List<Int> = (0 until world).toList(),
         limitSeconds: Long = 90,
         env: (Int) -> Map<String, String> = { emptyMap() },
+        prefix: (Int) -> List<String> = { emptyList() },
+        masterAddr: String = "127.0.0.1",
     ): Map<Int, String> {
         val port = java.net.ServerSocket(0).use { it.localPort }
         val dir = Files.createTempDirectory("tpcomm-store-world").toFile()
         val marker = UUID.randomUUID().toString()
         try {
-            val procs = ranks.sortedDescending().associateWith { r -> launch(r, world, port, backend, timeoutSeconds, File(dir, "rank-$r.out"), marker, env(r)) }
+            val procs = ranks.sortedDescending().associateWith { r -> launch(r, world, port, backend, timeoutSeconds, File(dir, "rank-$r.out"), marker, env(r), prefix(r), masterAddr) }
             val deadline = System.nanoTime() + limitSeconds * 1_000_000_000L
             for ((_, p) in procs) {
                 if (!p.waitFor((deadline - System.nanoTime()).coerceAtLeast(0), TimeUnit.NANOSECONDS)) {
@@ -89,6 +94,41 @@ class StoreWorldJobsTest : FunSpec({
         val lines = job(3, "auto")
         sums(lines) shouldContainExactlyInAnyOrder (0 until 3).map { "rank $it of 3 backend mpi sum 6" }
         println("StoreWorldJobsTest world of 3: ${lines.values.joinToString(" | ")}")
+    }
+
+    // Two "hosts": network namespaces joined by a veth pair, each with its own host name (unshare
+    // --uts), so Open MPI sees two nodes and its ranks talk TCP between them. Needs root and iproute2.
+    val netns = openMpi && System.getProperty("user.name") == "root" && File("/usr/sbin/ip").let { it.canExecute() || File("/sbin/ip").canExecute() }
+    test("across two network namespaces (two hosts): rank 0 on one, rank 1 on the other, MASTER_ADDR rank 0's address").config(enabled = netns) {
+        val tag = "tpsw${(1000..9999).random()}"
+        val (a, b) = "$tag-a" to "$tag-b"
+        fun ip(vararg args: String) {
+            val p = ProcessBuilder(listOf("ip") + args).redirectErrorStream(true).start()
+            val out = p.inputStream.bufferedReader().readText()
+            check(p.waitFor() == 0) { "ip ${args.joinToString(" ")} failed: $out" }
+        }
+        try {
+            ip("netns", "add", a)
+            ip("netns", "add", b)
+            ip("link", "add", "$tag-va", "type", "veth", "peer", "name", "$tag-vb")
+            ip("link", "set", "$tag-va", "netns", a)
+            ip("link", "set", "$tag-vb", "netns", b)
+            ip("-n", a, "addr", "add", "10.79.0.1/24", "dev", "$tag-va")
+            ip("-n", b, "addr", "add", "10.79.0.2/24", "dev", "$tag-vb")
+            for ((ns, dev) in listOf(a to "$tag-va", b to "$tag-vb")) {
+                ip("-n", ns, "link", "set", dev, "up")
+                ip("-n", ns, "link", "set", "lo", "up")
+            }
+            val lines = job(2, "mpi", masterAddr = "10.79.0.1", prefix = { r ->
+                val ns = if (r == 0) a else b
+                listOf("ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", "hostname \"\$1\"; shift; exec \"\$@\"", "sh", ns)
+            })
+            sums(lines) shouldContainExactlyInAnyOrder listOf("rank 0 of 2 backend mpi sum 3", "rank 1 of 2 backend mpi sum 3")
+            println("StoreWorldJobsTest across namespaces: ${lines.values.joinToString(" | ")}")
+        } finally {
+            runCatching { ip("netns", "del", a) }
+            runCatching { ip("netns", "del", b) }
+        }
     }
 
     test("a rank that never comes: the others fail with CommunicationTimeoutException naming it, within the timeout").config(enabled = openMpi) {
