@@ -42,7 +42,7 @@ archive=$(scripts/dist.sh --out "$work/out" "${nobuild[@]}" | tail -1)
 case "$(basename "$archive")" in tpcomm-*-bin.tar.gz) ;; *) fail "unexpected archive name $archive" ;; esac
 mkdir -p "$work/node" && tar -C "$work/node" -xzf "$archive"
 home=$(echo "$work"/node/tpcomm-*)
-for f in bin/tpcomm-bench bin/tpcomm-demo bin/tpcomm-check README.md LICENSE; do [ -e "$home/$f" ] || fail "the archive has no $f"; done
+for f in bin/tpcomm-bench bin/tpcomm-demo bin/tpcomm-check bin/tpcomm-run README.md LICENSE; do [ -e "$home/$f" ] || fail "the archive has no $f"; done
 ls "$home"/lib/comm-*.jar >/dev/null || fail "the archive has no tpcomm jars in lib/"
 # The distribution's README tells users to run their own programs with -cp 'lib/*': the jars of
 # the host-side modules must be there (the GPU backends, with their CUDA presets, are the GPU
@@ -117,6 +117,10 @@ out=$("$home/bin/tpcomm-bench" --backend mpi --world 2 --mpi openmpi --op all_re
 echo "$out" | grep -v '^#' | tail -4
 [ "$(grep -cE '^ *(8|1024|65536) ' <<<"$out")" -ge 3 ] || { echo "$out"; fail "tpcomm-bench printed no row for each size"; }
 
+echo "-- bin/tpcomm-run -n 2 sets torchrun's variables; a failing rank sets the exit status"
+"$home/bin/tpcomm-run" -n 2 -- sh -c '[ "$WORLD_SIZE" = 2 ] && [ "$RANK" = "$LOCAL_RANK" ] && [ -n "$MASTER_PORT" ]' || fail "tpcomm-run -n 2 did not set RANK/WORLD_SIZE/LOCAL_RANK/MASTER_PORT"
+set +e; "$home/bin/tpcomm-run" -n 2 -- sh -c '[ "$RANK" = 1 ] && exit 5; sleep 30' 2>/dev/null; rc=$?; set -e
+[ "$rc" = 5 ] || fail "tpcomm-run: a rank exiting 5 should end the job with 5, got $rc"
 echo "-- bin/tpcomm-demo --help"
 "$home/bin/tpcomm-demo" --help >/dev/null 2>&1 || fail "tpcomm-demo --help failed"
 

@@ -4,6 +4,7 @@
 #     bin/tpcomm-bench   nccl-tests-style benchmark (comm-bench BenchMain; --help)
 #     bin/tpcomm-demo    the tensor-parallel MLP demo (comm-examples DemoMain; --help)
 #     bin/tpcomm-check   the conformance suite against a backend (comm-bench CheckMain; --help)
+#     bin/tpcomm-run     starts N local ranks with torchrun's variables, without MPI or Python (scripts/dist/tpcomm-run)
 #     lib/               every jar they run with, plus the Java facade (comm-java-interop), comm-djl and comm-store
 #                        with theirs, so that a user's program runs with -cp 'lib/*'
 #     README.md, LICENSE
@@ -46,6 +47,7 @@ done
 tpcomm_launcher "$tree/bin/tpcomm-bench" dev.tpcomm.bench.BenchMain "tpcomm-bench: nccl-tests-style collective benchmark of tpcomm (--help lists every option)."
 tpcomm_launcher "$tree/bin/tpcomm-demo" dev.tpcomm.examples.DemoMain "tpcomm-demo: a Megatron-style tensor-parallel MLP on any backend, checked against the dense model (--help)."
 tpcomm_launcher "$tree/bin/tpcomm-check" dev.tpcomm.bench.CheckMain "tpcomm-check: comm-testkit's conformance suite against one backend (--help)."
+install -m 755 scripts/dist/tpcomm-run "$tree/bin/tpcomm-run"
 cp LICENSE "$tree/"
 sed "s/@VERSION@/$version/g" scripts/dist/README.md > "$tree/README.md"
 if [ "$jlink" = 1 ]; then

@@ -17,8 +17,12 @@ import java.util.concurrent.atomic.AtomicInteger
  * The MPI backend's entry in `ServiceLoader` (`mpi`, priority 50).
  *
  * [isAvailable] is true when this process was started by an MPI launcher (`OMPI_COMM_WORLD_*`,
- * `PMI_*`/`PMIX_*`, `MPI_LOCALRANKID`) and an MPI library opens (it is not initialised).
- * [create] also works without a launcher: MPI then runs a singleton world of one rank.
+ * `PMI_*`/`PMIX_*`, `MPI_LOCALRANKID`) and an MPI library opens (it is not initialised); or when
+ * no launcher did, the environment describes several processes (torchrun's `RANK`/`WORLD_SIZE`,
+ * ...) and names a store (`MASTER_ADDR`, or `TPCOMM_RENDEZVOUS` `env://`/`tcp://host:port`) and
+ * the library is Open MPI, which then forms the world through that store ([MpiStoreWorld]:
+ * `ompi-server` on rank 0's host, accept/connect in rank order). [create] also works without a
+ * launcher for a world of one: MPI then runs a singleton world of one rank.
  * Thread-safe.
  */
 public class MpiBackendFactory @JvmOverloads constructor(
@@ -32,24 +36,48 @@ public class MpiBackendFactory @JvmOverloads constructor(
     /**
      * Why MPI cannot form [config]'s world here, or null: no MPI launcher started this process,
      * yet [config] or the environment describes several processes (torchrun's, Kubeflow's or
-     * Slurm's variables). MPI would start a singleton world of one rank in each process.
+     * Slurm's variables), and no store is named through which MPI could form the world
+     * ([MpiStoreWorld]: `MASTER_ADDR`, or rendezvous `env://`/`tcp://`). MPI would start a
+     * singleton world of one rank in each process.
      */
     private fun noLauncherRefusal(config: CommConfig): String? {
         if (launched(env)) return null
         val launch = LaunchEnvironment.read(env)
         if (config.worldSize <= 1 && !launch.spansProcesses) return null
+        if (MpiStoreWorld.rendezvous(config, env) != null) return null
         val described = if (launch.launcher != null) {
             "${launch.processes} processes started by ${launch.launcher} (${launch.variables.joinToString(" ")})"
         } else {
             "a world of ${config.worldSize} ranks (CommConfig.worldSize)"
         }
         return "no MPI launcher started this process (no OMPI_COMM_WORLD_*, PMI_*, PMIX_* or MPI_LOCALRANKID variables), " +
-            "but it is one of $described: MPI forms a world only from its own launcher, and without one each process " +
-            "would be a singleton world of one rank. Start the job with mpirun or mpiexec (or srun --mpi=pmix), or, under " +
-            "torchrun, Kubernetes or srun without MPI, use \"nccl\" or \"rccl\" with rendezvous env:// (MASTER_ADDR, MASTER_PORT) or tcp://host:port"
+            "but it is one of $described, and no store is named through which MPI could form the world: without one each " +
+            "process would be a singleton world of one rank. Start the job with mpirun or mpiexec (or srun --mpi=pmix); or set " +
+            "MASTER_ADDR and MASTER_PORT (rank 0's host and a free port; or CommConfig.rendezvous \"tcp://host:port\") and Open MPI " +
+            "forms the world through that store (ompi-server on rank 0's host); or, under torchrun, Kubernetes or srun without " +
+            "MPI, use \"nccl\" or \"rccl\" with rendezvous env:// (MASTER_ADDR, MASTER_PORT) or tcp://host:port"
+    }
+
+    /** The store through which MPI forms [config]'s world ([MpiStoreWorld]), or null (an MPI launcher's world, or a world of one). */
+    private fun storeRendezvous(config: CommConfig): String? {
+        if (launched(env)) return null
+        if (config.worldSize <= 1 && !LaunchEnvironment.read(env).spansProcesses) return null
+        return MpiStoreWorld.rendezvous(config, env)
     }
 
     override fun unavailableReason(): String? {
+        if (!launched(env) && LaunchEnvironment.read(env).spansProcesses &&
+            MpiStoreWorld.rendezvous(CommConfig(rendezvous = env["TPCOMM_RENDEZVOUS"]), env) != null
+        ) {
+            // No launcher, but a store: Open MPI forms the world from it (MpiStoreWorld); MPICH cannot.
+            return try {
+                MpiStoreWorld.refusal(MpiLibrary.load(MpiConfig.from(emptyMap(), env).library, env))
+            } catch (e: BackendUnavailableException) {
+                e.reason
+            } catch (e: IllegalArgumentException) {
+                e.message
+            }
+        }
         if (!launched(env)) {
             return "not started by an MPI launcher (no OMPI_COMM_WORLD_*, PMI_*, PMIX_* or MPI_LOCALRANKID variables); " +
                 "run under mpirun, or ask for backend \"mpi\" explicitly for a singleton world of one rank"
@@ -67,19 +95,28 @@ public class MpiBackendFactory @JvmOverloads constructor(
     /**
      * Initialises MPI (once per process, with [MpiConfig.from] of [CommConfig.options]) and
      * returns this process's communicator over a duplicate of `MPI_COMM_WORLD`. Collective over
-     * every process of the job.
+     * every process of the job. Without an MPI launcher, in a job of several processes that names a
+     * store (`MASTER_ADDR`/`MASTER_PORT`, or rendezvous `env://`/`tcp://host:port`), Open MPI forms
+     * the world through the store first ([MpiStoreWorld]; docs/launch.md), its ranks the store's.
      *
      * @throws BackendUnavailableException when no MPI library can be opened (saying what was tried
-     * and which package to install).
+     * and which package to install); without a launcher, when the environment describes several
+     * processes but names no store, when the library is MPICH's (no `MPI_Open_port` in its
+     * `ch4:ucx`), or when rank 0 cannot start `ompi-server` (on every rank, with rank 0's reason).
+     * @throws dev.tpcomm.CommunicatorAbortedException without a launcher, when rank 0 (which hosts
+     * the store) died before the world formed.
      * @throws IllegalArgumentException when [config]'s worldSize/rank contradict MPI's, or an MPI
      * option is invalid.
      * @throws CommunicationTimeoutException when MPI did not start within [CommConfig.timeout] (a
      * rank of the job has not arrived); with [MpiConfig.abortOnTimeout] (the default) the process
-     * instead prints it and ends with exit code 14, which makes the launcher end the job.
+     * instead prints it and ends with exit code 14, which makes the launcher end the job. Without a
+     * launcher, a rank that never reached the store names that rank, a tenth of the timeout (at most
+     * 2 s) before it, and the process is not ended.
      */
     override suspend fun create(config: CommConfig): Communicator {
         noLauncherRefusal(config)?.let { throw CommunicationErrors.unavailable(name, it) }
         val mpiConfig = MpiConfig.from(config.options, env)
+        storeRendezvous(config)?.let { return createFromStore(config, mpiConfig, it) }
         val rank = listOf("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK").firstNotNullOfOrNull { env[it]?.toIntOrNull() } ?: config.rank
         // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open
         // MPI's init ends in a PMIx fence, MPICH's in a PMI barrier): run them on a helper thread
@@ -104,6 +141,34 @@ public class MpiBackendFactory @JvmOverloads constructor(
         ) {
             val runtime = MpiRuntime.initialize(mpiConfig, env)
             wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world")
+        }
+    }
+
+    /**
+     * The world of a job no MPI launcher started, formed by Open MPI through the store at
+     * [rendezvous] ([MpiStoreWorld]), then made as over `MPI_COMM_WORLD`. The creation's timeout
+     * and [MpiConfig.abortOnTimeout] apply as under a launcher.
+     */
+    private suspend fun createFromStore(config: CommConfig, mpiConfig: MpiConfig, rendezvous: String): Communicator {
+        val creation = CommunicatorCreation(config.rank, "mpi", config.timeout)
+        return creation.onOwnThread(
+            "tpcomm-mpi-create",
+            lateMessage = {
+                "MPI did not form the world through the store ($rendezvous) within ${config.timeout}: a rank is blocked in " +
+                    "MPI_Comm_accept/MPI_Comm_connect or MPI_Init_thread (a peer died or is stuck there)" +
+                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE}" else ""
+            },
+            beforeThrow = { e ->
+                System.err.println("tpcomm-mpi: rank ${config.rank}: ${e.javaClass.name}: ${e.message}")
+                System.err.flush()
+                if (mpiConfig.abortOnTimeout) {
+                    System.out.flush()
+                    haltProcess(MpiCommunicator.ABORT_CODE)
+                }
+            },
+        ) {
+            val runtime = MpiStoreWorld(config, mpiConfig, env, rendezvous, creation).form()
+            wrap(runtime, runtime.binding, 0L, config, mpiConfig, "world", formedWorld = runtime.formedWorld)
         }
     }
 
@@ -184,6 +249,8 @@ public class MpiBackendFactory @JvmOverloads constructor(
             existingControl: Long = 0L,
             /** With [existing] 0: the user's communicator to duplicate instead of `MPI_COMM_WORLD` (public [wrap]); 0 for the world. */
             duplicateOf: Long = 0L,
+            /** With [existing] 0: the world [MpiStoreWorld] formed, duplicated instead of `MPI_COMM_WORLD`; 0 for `MPI_COMM_WORLD`. */
+            formedWorld: Long = 0L,
         ): MpiCommunicator {
             runtime.retain()
             val (dispatcher, ownsDispatcher) = runtime.dispatcherFor("$name-${counter.incrementAndGet()}")
@@ -198,9 +265,12 @@ public class MpiBackendFactory @JvmOverloads constructor(
                         // A user's communicator (duplicateOf) leaves MPI_COMM_WORLD's handler as the program set it.
                         if (existing == 0L && duplicateOf == 0L) binding.commSetErrhandler(abi.commWorld, abi.errorsReturn)
                         val handle = if (existing != 0L) existing else {
-                            val source = if (duplicateOf != 0L) duplicateOf else abi.commWorld
+                            val source = if (duplicateOf != 0L) duplicateOf else if (formedWorld != 0L) formedWorld else abi.commWorld
                             val rc = binding.commDup(source, out.address())
-                            check(rc == 0) { "MPI_Comm_dup(${if (duplicateOf != 0L) "the given communicator" else "MPI_COMM_WORLD"}) failed: ${MpiErrors.describe(binding, rc)}" }
+                            check(rc == 0) {
+                                val what = if (duplicateOf != 0L) "the given communicator" else if (formedWorld != 0L) "the world formed through the store" else "MPI_COMM_WORLD"
+                                "MPI_Comm_dup($what) failed: ${MpiErrors.describe(binding, rc)}"
+                            }
                             abi.readHandle(out, 0)
                         }
                         check(binding.commSetErrhandler(handle, abi.errorsReturn) == 0) { "MPI_Comm_set_errhandler failed" }

@@ -111,6 +111,15 @@ internal class MpiRuntime(
     @Volatile var finalizeTimeoutNanos: Long = 0L
         private set
 
+    /**
+     * The world [MpiStoreWorld] formed from singletons (no `mpirun`: each process's
+     * `MPI_COMM_WORLD` holds only itself), or 0. Set once, before the world's communicator is made.
+     */
+    @Volatile var formedWorld: Long = 0L
+
+    /** The job's world: [formedWorld] when MPI formed it from the store, else `MPI_COMM_WORLD`. */
+    val worldComm: Long get() = formedWorld.takeIf { it != 0L } ?: binding.abi.commWorld
+
     /** This process's rank in `MPI_COMM_WORLD` (for messages), once a world communicator exists; -1 before. */
     @Volatile var worldRank: Int = -1
 
@@ -277,7 +286,7 @@ internal class MpiRuntime(
     @Volatile private var everyRankArrivedAt: Long = 0L
 
     /**
-     * `MPI_Ibarrier` on `MPI_COMM_WORLD`, tested until every rank of the job has reached finalize
+     * `MPI_Ibarrier` on the job's world ([worldComm]), tested until every rank of the job has reached finalize
      * (then [everyRankArrivedAt] is set). Without it a rank stuck inside `MPI_Finalize` cannot tell
      * a peer that is still working (wait for it) from a finalize that will never return (do not).
      * Returns true when the barrier completed or MPI refused it (then `MPI_Finalize` decides), false
@@ -287,7 +296,7 @@ internal class MpiRuntime(
         val abi = binding.abi
         val request = a.allocate(16, 8)
         val flag = a.allocate(ValueLayout.JAVA_INT)
-        if (binding.ibarrier(abi.commWorld, request.address()) != 0) return true
+        if (binding.ibarrier(worldComm, request.address()) != 0) return true
         // The peers may still work for minutes: the one wait policy, parking up to 1 ms between tests.
         val backoff = Backoff(spinIterations = 100, yieldIterations = 100, maxParkNanos = 1_000_000)
         while (!halted) {
@@ -413,7 +422,7 @@ internal class MpiRuntime(
                 System.err.println("tpcomm-mpi: rank $worldRank: could not tell the peers: $t")
             }
         }
-        abort(binding.abi.commWorld, code, graceMillis)
+        abort(worldComm, code, graceMillis)
     }
 
     /** Ends the process with an exit code; `Runtime.halt` (replaced by tests with a mocked MPI). */

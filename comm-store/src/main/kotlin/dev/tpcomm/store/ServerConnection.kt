@@ -17,8 +17,15 @@ internal class ServerConnection(
     private val channel: SocketChannel,
     val key: SelectionKey,
     private val state: StoreServerState,
+    /** The server's shared secret ([StoreSecret]), or null: then nothing is asked after VALIDATE. */
+    private val secret: ByteArray? = null,
     private val onClose: (ServerConnection) -> Unit,
 ) {
+    /** The nonce sent in answer to the first [StoreSecret.AUTH], until the client's answer matched. */
+    private var nonce: ByteArray? = null
+
+    /** Whether the client proved the secret (always true without one). */
+    private var authenticated = secret == null
     private var buf = ByteArray(4096)
     private var start = 0
     private var end = 0
@@ -187,6 +194,8 @@ internal class ServerConnection(
                 if (magic != StoreProtocol.VALIDATION_MAGIC) throw ProtocolViolation("wrong validation magic")
                 validated = true
                 true
+            } else if (!authenticated) {
+                authenticate(code)
             } else {
                 handle(code)
             }
@@ -197,6 +206,26 @@ internal class ServerConnection(
                 end = 0
             }
         }
+    }
+
+    /**
+     * The secret's exchange ([StoreSecret]): the first [StoreSecret.AUTH] gets a nonce, the second
+     * must carry the HMAC of it. Anything else, or a wrong answer, closes the connection. False
+     * when the request is incomplete.
+     */
+    private fun authenticate(code: Int): Boolean {
+        if (code != StoreSecret.AUTH) throw ProtocolViolation("this store has a shared secret, and the client sent $code before proving it")
+        val value = payload() ?: return false
+        val sent = nonce
+        if (sent == null) {
+            nonce = StoreSecret.nonce().also { send(RequestWriter().bytes(it)) }
+            return true
+        }
+        if (!StoreSecret.matches(secret!!, sent, value)) throw ProtocolViolation("wrong answer to the store's secret")
+        authenticated = true
+        nonce = null
+        send(RequestWriter(1).u8(0))
+        return true
     }
 
     /** One request after VALIDATE; false when incomplete. Unknown codes close the connection (`default:` in processBuf). */

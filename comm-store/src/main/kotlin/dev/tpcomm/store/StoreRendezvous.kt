@@ -26,6 +26,9 @@ import kotlin.time.Duration
  * (`MASTER_ADDR` may name a Kubernetes service that forwards to the pod). It lives as long as this
  * process (one server per port, shared by every communicator that uses it), as PyTorch's store
  * lives as long as its default process group.
+ *
+ * An opt-in shared secret ([SECRET_VARIABLE], [SECRET_FILE_VARIABLE]: [secret]) makes rank 0's
+ * server serve only the ranks that prove it (jobs of tpcomm ranks only: PyTorch's store has none).
  */
 public object StoreRendezvous {
     private val servers = ConcurrentHashMap<Int, TcpStoreServer>()
@@ -67,21 +70,62 @@ public object StoreRendezvous {
      * Connects this rank to the job's store: rank 0 first starts the server (unless
      * [Address.hostedByAgent]), then every rank connects, retrying until [timeout] while the
      * server is not up. The returned store is this rank's own connection (close it when done; the
-     * server stays up); under the agent's store it is the view under [Address.prefix].
+     * server stays up); under the agent's store it is the view under [Address.prefix]. [secret]
+     * (by default [secret] of the environment): rank 0's server asks it of every client, and this
+     * rank proves it.
      *
      * @throws StoreException when rank 0 cannot listen on the port (taken), or no server answered
-     * within [timeout].
+     * within [timeout] (also when the server's secret is not this rank's).
+     * @throws IllegalArgumentException when a secret is set but torchrun's agent hosts the store.
      */
-    public suspend fun connect(address: Address, rank: Int, timeout: Duration): Store {
-        if (rank == 0 && !address.hostedByAgent) host(address)
-        val store = TcpStore.connect(address.host, address.port, timeout)
+    @JvmOverloads
+    public suspend fun connect(address: Address, rank: Int, timeout: Duration, secret: ByteArray? = secret()): Store {
+        require(secret == null || !address.hostedByAgent) {
+            "a store secret is set ($SECRET_VARIABLE or $SECRET_FILE_VARIABLE), but torchrun's agent hosts the store " +
+                "(TORCHELASTIC_USE_AGENT_STORE), and PyTorch's store has no secret: unset the secret, or run without the agent's store"
+        }
+        if (rank == 0 && !address.hostedByAgent) host(address, secret)
+        val store = TcpStore.connect(address.host, address.port, timeout, secret)
         return address.prefix?.let { store.withPrefixOwning(it) } ?: store
     }
 
-    private fun host(address: Address) {
+    private fun host(address: Address, secret: ByteArray?) {
         servers.compute(address.port) { _, running ->
-            if (running != null && running.isRunning) running else TcpStoreServer.start(address.port, bindHost(address.host))
+            if (running != null && running.isRunning) running else TcpStoreServer.start(address.port, bindHost(address.host), secret = secret)
         }
+    }
+
+    /** The variable holding the job's store secret (its UTF-8 bytes); opt-in, for jobs of tpcomm ranks only. */
+    public const val SECRET_VARIABLE: String = "TPCOMM_STORE_SECRET"
+
+    /** The variable naming a file that holds the secret (e.g. a mounted Kubernetes secret); a final newline is not part of it. */
+    public const val SECRET_FILE_VARIABLE: String = "TPCOMM_STORE_SECRET_FILE"
+
+    /**
+     * The job's store secret from [env]: [SECRET_VARIABLE]'s UTF-8 bytes, or the contents of the
+     * file [SECRET_FILE_VARIABLE] names (without a final newline); null when neither is set.
+     * Every rank must have the same one: rank 0's [TcpStoreServer] then serves only clients that
+     * prove it, and PyTorch's clients (which have none) cannot join.
+     *
+     * @throws IllegalArgumentException when the value is empty or the file cannot be read, naming it.
+     */
+    @JvmStatic
+    @JvmOverloads
+    public fun secret(env: Map<String, String> = System.getenv()): ByteArray? {
+        env[SECRET_VARIABLE]?.let { v ->
+            require(v.isNotEmpty()) { "$SECRET_VARIABLE is set but empty; give the job's shared secret, or unset it" }
+            return v.toByteArray(Charsets.UTF_8)
+        }
+        val path = env[SECRET_FILE_VARIABLE]?.takeIf { it.isNotBlank() } ?: return null
+        val bytes = try {
+            java.nio.file.Files.readAllBytes(java.nio.file.Path.of(path))
+        } catch (e: java.io.IOException) {
+            throw IllegalArgumentException("$SECRET_FILE_VARIABLE=$path cannot be read (${e.message}); name a readable file holding the job's secret", e)
+        }
+        var n = bytes.size
+        while (n > 0 && (bytes[n - 1] == '\n'.code.toByte() || bytes[n - 1] == '\r'.code.toByte())) n--
+        require(n > 0) { "$SECRET_FILE_VARIABLE=$path is empty; put the job's shared secret in it" }
+        return bytes.copyOf(n)
     }
 
     /**

@@ -36,6 +36,7 @@ public class TcpStore private constructor(
     public val port: Int,
     override val timeout: Duration,
     private var connection: ClientConnection?,
+    private val secret: ByteArray?,
 ) : Store {
     private val lock = Mutex()
 
@@ -344,7 +345,7 @@ public class TcpStore private constructor(
             try {
                 runInterruptible(Dispatchers.IO) {
                     val deadline = System.nanoTime() + timeout.inWholeNanoseconds
-                    c = connection ?: openValidated(host, port, timeout, deadline).also { connection = it }
+                    c = connection ?: openValidated(host, port, timeout, deadline, secret).also { connection = it }
                     body(c!!, deadline)
                 }
             } catch (e: CancellationException) {
@@ -392,24 +393,29 @@ public class TcpStore private constructor(
          * PING, and retries with exponential backoff and jitter (10 ms doubling to 1 s) while the
          * server refuses, until [timeout] (as PyTorch's client retries with its
          * `ExponentialBackoffWithJitter` until `opts.timeout`, `TCPStore::TCPStore`). [timeout] is
-         * also every later call's default deadline.
+         * also every later call's default deadline. [secret] (opt-in): the shared secret of a
+         * [TcpStoreServer] started with one, proved right after VALIDATE on every connection
+         * (`AUTH`, an HMAC of the server's nonce); null for a server without one, such as
+         * PyTorch's, which closes a connection that sends it.
          *
          * Cancellable.
          *
          * @throws StoreConnectionException naming the address and the last error when no server
          * answered within [timeout].
          */
-        public suspend fun connect(host: String, port: Int = DEFAULT_PORT, timeout: Duration = DEFAULT_TIMEOUT): TcpStore {
+        @JvmOverloads // keeps connect(host, port, timeout) of the API before the secret
+        public suspend fun connect(host: String, port: Int = DEFAULT_PORT, timeout: Duration = DEFAULT_TIMEOUT, secret: ByteArray? = null): TcpStore {
             require(port in 1..65535) { "store port must be in 1..65535, got $port" }
             require(timeout.isPositive()) { "store timeout must be positive, got $timeout" }
+            val key = StoreSecret.checked(secret, "TcpStore.connect")
             val c = runInterruptible(Dispatchers.IO) {
-                openValidated(host, port, timeout, System.nanoTime() + timeout.inWholeNanoseconds)
+                openValidated(host, port, timeout, System.nanoTime() + timeout.inWholeNanoseconds, key)
             }
-            return TcpStore(host, port, timeout, c)
+            return TcpStore(host, port, timeout, c, key)
         }
 
         /** Connect, VALIDATE and PING with retries until [deadline]. Blocking; interruptible. */
-        private fun openValidated(host: String, port: Int, timeout: Duration, deadline: Long): ClientConnection {
+        private fun openValidated(host: String, port: Int, timeout: Duration, deadline: Long, secret: ByteArray?): ClientConnection {
             var pause = 10L
             var tries = 0
             var last: String? = null
@@ -418,9 +424,14 @@ public class TcpStore private constructor(
                 var c: ClientConnection? = null
                 try {
                     c = ClientConnection.open(host, port, deadline)
+                    if (c != null && secret != null && !prove(c, secret, deadline)) {
+                        last = "it did not answer the secret's exchange in time"
+                        c.close()
+                        c = null
+                    }
                     if (c != null) {
                         val nonce = ProcessHandle.current().pid().toInt()
-                        val hello = RequestWriter().u8(StoreProtocol.VALIDATE).u32(StoreProtocol.VALIDATION_MAGIC)
+                        val hello = (if (secret != null) RequestWriter() else RequestWriter().u8(StoreProtocol.VALIDATE).u32(StoreProtocol.VALIDATION_MAGIC))
                             .u8(StoreProtocol.PING).u32(nonce)
                         if (c.write(hello.toBuffer(), deadline) && c.fill(4, deadline)) {
                             val back = c.u32()
@@ -433,7 +444,11 @@ public class TcpStore private constructor(
                     }
                 } catch (e: ClientConnection.Closed) {
                     c?.close()
-                    last = e.message
+                    last = e.message + if (secret != null) {
+                        " (this client proves a shared secret: a server with another secret, or none, such as PyTorch's, closes the connection)"
+                    } else {
+                        " (a tpcomm server started with a shared secret closes connections that do not prove it: set the same TPCOMM_STORE_SECRET)"
+                    }
                 }
                 val left = deadline - System.nanoTime()
                 if (left <= 0) {
@@ -447,6 +462,24 @@ public class TcpStore private constructor(
                 Thread.sleep(minOf(pause + jitter, left / 1_000_000 + 1))
                 pause = minOf(pause * 2, 1000L)
             }
+        }
+
+        /**
+         * VALIDATE, then the secret's exchange ([StoreSecret]) on a new connection: false when the
+         * deadline passed; [ClientConnection.Closed] when the server closed it (another secret, or none).
+         */
+        private fun prove(c: ClientConnection, secret: ByteArray, deadline: Long): Boolean {
+            val hello = RequestWriter().u8(StoreProtocol.VALIDATE).u32(StoreProtocol.VALIDATION_MAGIC).u8(StoreSecret.AUTH).bytes(ByteArray(0))
+            if (!c.write(hello.toBuffer(), deadline) || !c.fill(8, deadline)) return false
+            val n = c.i64()
+            if (n != StoreSecret.BYTES.toLong()) throw ClientConnection.Closed("the store server at ${c.address} answered the secret's exchange with $n bytes, not ${StoreSecret.BYTES}")
+            if (!c.fill(StoreSecret.BYTES, deadline)) return false
+            val nonce = c.take(StoreSecret.BYTES)
+            val answer = RequestWriter().u8(StoreSecret.AUTH).bytes(StoreSecret.answer(secret, nonce))
+            if (!c.write(answer.toBuffer(), deadline) || !c.fill(1, deadline)) return false
+            val ok = c.u8()
+            if (ok != 0) throw ClientConnection.Closed("the store server at ${c.address} refused this client's secret ($ok)")
+            return true
         }
     }
 }

@@ -34,7 +34,11 @@ public class TcpStoreServer private constructor(
     public val port: Int,
     /** The address the server is bound to (the wildcard address when it listens on every interface). */
     public val boundAddress: InetAddress,
+    private val secret: ByteArray?,
 ) : AutoCloseable {
+    /** Whether clients must prove the shared secret ([start]'s `secret`) before anything else. */
+    public val hasSecret: Boolean get() = secret != null
+
     private val state = StoreServerState()
     private val connections = HashSet<ServerConnection>()
     private val open = AtomicInteger()
@@ -89,7 +93,7 @@ public class TcpStoreServer private constructor(
                 ch.configureBlocking(false)
                 ch.setOption(StandardSocketOptions.TCP_NODELAY, true)
                 val key = ch.register(selector, SelectionKey.OP_READ)
-                val c = ServerConnection(ch, key, state) { closed ->
+                val c = ServerConnection(ch, key, state, secret) { closed ->
                     connections.remove(closed)
                     state.clearWaitState(closed)
                     open.decrementAndGet()
@@ -122,14 +126,19 @@ public class TcpStoreServer private constructor(
          * that interface only, e.g. the one `MASTER_ADDR` names). [backlog] is the listen queue
          * (PyTorch's libuv server asks for the system's maximum, `somaxconn`; the default here too
          * is high enough for thousands of clients connecting at once, within `somaxconn`).
+         * [secret] (opt-in, null by default): clients must prove it right after VALIDATE (a
+         * tpcomm extension, `AUTH`: an HMAC-SHA256 of a nonce; the secret never crosses the wire),
+         * so only tpcomm clients given the same secret ([TcpStore.connect]) are served; PyTorch's
+         * clients, which have no secret, are closed. It authenticates, it does not encrypt.
          *
          * @throws StoreException naming the port when it cannot listen there (another process has
          * it: pick another port, or end that process).
          */
         @JvmStatic
         @JvmOverloads
-        public fun start(port: Int = StoreProtocol.DEFAULT_PORT, host: String? = null, backlog: Int = 4096): TcpStoreServer {
+        public fun start(port: Int = StoreProtocol.DEFAULT_PORT, host: String? = null, backlog: Int = 4096, secret: ByteArray? = null): TcpStoreServer {
             require(port in 0..65535) { "store port must be in 0..65535, got $port" }
+            val key = StoreSecret.checked(secret, "TcpStoreServer.start")
             val server = ServerSocketChannel.open()
             val selector: Selector
             try {
@@ -153,7 +162,7 @@ public class TcpStoreServer private constructor(
                 throw e
             }
             val local = server.localAddress as InetSocketAddress
-            val s = TcpStoreServer(server, selector, local.port, local.address)
+            val s = TcpStoreServer(server, selector, local.port, local.address, key)
             s.thread.start()
             return s
         }
