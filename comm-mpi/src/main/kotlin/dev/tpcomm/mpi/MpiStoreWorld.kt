@@ -1,7 +1,7 @@
 package dev.tpcomm.mpi
 
 import dev.tpcomm.CommConfig
-import dev.tpcomm.coroutines.CommunicatorCreation
+import dev.tpcomm.engine.CommunicatorCreation
 import dev.tpcomm.spi.CommunicationErrors
 import dev.tpcomm.store.Store
 import dev.tpcomm.store.StoreConnectionException
