@@ -175,7 +175,7 @@ public abstract class CommunicatorFront(
         public fun encodeSignature(dst: LongArray, at: Int) {
             if (step != 0) {
                 // A composite's step: the composite's operation, no tensor (its lengths differ per call), the step's index.
-                CollectiveSignature.encode(dst, at, signatureOp, null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
+                CollectiveSignature.encode(dst, at, signatureOp, if (signatureOp.hasTensor) signatureTensor else null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
                 return
             }
             when (op) {
@@ -523,6 +523,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         validator.allReduce(tensor, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.allReduce(this, tensor, op)
         return collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
     }
 
@@ -533,6 +534,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         validator.reduce(tensor, root, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.reduce(this, tensor, root, op)
         return collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
     }
 
@@ -546,6 +548,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val shape = validator.reduceScatterShape(input, op, dim)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, Tensor.zeros(input.dtype, shape), input, op, CollectiveValidator.normalise(input, dim))
         return allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
@@ -556,6 +559,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val shape = validator.reduceScatterVShape(input, sizes, op, rank)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, Tensor.zeros(input.dtype, shape), input, sizes, op)
         return allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
     }
 
@@ -566,6 +570,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val d = validator.reduceScatterInto(output, input, op, dim)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, output, input, op, d)
         return collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
     }
 
@@ -593,6 +598,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         validator.reduceScatterVInto(output, input, sizes, op, rank)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, output, input, sizes, op)
         return collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 
@@ -916,6 +922,12 @@ public abstract class CommunicatorFront(
     }
 
     // ------------------------------------------------------------------ composite operations
+
+    /** Whether this communicator reduces floating-point sums reproducibly by default (`CommConfig.reproducibleReductions`). */
+    public open val reproducibleReductions: Boolean get() = false
+
+    /** [ReproducibleReductions]' composite operation [op]: one operation of this communicator. */
+    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, block: suspend () -> R): R = composite(op, root) { block() }
 
     /** [CallOrder.composite]: [block], the steps of [op], as one operation of this communicator. */
     private suspend fun <R> composite(

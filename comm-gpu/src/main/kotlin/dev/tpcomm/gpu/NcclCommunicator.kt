@@ -236,6 +236,9 @@ public class NcclCommunicator internal constructor(
      */
     override val objectTransport: ObjectTransport get() = objects
 
+    /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
+    override val reproducibleReductions: Boolean get() = config.reproducibleReductions
+
     /**
      * The monitored barrier's channel: the staged object messages ([objects]' `sendLength`/`recvLength`,
      * tag 0, recorded under the front's `monitoredBarrier`). NCCL matches messages between two ranks by
