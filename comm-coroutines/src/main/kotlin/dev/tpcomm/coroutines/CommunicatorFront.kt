@@ -929,6 +929,17 @@ public abstract class CommunicatorFront(
     /** [ReproducibleReductions]' composite operation [op]: one operation of this communicator. */
     internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, block: suspend () -> R): R = composite(op, root) { block() }
 
+    /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
+    internal val reproducibleTransport: ObjectTransport get() = objectTransport
+
+    /**
+     * Copies [tensor]'s bytes to [host] ([toHost]) or back, after the work issued on [tensor]: a step of the
+     * composite operation in flight, made on every rank. Host tensors: a plain copy; the GPU engine copies on its stream.
+     */
+    public open suspend fun hostCopy(tensor: Tensor, host: java.lang.foreign.MemorySegment, toHost: Boolean) {
+        if (toHost) java.lang.foreign.MemorySegment.copy(tensor.segment, 0, host, 0, tensor.byteSize) else java.lang.foreign.MemorySegment.copy(host, 0, tensor.segment, 0, tensor.byteSize)
+    }
+
     /** [CallOrder.composite]: [block], the steps of [op], as one operation of this communicator. */
     private suspend fun <R> composite(
         op: CollectiveOp, root: Int = FlightRecorder.NONE, peer: Int = FlightRecorder.NONE, tag: Int = FlightRecorder.NONE,

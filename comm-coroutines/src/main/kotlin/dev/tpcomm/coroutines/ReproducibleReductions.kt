@@ -59,6 +59,7 @@ internal object ReproducibleReductions {
 
     /** All-reduce ([root] -1) or reduce to [root]: the result written into [tensor] (on the root only, for reduce). */
     private suspend fun rootedReduce(front: Communicator, tensor: Tensor, op: ReduceOp, root: Int) {
+        if (tensor.device.isGpu) return deviceRootedReduce(front, tensor, op, root)
         val n = front.worldSize
         val count = tensor.numel
         if (count == 0L) return
@@ -107,6 +108,7 @@ internal object ReproducibleReductions {
 
     suspend fun reduceScatter(front: Communicator, output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor =
         composite(front, CollectiveOp.ReduceScatter, -1) {
+            if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, dim, null)
             val n = front.worldSize
             val rows = if (dim == 0) null else input.chunk(n, dim) // copies along other dims, rank-major
             val owned = ArrayList<Tensor>(n + 3)
@@ -135,6 +137,7 @@ internal object ReproducibleReductions {
 
     suspend fun reduceScatterV(front: Communicator, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor =
         composite(front, CollectiveOp.ReduceScatterV, -1) {
+            if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, 0, sizes)
             val owned = ArrayList<Tensor>(2)
             try {
                 val staged = if (op is ReduceOp.PreMulSum) scaled(input, op).also { owned += it } else input
@@ -163,6 +166,75 @@ internal object ReproducibleReductions {
         } finally {
             exchanged.close()
         }
+    }
+
+    // ------------------------------------------------------------------ device tensors
+
+    /**
+     * The path of tensors the host cannot read (the GPU engine's): each rank copies its input to the
+     * host ([CommunicatorFront.hostCopy], on the backend's stream), the inputs are all-gathered through
+     * the backend's object transport (staged device buffers on the GPU engine), every rank sums what
+     * it needs exactly, and copies its result back. n times the tensor received per rank (not the
+     * 2 (n-1)/n of the host path): correctness first, on a backend whose own reductions are the fast path.
+     */
+    private suspend fun deviceRootedReduce(comm: Communicator, tensor: Tensor, op: ReduceOp, root: Int) {
+        val front = device(comm)
+        val n = front.worldSize
+        val count = tensor.numel
+        val avg = op == ReduceOp.Avg
+        val host = Tensor.zeros(tensor.dtype, Math.toIntExact(count))
+        val result = Tensor.zeros(tensor.dtype, Math.toIntExact(count))
+        try {
+            front.hostCopy(tensor, host.segment, toHost = true)
+            if (op is ReduceOp.PreMulSum) ExactSum.scaleInto(tensor.dtype, op, host.segment, result.segment, count)
+            else MemorySegment.copy(host.segment, 0, result.segment, 0, host.byteSize)
+            val rows = gatherRows(front, result, 0L, host.byteSize, if (root < 0) CollectiveOp.AllReduce else CollectiveOp.Reduce)
+            try {
+                if (root < 0 || front.rank == root) ExactSum.reduceRows(tensor.dtype, avg, n, rows.segment, count, 0, count, result.segment, 0)
+                else MemorySegment.copy(host.segment, 0, result.segment, 0, host.byteSize) // a non-root's tensor is left as it was
+            } finally {
+                rows.close()
+            }
+            front.hostCopy(tensor, result.segment, toHost = false)
+        } finally {
+            host.close()
+            result.close()
+        }
+    }
+
+    private suspend fun deviceReduceScatter(comm: Communicator, output: Tensor, input: Tensor, op: ReduceOp, dim: Int, sizes: List<Int>?): Tensor {
+        val front = device(comm)
+        val n = front.worldSize
+        val es = input.dtype.byteSize.toLong()
+        val host = Tensor.zeros(input.dtype, input.shape)
+        val owned = arrayListOf(host)
+        try {
+            front.hostCopy(input, host.segment, toHost = true)
+            // Rank-major parts: along dim (copies for dim > 0), or sizes' rows.
+            val staged = if (dim == 0) host else Tensor.concat(host.chunk(n, dim).also { owned += it }, 0).also { owned += it }
+            if (op is ReduceOp.PreMulSum) ExactSum.scaleInto(input.dtype, op, staged.segment, staged.segment, staged.numel)
+            val rowElems = if (sizes == null) 0L else input.numel / maxOf(1, input.shape[0])
+            val from = if (sizes == null) front.rank * output.numel * es else sizes.take(front.rank).sum() * rowElems * es
+            val rows = gatherRows(front, staged, from, output.numel * es, if (sizes == null) CollectiveOp.ReduceScatter else CollectiveOp.ReduceScatterV).also { owned += it }
+            val out = Tensor.zeros(output.dtype, output.shape).also { owned += it }
+            if (output.numel > 0) ExactSum.reduceRows(output.dtype, op == ReduceOp.Avg, n, rows.segment, output.numel, 0, output.numel, out.segment, 0)
+            front.hostCopy(output, out.segment, toHost = false)
+        } finally {
+            owned.forEach { it.close() }
+        }
+        return output
+    }
+
+    private fun device(comm: Communicator): CommunicatorFront = comm as? CommunicatorFront
+        ?: throw IllegalArgumentException("reproducible reductions of ${comm.device} tensors need a communicator tpcomm made (${comm.backendName} is not one); copy the tensor to the host")
+
+    /** Every rank's [length] bytes of [staged] from byte [from], all-gathered: rank j's at row j. */
+    private suspend fun gatherRows(front: CommunicatorFront, staged: Tensor, from: Long, length: Long, op: CollectiveOp): Tensor {
+        val mine = staged.segment.asSlice(from, length).toArray(java.lang.foreign.ValueLayout.JAVA_BYTE)
+        val all = front.reproducibleTransport.allGather(op.apiName, mine)
+        val rows = Tensor.zeros(staged.dtype, Math.toIntExact(front.worldSize * length / staged.dtype.byteSize))
+        for ((j, b) in all.withIndex()) MemorySegment.copy(b, 0, rows.segment, java.lang.foreign.ValueLayout.JAVA_BYTE, j * length, b.size)
+        return rows
     }
 
     /** A new tensor of [tensor]'s dtype and shape holding each element times [op]'s factor, rounded once. */
