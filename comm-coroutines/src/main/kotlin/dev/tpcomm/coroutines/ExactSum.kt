@@ -48,6 +48,7 @@ public object ExactSum {
     @JvmStatic
     public fun reduceRows(dtype: DType, average: Boolean, n: Int, rows: MemorySegment, rowStride: Long, from: Long, count: Long, out: MemorySegment, outFrom: Long) {
         require(n >= 1) { "ExactSum: at least one row" }
+        if (dtype == DType.Float32 && (!average || Integer.bitCount(n) == 1)) return float32Rows(average, n, rows, rowStride, from, count, out, outFrom)
         val f = Format.of(dtype)
         val s = scratch.get().ensure(n)
         val v = s.values
@@ -56,6 +57,43 @@ public object ExactSum {
             for (j in 0 until n) v[j] = read(dtype, rows, ((j * rowStride) + from + k) * es)
             val r = if (average) f.average(v, n, s) else f.sum(v, n, s)
             write(dtype, out, (outFrom + k) * es, r)
+        }
+    }
+
+    /**
+     * [reduceRows] for Float32 sums (and averages over a power-of-two [n]): the fast path inlined (a
+     * double running sum checked with TwoSum; exact, it rounds once with `toFloat`, which is IEEE's
+     * rounding to float32, subnormals and overflow included); an element whose sum rounded, or holds a
+     * NaN or an infinity, goes the general way.
+     */
+    private fun float32Rows(average: Boolean, n: Int, rows: MemorySegment, rowStride: Long, from: Long, count: Long, out: MemorySegment, outFrom: Long) {
+        val rowBytes = rowStride * 4
+        val s = scratch.get().ensure(n)
+        val v = s.values
+        val f = Format.of(DType.Float32)
+        var at = from * 4
+        var o = outFrom * 4
+        for (k in 0 until count) {
+            var acc = rows.get(F32, at).toDouble()
+            var exact = true
+            var off = at + rowBytes
+            for (j in 1 until n) {
+                val x = rows.get(F32, off).toDouble()
+                val t = acc + x
+                val bp = t - acc
+                if ((acc - (t - bp)) + (x - bp) != 0.0) exact = false
+                acc = t
+                off += rowBytes
+            }
+            if (exact && !acc.isNaN() && !acc.isInfinite()) {
+                out.set(F32, o, (if (average) acc / n else acc).toFloat())
+            } else {
+                for (j in 0 until n) v[j] = rows.get(F32, at + j * rowBytes).toDouble()
+                val r = if (average) f.average(v, n, s) else f.sum(v, n, s)
+                out.set(F32, o, if (r.isNaN()) java.lang.Float.intBitsToFloat(0x7FC00000) else r.toFloat())
+            }
+            at += 4
+            o += 4
         }
     }
 

@@ -228,12 +228,14 @@ internal object ReproducibleReductions {
     private fun device(comm: Communicator): CommunicatorFront = comm as? CommunicatorFront
         ?: throw IllegalArgumentException("reproducible reductions of ${comm.device} tensors need a communicator tpcomm made (${comm.backendName} is not one); copy the tensor to the host")
 
-    /** Every rank's [length] bytes of [staged] from byte [from], all-gathered: rank j's at row j. */
+    /**
+     * Every rank's whole [staged] all-gathered (the same size on every rank); of each, the [length]
+     * bytes from byte [from] (this rank's part): rank j's at row j.
+     */
     private suspend fun gatherRows(front: CommunicatorFront, staged: Tensor, from: Long, length: Long, op: CollectiveOp): Tensor {
-        val mine = staged.segment.asSlice(from, length).toArray(java.lang.foreign.ValueLayout.JAVA_BYTE)
-        val all = front.reproducibleTransport.allGather(op.apiName, mine)
+        val all = front.reproducibleTransport.allGather(op.apiName, staged.segment.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE))
         val rows = Tensor.zeros(staged.dtype, Math.toIntExact(front.worldSize * length / staged.dtype.byteSize))
-        for ((j, b) in all.withIndex()) MemorySegment.copy(b, 0, rows.segment, java.lang.foreign.ValueLayout.JAVA_BYTE, j * length, b.size)
+        for ((j, b) in all.withIndex()) MemorySegment.copy(b, from.toInt(), rows.segment, java.lang.foreign.ValueLayout.JAVA_BYTE, j * length, length.toInt())
         return rows
     }
 

@@ -107,6 +107,16 @@ internal object ReproducibleCases {
                 }
             }
         },
+        ConformanceCase(
+            "failure: mismatched reduction mode (reproducible on rank 0, default on the others)", CaseKind.Failure, 2,
+            { o, _ -> if (!o.checksConsistency) "the backend does not check consistency" else null },
+        ) { comm, ctx ->
+            val t = ctx.options.placement.toBackend(Tensor.of(floatArrayOf(1f, 2f)))
+            val r = attempt { comm.reproducible(comm.rank == 0).allReduce(t) }
+            expectFailure(ctx, "allReduce, reproducible on rank 0 only, on rank ${comm.rank}", r, ctx.options.failureTimeout, "CollectiveMismatchException") {
+                it is dev.tpcomm.CollectiveMismatchException
+            }
+        },
     )
 
     /** Inputs as bit patterns of a dtype, the tensors holding them, and the reference. */
