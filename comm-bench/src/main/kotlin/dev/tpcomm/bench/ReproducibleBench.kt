@@ -11,7 +11,9 @@ import dev.tpcomm.mpi.MpiBackendFactory
 import kotlinx.coroutines.runBlocking
 
 /**
- * What the reproducible reductions cost (issue 36): float32 in-place Sum all-reduce, the default
+ * What the reproducible reductions cost (issue 36): float32 in-place all-reduce (`BENCH_OP`: `Avg`, the
+ * default, whose repeated calls keep the values finite and unchanged; `Sum` makes them grow by the world
+ * size per call until they overflow, and NaN takes the slow path), the default
  * against `comm.reproducible()`, at 8 B, 64 KiB, 1 MiB and 64 MiB, alternating round by round (which
  * mode goes first alternates too) so both see the same machine state. Per round and case: the max
  * over ranks of the mean time per call over K calls (K calibrated from the default mode to about
@@ -43,18 +45,18 @@ public object ReproducibleBench {
     }
 
     private suspend fun run(comm: Communicator, backend: String, sizes: List<Long>, rounds: Int, target: Double, warmup: Double) {
+        val op = if (System.getenv("BENCH_OP") == "Sum") ReduceOp.Sum else ReduceOp.Avg
         val exact = comm.reproducible()
         val tmax = Tensor.zeros(DType.Float64, 1)
         suspend fun perCall(c: Communicator, t: Tensor, iters: Long): Double {
             comm.barrier()
             val t0 = System.nanoTime()
-            for (k in 0 until iters) c.allReduce(t)
+            for (k in 0 until iters) c.allReduce(t, op)
             tmax.setDouble(0, (System.nanoTime() - t0) / 1e3 / iters)
             comm.allReduce(tmax, ReduceOp.Max)
             return tmax.getDouble(0)
         }
-        // Values of one scale, as gradients are (the fast path: sums exact in double); all-reduced
-        // repeatedly, they grow by a factor of the world size per call: reset each measurement.
+        // Values of one scale, as gradients are (the fast path: sums exact in double); reset each measurement.
         fun fill(t: Tensor) {
             val s = t.segment
             for (i in 0 until t.numel) s.set(java.lang.foreign.ValueLayout.JAVA_FLOAT_UNALIGNED, i * 4, ((i * 7919 + comm.rank * 104729) % 1000 - 500) * 1e-3f)
@@ -62,11 +64,11 @@ public object ReproducibleBench {
         // JIT warm-up of both modes at a small and a medium size (the same on every rank: a fixed count).
         val warm = listOf(Tensor.zeros(DType.Float32, 2), Tensor.zeros(DType.Float32, 16384))
         val calls = maxOf(20, (warmup * 200).toInt())
-        repeat(calls) { for (t in warm) { comm.allReduce(t); exact.allReduce(t) } }
+        repeat(calls) { for (t in warm) { comm.allReduce(t, op); exact.allReduce(t, op) } }
         warm.forEach { it.close() }
         val results = HashMap<Pair<Long, Boolean>, MutableList<Double>>()
         val ratios = HashMap<Long, MutableList<Double>>()
-        if (comm.rank == 0) println("backend,world,round,bytes,default_us,reproducible_us")
+        if (comm.rank == 0) println("# float32 allReduce $op; backend,world,round,bytes,default_us,reproducible_us")
         for (round in 1..rounds) for (bytes in sizes) {
             val t = Tensor.zeros(DType.Float32, (bytes / 4).toInt())
             fill(t)

@@ -85,9 +85,13 @@ internal object ReproducibleReductions {
                 return
             }
             val chunk = (count + n - 1) / n
-            val staging = Tensor.zeros(dtype, Math.toIntExact(chunk * n)).also { owned += it }
+            // Two staging buffers kept per communicator: allocating (and freeing) them per call costs more
+            // than the exchange at large sizes. The padding past count is never read back.
+            val staging = buffer(front, 0, dtype, chunk * n, owned)
             MemorySegment.copy(input.segment, 0, staging.segment, 0, count * es)
-            val exchanged = front.allToAll(staging).also { owned += it }
+            val exchanged = buffer(front, 1, dtype, chunk * n, owned)
+            val parts = List(n) { Math.toIntExact(chunk) }
+            front.allToAllVInto(exchanged, staging, parts, parts)
             // This rank's chunk of every rank, summed exactly into row 0 (each element reads its n inputs first).
             ExactSum.reduceRows(dtype, avg, n, exchanged.segment, chunk, 0, chunk, exchanged.segment, 0)
             val mine = exchanged.narrow(0, 0, Math.toIntExact(chunk))
@@ -160,11 +164,18 @@ internal object ReproducibleReductions {
             ExactSum.reduceRows(output.dtype, avg, 1, staged.segment, part, 0, part, output.segment, 0)
             return
         }
-        val exchanged = if (sizes == null) front.allToAll(staged) else front.allToAllV(staged, sizes, List(n) { sizes[front.rank] })
+        val owned = ArrayList<Tensor>(1)
         try {
+            val exchanged = if (sizes == null) {
+                val rows = staged.shape[0]
+                val parts = List(n) { rows / n }
+                front.allToAllVInto(buffer(front, 1, staged.dtype, part * n, owned, staged.shape.drop(1), rows), staged, parts, parts)
+            } else {
+                front.allToAllV(staged, sizes, List(n) { sizes[front.rank] }).also { owned += it }
+            }
             if (part > 0) ExactSum.reduceRows(output.dtype, avg, n, exchanged.segment, part, 0, part, output.segment, 0)
         } finally {
-            exchanged.close()
+            owned.forEach { it.close() }
         }
     }
 
@@ -238,6 +249,33 @@ internal object ReproducibleReductions {
         for ((j, b) in all.withIndex()) MemorySegment.copy(b, from.toInt(), rows.segment, java.lang.foreign.ValueLayout.JAVA_BYTE, j * length, length.toInt())
         return rows
     }
+
+    /**
+     * Staging buffer [index] (0 or 1) of [comm], at least [elements] of [dtype], as a tensor of that many
+     * elements ([rows] x [inner] when given). Kept per communicator (grow-only, released with it by the
+     * garbage collector); safe because a front's reproducible composites run one at a time (each holds
+     * the issue turn from its call to its end). One not kept (over [CACHE_LIMIT] bytes, or another
+     * [Communicator]'s) is new and added to [owned] for the caller to close.
+     */
+    private fun buffer(comm: Communicator, index: Int, dtype: DType, elements: Long, owned: MutableList<Tensor>, inner: List<Int> = emptyList(), rows: Int = -1): Tensor {
+        val bytes = elements * dtype.byteSize
+        val shape = if (rows < 0) intArrayOf(Math.toIntExact(elements)) else (listOf(rows) + inner).toIntArray()
+        // Not kept: past the limit, or a third party's communicator (its calls may run concurrently).
+        if (bytes > CACHE_LIMIT || comm !is CommunicatorFront) return Tensor.zeros(dtype, *shape).also { owned += it }
+        val slots = synchronized(buffers) { buffers.getOrPut(comm) { arrayOfNulls(2) } }
+        var b = slots[index]
+        if (b == null || b.byteSize < bytes) {
+            b?.close()
+            b = Tensor.zeros(DType.UInt8, Math.toIntExact(maxOf(bytes, 64)))
+            slots[index] = b
+        }
+        return Tensor.wrap(b.segment.asSlice(0, bytes), dtype, *shape)
+    }
+
+    /** Largest staging buffer kept per communicator. */
+    private const val CACHE_LIMIT: Long = 256L shl 20
+
+    private val buffers = java.util.WeakHashMap<Communicator, Array<Tensor?>>()
 
     /** A new tensor of [tensor]'s dtype and shape holding each element times [op]'s factor, rounded once. */
     private fun scaled(tensor: Tensor, op: ReduceOp.PreMulSum): Tensor {
