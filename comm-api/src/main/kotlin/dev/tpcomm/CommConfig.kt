@@ -36,6 +36,13 @@ import kotlin.time.toKotlinDuration
  * at JVM shutdown, and on demand; null (the default) takes the environment variable
  * `TPCOMM_FLIGHT_RECORDER_DIR` if it is set (whatever created the communicator), and otherwise writes
  * no files (dumps still travel in exceptions).
+ * @property reproducibleReductions whether this communicator's floating-point `Sum`, `Avg` and
+ * `PreMulSum` reductions are **reproducible** (docs/reproducible.md): each element the correctly
+ * rounded result of the exact sum, so the same inputs give the same bits on any world size, rank
+ * order, backend, algorithm and split into fused or bucketed calls; they cost about two exchanges
+ * of the tensor and an exact local sum. `false` (the default): the backend's own reductions. A
+ * call can choose either way (`comm.reproducible()`, `Reproducible.On`/`Off` in its coroutine
+ * context); `TPCOMM_REPRODUCIBLE` sets it in [fromEnvironment]. Every rank must use the same setting.
  */
 public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,
@@ -47,6 +54,7 @@ public data class CommConfig @JvmOverloads constructor(
     public val rendezvous: String? = null,
     public val options: Map<String, String> = emptyMap(),
     public val flightRecorderDir: String? = null,
+    public val reproducibleReductions: Boolean = false,
 ) {
     init {
         require(worldSize >= 1) { "worldSize must be >= 1, got $worldSize" }
@@ -91,6 +99,9 @@ public data class CommConfig @JvmOverloads constructor(
 
         /** Sets [CommConfig.flightRecorderDir]. */
         public fun flightRecorderDir(value: String?): Builder = apply { config = config.copy(flightRecorderDir = value) }
+
+        /** Sets [CommConfig.reproducibleReductions]. */
+        public fun reproducibleReductions(value: Boolean): Builder = apply { config = config.copy(reproducibleReductions = value) }
 
         /** Adds one backend-specific option. */
         public fun option(key: String, value: String): Builder = apply { config = config.copy(options = config.options + (key to value)) }
@@ -158,6 +169,7 @@ public data class CommConfig @JvmOverloads constructor(
                 config = config.copy(timeout = kotlin.time.Duration.parse("${it}s"))
             }
             env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = boolean("TPCOMM_CHECK_CONSISTENCY", it)) }
+            env["TPCOMM_REPRODUCIBLE"]?.let { config = config.copy(reproducibleReductions = boolean("TPCOMM_REPRODUCIBLE", it)) }
             env["TPCOMM_RENDEZVOUS"]?.let { config = config.copy(rendezvous = it) }
             env["TPCOMM_FLIGHT_RECORDER_DIR"]?.takeIf { it.isNotBlank() }?.let { config = config.copy(flightRecorderDir = it) }
             return config

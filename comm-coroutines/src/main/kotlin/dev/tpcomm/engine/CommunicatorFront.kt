@@ -432,6 +432,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
         validator.allReduce(tensor, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.allReduce(this, tensor, op)
         return issuePath.collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
     }
 
@@ -442,6 +443,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
         validator.reduce(tensor, root, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.reduce(this, tensor, root, op)
         return issuePath.collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
     }
 
@@ -455,6 +457,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val shape = validator.reduceScatterShape(input, op, dim)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, Tensor.zeros(input.dtype, shape), input, op, CollectiveValidator.normalise(input, dim))
         return issuePath.allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
@@ -465,6 +468,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         val shape = validator.reduceScatterVShape(input, sizes, op, rank)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, Tensor.zeros(input.dtype, shape), input, sizes, op)
         return issuePath.allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
     }
 
@@ -475,6 +479,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
         val d = validator.reduceScatterInto(output, input, op, dim)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, output, input, op, d)
         return issuePath.collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
     }
 
@@ -502,6 +507,7 @@ public abstract class CommunicatorFront(
 
     final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
         validator.reduceScatterVInto(output, input, sizes, op, rank)
+        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, output, input, sizes, op)
         return issuePath.collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 
@@ -664,6 +670,23 @@ public abstract class CommunicatorFront(
     }
 
     // ------------------------------------------------------------------ composite operations
+
+    /** Whether this communicator reduces floating-point sums reproducibly by default (`CommConfig.reproducibleReductions`). */
+    public open val reproducibleReductions: Boolean get() = false
+
+    /** [ReproducibleReductions]' composite operation [op]: one operation of this communicator. */
+    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, block: suspend () -> R): R = composite(op, root) { block() }
+
+    /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
+    internal val reproducibleTransport: ObjectTransport get() = objectTransport
+
+    /**
+     * Copies [tensor]'s bytes to [host] ([toHost]) or back, after the work issued on [tensor]: a step of the
+     * composite operation in flight, made on every rank. Host tensors: a plain copy; the GPU engine copies on its stream.
+     */
+    public open suspend fun hostCopy(tensor: Tensor, host: java.lang.foreign.MemorySegment, toHost: Boolean) {
+        if (toHost) java.lang.foreign.MemorySegment.copy(tensor.segment, 0, host, 0, tensor.byteSize) else java.lang.foreign.MemorySegment.copy(host, 0, tensor.segment, 0, tensor.byteSize)
+    }
 
     /** [CallOrder.composite]: [block], the steps of [op], as one operation of this communicator. */
     private suspend fun <R> composite(

@@ -77,8 +77,8 @@ public class OperationCall internal constructor(
      */
     public fun encodeSignature(dst: LongArray, at: Int) {
         if (step != 0) {
-            // A composite's step: the composite's operation, no tensor (its lengths differ per call), the step's index.
-            CollectiveSignature.encode(dst, at, signatureOp, null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
+            // A composite's step: the composite's operation, its tensor when it has one (an object operation's lengths differ per call), the step's index.
+            CollectiveSignature.encode(dst, at, signatureOp, if (signatureOp.hasTensor) signatureTensor else null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
             return
         }
         when (op) {

@@ -243,6 +243,9 @@ public class NcclCommunicator internal constructor(
      */
     override val objectTransport: ObjectTransport get() = objects
 
+    /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
+    override val reproducibleReductions: Boolean get() = config.reproducibleReductions
+
     /**
      * The monitored barrier's channel: the staged object messages ([objects]' `sendLength`/`recvLength`,
      * tag 0, recorded under the front's `monitoredBarrier`). NCCL matches messages between two ranks by
@@ -396,6 +399,23 @@ public class NcclCommunicator internal constructor(
     // ---------------------------------------------------------------- machinery
 
     /** An operation the backend runs itself ([entry] from [beginOwnCollective] or [beginPointToPoint]): issued as the front's, recorded by [recorded]. */
+    /**
+     * The reproducible reductions' copy between a device tensor and host memory: on this
+     * communicator's stream, after the work issued before it, waited for; recorded as a step of the
+     * composite in flight (every rank makes it), paired with no peer.
+     */
+    override suspend fun hostCopy(tensor: Tensor, host: java.lang.foreign.MemorySegment, toHost: Boolean) {
+        if (!tensor.device.isGpu) return super.hostCopy(tensor, host, toHost)
+        own(beginOwnCollective(if (toHost) "copyToHost" else "copyToDevice"), paired = false) {
+            val n = tensor.byteSize
+            if (n > 0) {
+                val kind = if (toHost) DeviceRuntime.MEMCPY_DEVICE_TO_HOST else DeviceRuntime.MEMCPY_HOST_TO_DEVICE
+                cuda(runtime.memcpyAsync(if (toHost) host.address() else tensor.address, if (toHost) tensor.address else host.address(), n, kind, stream), "memcpyAsync")
+            }
+            awaitStream()
+        }
+    }
+
     private suspend fun <T> own(entry: FlightRecorder.Entry, onStream: Boolean = true, paired: Boolean = true, issue: NcclOp.() -> T): T = recorded(entry) {
         val o = NcclOp(opContext, entry, producerStream, onStream, paired = paired)
         queue.start(o, issue)

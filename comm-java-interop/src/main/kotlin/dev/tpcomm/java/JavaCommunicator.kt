@@ -13,6 +13,7 @@ import dev.tpcomm.coroutines.DeviceMesh
 import dev.tpcomm.coroutines.GradientBucket
 import dev.tpcomm.coroutines.Overlapping
 import dev.tpcomm.coroutines.allReduceCoalesced
+import dev.tpcomm.coroutines.reproducible
 import dev.tpcomm.spi.CommunicationErrors
 import java.util.concurrent.CompletableFuture
 import kotlinx.coroutines.CoroutineName
@@ -80,6 +81,24 @@ public class JavaCommunicator internal constructor(private val comm: Communicato
 
     /** The Kotlin [Communicator] behind this facade (for Kotlin code and the coroutine helpers). */
     public fun unwrap(): Communicator = comm
+
+    /**
+     * This communicator with **reproducible reductions** (docs/reproducible.md): its `allReduce`,
+     * `reduce`, `reduceScatter`, `reduceScatterV` (futures and blocking) and the fused and bucketed
+     * methods give, for floating-point `Sum`, `Avg` and `PreMulSum`, each element's correctly rounded
+     * exact sum: the same bits on any world size, rank order, backend and split into calls. Every other
+     * method, and [close], are this communicator's (the facade returned is the same communicator:
+     * closing it closes this one). Cheap; the same facade is returned each time.
+     * `jcomm.reproducible().allReduceBlocking(grad)`. The opposite, for a communicator created with
+     * `CommConfig.builder().reproducibleReductions(true)`, is [defaultReductions].
+     */
+    public fun reproducible(): JavaCommunicator = reproducibleView
+
+    /** This communicator with the backend's own (default) reductions; see [reproducible]. */
+    public fun defaultReductions(): JavaCommunicator = defaultView
+
+    private val reproducibleView: JavaCommunicator by lazy { JavaCommunicator(comm.reproducible(true)) }
+    private val defaultView: JavaCommunicator by lazy { JavaCommunicator(comm.reproducible(false)) }
 
     // ---- futures -------------------------------------------------------------------------------
 

@@ -330,6 +330,9 @@ public class MpiCommunicator internal constructor(
     /** The front's [monitoredBarrier] runs the core's [MonitoredBarrier] over [control]. */
     override val monitoredBarrierChannel: MonitoredBarrierChannel get() = control
 
+    /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
+    override val reproducibleReductions: Boolean get() = config.reproducibleReductions
+
     /**
      * The monitored barrier's messages: one `Int64` with tag [CONTROL_TAG] on [controlHandle], the
      * private duplicate that carries the abort notices (tag [MpiAbortNotices.ABORT_TAG]), so no user

@@ -15,7 +15,7 @@ package dev.tpcomm.testkit
 public object ConformanceCases {
     /** Every case, in the order runners run them. */
     public val all: List<ConformanceCase> by lazy {
-        CollectiveCases.all + MessageCases.all + MonitoredBarrierCases.collective + CompositeCases.collective + FailureCases.all + FailureSemanticsCases.all + MonitoredBarrierCases.failure + CompositeCases.failure + ConformanceCase("soak", CaseKind.Soak, 1) { comm, ctx -> ConformanceSoak.run(comm, ctx) }
+        CollectiveCases.all + ReproducibleCases.all + MessageCases.all + MonitoredBarrierCases.collective + CompositeCases.collective + FailureCases.all + FailureSemanticsCases.all + MonitoredBarrierCases.failure + CompositeCases.failure + ConformanceCase("soak", CaseKind.Soak, 1) { comm, ctx -> ConformanceSoak.run(comm, ctx) }
     }
 
     /** The case named [name]. @throws NoSuchElementException when there is none. */

@@ -126,6 +126,9 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     /** The front's [monitoredBarrier] runs the core's [MonitoredBarrier] over [control]. */
     override val monitoredBarrierChannel: MonitoredBarrierChannel get() = control
 
+    /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
+    override val reproducibleReductions: Boolean get() = group.world.config.reproducibleReductions
+
     /**
      * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
      * which no user receive matches (user tags are >= 0 and [Mailbox] matches `ANY_TAG` to those
