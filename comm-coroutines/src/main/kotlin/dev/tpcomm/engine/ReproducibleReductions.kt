@@ -287,7 +287,7 @@ internal object ReproducibleReductions {
 }
 
 /** Whether the front reduces [op] on [dtype] the reproducible way: the call's [Reproducible] context, else the communicator's setting. */
-internal suspend fun ReproducibleReductions.selected(front: CommunicatorFront, dtype: dev.tpcomm.DType, op: ReduceOp): Boolean {
+internal suspend inline fun ReproducibleReductions.selected(front: CommunicatorFront, dtype: dev.tpcomm.DType, op: ReduceOp): Boolean {
     if (!applies(dtype, op)) return false
     val mode = kotlinx.coroutines.currentCoroutineContext()[Reproducible]
     return mode?.enabled ?: front.reproducibleReductions
