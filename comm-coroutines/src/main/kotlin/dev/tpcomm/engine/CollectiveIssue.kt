@@ -20,8 +20,8 @@ import kotlin.coroutines.CoroutineContext
 internal class CollectiveIssue(private val front: CommunicatorFront, private val order: CallOrder) {
     /**
      * Validates nothing (the operation methods did), then: usable, sequence and record under the
-     * lock; retain; [issue]; complete or fail; release. The common case (the backend completed in
-     * [issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
+     * lock; retain; [CommunicatorFront.issue]; complete or fail; release. The common case (the backend completed in
+     * [CommunicatorFront.issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
      */
     suspend fun <T> collective(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
@@ -38,7 +38,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
 
     /**
      * [collective] of a caller that must first wait for the issue turn (a composite operation is
-     * issuing): it holds the turn until the backend took the call ([issue] returned), so that the
+     * issuing): it holds the turn until the backend took the call ([CommunicatorFront.issue] returned), so that the
      * next caller's call cannot reach a backend that orders calls as they reach it (the GPU engine's
      * device thread) before this one.
      */
@@ -54,7 +54,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
 
     /**
      * An allocating collective: as [collective], but its output (of [shape], [input]'s dtype) is
-     * allocated once the call is numbered, recorded and timed ([allocate] with the call), so that an
+     * allocated once the call is numbered, recorded and timed ([CommunicatorFront.allocate] with the call), so that an
      * allocation that waits is within the call's deadline. A failed (or cancelled) allocation fails
      * the recorded call and issues nothing. Returns the output.
      */
@@ -81,8 +81,8 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
     }
 
     /**
-     * Retain, [issue], complete or fail, release, for a [call] already begun (and its output
-     * allocated); [turn], when the caller waited for the issue turn, is passed on once [issue] returned.
+     * Retain, [CommunicatorFront.issue], complete or fail, release, for a [call] already begun (and its output
+     * allocated); [turn], when the caller waited for the issue turn, is passed on once [CommunicatorFront.issue] returned.
      */
     private suspend fun <T> issueBegun(call: OperationCall, ret: T, turn: IssueTurn.Waiter?): T {
         val input = call.input
