@@ -93,6 +93,10 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         var wake: ArrayList<Pair<Posted, Result<MessageInfo>>>? = null
         var consumed = false
         synchronized(lock) {
+            // A message no posted receive will take is copied: its memory first, before any posted call
+            // is answered, so that running out of budget (NativeMemoryBudgetException to the sender)
+            // leaves every receive and probe as it was.
+            val copy = if (sender == null && !receivable(source, tag, bytes)) bufferCopy(data, bytes) else null
             val info = MessageInfo(source, tag, bytes)
             val it = posted.iterator()
             while (it.hasNext()) {
@@ -117,10 +121,8 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
                 break
             }
             if (!consumed && sender == null) {
-                val buffer = if (bytes > HEAP_LIMIT) bufferTensor(bytes) else null
-                val copy = buffer?.segment?.asSlice(0, bytes) ?: MemorySegment.ofArray(LongArray(((bytes + 7) / 8).toInt())).asSlice(0, bytes)
-                MemorySegment.copy(data, 0, copy, 0, bytes)
-                queue.addLast(Message(source, tag, bytes, copy, buffer))
+                val (segment, buffer) = copy ?: bufferCopy(data, bytes)
+                queue.addLast(Message(source, tag, bytes, segment, buffer))
             } else if (!consumed && sender != null) {
                 val m = Message(source, tag, bytes, data)
                 m.sender = sender
@@ -134,13 +136,23 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         if (consumed) sender?.resumeWith(Result.success(Unit))
     }
 
+    /** Whether a receive posted here (active, matching, of [bytes]) takes a message now, as [offer]'s loop decides; under [lock]. */
+    private fun receivable(source: Int, tag: Int, bytes: Long): Boolean =
+        posted.any { p -> p.cont.isActive && matches(p.source, p.tag, source, tag) && p.target != null && p.target.byteSize == bytes }
+
     /**
-     * The memory of a buffered message above [HEAP_LIMIT]: a host tensor, so it counts against the
-     * native memory budget (a loop of messages nobody receives ends in [dev.tpcomm.NativeMemoryBudgetException]
-     * on the sender, named, instead of growing the process) and goes back to the pool as soon as a
-     * receive took the message ([Message.buffer]).
+     * A copy of [data] for the queue, and the tensor that holds it above [HEAP_LIMIT] (null: on the
+     * Java heap). The tensor counts against the native memory budget (a loop of messages nobody
+     * receives ends in [dev.tpcomm.NativeMemoryBudgetException] on the sender, named, instead of
+     * growing the process) and goes back to the pool as soon as a receive took the message
+     * ([Message.buffer]).
      */
-    private fun bufferTensor(bytes: Long): Tensor = Tensor.zeros(DType.Int64, listOf(((bytes + 7) / 8).toInt()))
+    private fun bufferCopy(data: MemorySegment, bytes: Long): Pair<MemorySegment, Tensor?> {
+        val buffer = if (bytes > HEAP_LIMIT) Tensor.zeros(DType.Int64, listOf(((bytes + 7) / 8).toInt())) else null
+        val copy = buffer?.segment?.asSlice(0, bytes) ?: MemorySegment.ofArray(LongArray(((bytes + 7) / 8).toInt())).asSlice(0, bytes)
+        MemorySegment.copy(data, 0, copy, 0, bytes)
+        return copy to buffer
+    }
 
     /**
      * Takes the first matching queued message into [target] (or, for a probe with null target,

@@ -40,6 +40,14 @@ class UnreceivedMessagesTest : FunSpec({
         out shouldContain "budget of 64.0 MiB"
     }
 
+    test("a send that fails for want of budget answers no posted probe; the probe sees the message once a later send succeeds") {
+        val (rc, out) = run("probe")
+        rc shouldBe 0
+        out shouldContain "tag 7 send failed for want of budget: true"
+        out shouldContain "probe answered by the failed send: false"
+        out shouldContain "probe saw 8388608 bytes with tag 7; received 7.0"
+    }
+
     test("received ones give their memory back at once: 200 rounds of 8 MiB, then 56 MiB held, at a 64 MiB budget") {
         val (rc, out) = run("receive")
         rc shouldBe 0
