@@ -273,16 +273,12 @@ public abstract class CommunicatorFront(
         return refusal(operation, collective)
     }
 
-    // ------------------------------------------------------------------ failure and abort
+    // ------------------------------------------------------------------ failure, abort and the exceptions ([FrontFailure])
 
-    /** The one failure state of this communicator on this rank: its first failure wins. */
-    private val failures = dev.tpcomm.spi.FailureState(errors)
+    /** This communicator's one failure state and exception factory. */
+    private val failures = FrontFailure(errors, recorder, rank, worldSize, backendName, { isClosed }) { cause, detail -> aborting(cause, detail) }
 
-    /**
-     * The first failure of this communicator on this rank (a timeout, a mismatch, a library error,
-     * a cancelled in-flight call, a peer's abort, [abort]), or null while it is usable; closing it
-     * is not a failure. Thread-safe.
-     */
+    /** The first failure of this communicator on this rank, or null while it is usable ([FrontFailure.cause]). Thread-safe. */
     public val failure: Throwable? get() = failures.cause
 
     final override val isAborted: Boolean get() = failures.isAborted
@@ -291,64 +287,18 @@ public abstract class CommunicatorFront(
     final override fun abort(reason: String): Boolean =
         abortWith(errors.aborted(ABORT, CommunicationErrors.NO_SEQUENCE, "rank $rank aborted the communicator: $reason"), ABORT_FROM_FRONT)
 
-    /**
-     * Records [cause] as this communicator's failure unless it failed before (the first failure
-     * wins), and then records the abort in the flight recorder and lets the backend end what is in
-     * flight ([aborting], with [detail]). Returns true when [cause] became the failure. Thread-safe;
-     * never blocks.
-     */
+    /** Records [cause] as the failure unless one came first, then the backend's [aborting] ([FrontFailure.abortWith]). Never blocks. */
     @InternalTpcommApi
-    public fun abortWith(cause: Throwable, detail: Int = ABORT_FROM_FRONT): Boolean {
-        if (!failures.abort(cause)) return false
-        recorder.recordAbort(cause)
-        try {
-            aborting(cause, detail)
-        } catch (t: Throwable) {
-            System.err.println("tpcomm: $backendName rank $rank: aborting the communicator after $cause failed: $t")
-            t.printStackTrace()
-        }
-        return true
-    }
+    public fun abortWith(cause: Throwable, detail: Int = ABORT_FROM_FRONT): Boolean = failures.abortWith(cause, detail)
 
-    /**
-     * The deadline of the operation recorded as [entry] passed and the backend named it [timeout]
-     * (what it waited for, in the backend's words): the record carries it ([FlightRecorder.Entry.timeout]: the call ends
-     * with it, named, whatever failed the communicator first), fails with it, and the communicator
-     * aborts with it ([abortWith], [detail] for the backend's [aborting]). What the backend calls
-     * from [deadlinePassed] before it releases the caller. Returns whether [timeout] became the
-     * communicator's failure.
-     */
+    /** The deadline of [entry] passed and the backend named it [timeout] ([FrontFailure.expire]); called from [deadlinePassed]. */
     @InternalTpcommApi
-    public fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException, detail: Int = ABORT_FROM_FRONT): Boolean {
-        entry.timedOut = timeout
-        entry.fail(timeout)
-        return abortWith(timeout, detail)
-    }
+    public fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException, detail: Int = ABORT_FROM_FRONT): Boolean =
+        failures.expire(entry, timeout, detail)
 
-    /**
-     * The front's rule for a call numbered (and recorded as [operation] #[sequence]) that this rank
-     * gives up before issuing it ([cause]: its caller was cancelled while it waited for its output or
-     * for the library's thread, a tensor was closed meanwhile): the peers' call of that number would
-     * meet this rank's next call, or wait until their deadline, so the communicator aborts now,
-     * unless it has no peers or is closed. A caller's deadline (`withTimeout`) is a
-     * [CommunicationTimeoutException] ([cancellationReason]), anything else an abort. Returns the
-     * exception when it became the communicator's failure, else null. Never blocks.
-     */
+    /** The front's rule for a call numbered but given up before its issue ([FrontFailure.abortNotIssued]). Never blocks. */
     @InternalTpcommApi
-    public fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException? {
-        if (worldSize == 1 || isClosed || isAborted) return null
-        val why = "its peers pair calls by their order on the communicator, so theirs would wait for it or meet this rank's next call"
-        val reason = if (cause is TimeoutCancellationException) {
-            cancellationReason(operation, sequence, cause, "before it was issued ($why)")
-        } else {
-            errors.aborted(
-                operation, sequence,
-                "rank $rank gave up $operation #$sequence before issuing it (${cause.message ?: cause.javaClass.name}); $why: the communicator was aborted",
-                cause,
-            )
-        }
-        return reason.takeIf { abortWith(it) }
-    }
+    public fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException? = failures.abortNotIssued(operation, sequence, cause)
 
     /** [notIssued], then the front's rule ([abortNotIssued]) for [call], given up before [issue] because of [cause]. */
     internal fun gaveUp(call: OperationCall, cause: Throwable) {
@@ -370,63 +320,29 @@ public abstract class CommunicatorFront(
     /** How many operations the deadline queue holds (finished ones not yet dropped included); for tests. */
     internal val trackedDeadlines: Int get() = order.trackedDeadlines
 
-    // ------------------------------------------------------------------ the exception factory
-
-    /** The named exception of [failure] in [operation] (flight-record sequence [sequence]). */
-    public fun exceptionOf(failure: OperationFailure, operation: String, sequence: Long): CommunicationException = when (failure.kind) {
-        OperationFailure.MISMATCH -> errors.mismatch(operation, sequence, failure.message, failure.ranks, failure.fields)
-        OperationFailure.TIMEOUT -> errors.timeout(operation, sequence, failure.message, failure.cause)
-        OperationFailure.NATIVE -> errors.nativeError(operation, sequence, failure.message, failure.code, failure.isRuntimeError)
-        OperationFailure.OTHER -> errors.failure(operation, sequence, failure.message, failure.cause)
-        else -> errors.aborted(operation, sequence, failure.message, failure.cause)
-    }
+    /** The named exception of [failure] in [operation] (flight-record sequence [sequence]; [FrontFailure.exceptionOf]). */
+    public fun exceptionOf(failure: OperationFailure, operation: String, sequence: Long): CommunicationException =
+        failures.exceptionOf(failure, operation, sequence)
 
     /** [exceptionOf] a failure of [kind] (one of [OperationFailure]'s kinds) in [operation], saying [message]. */
     public fun exceptionOf(kind: Int, operation: String, sequence: Long, message: String, cause: Throwable? = null): CommunicationException =
-        exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
+        failures.exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
 
-    /**
-     * The exception of a communicator its user closed (operation `close`, no sequence number): the
-     * cause a backend records when it closes, which later calls name ([abortedMessage]).
-     */
-    protected fun closedException(): CommunicationException = closedCause
-
-    /** Made once, at the first need: the cause every call after [close] names. */
-    private val closedCause: CommunicationException by lazy { errors.closed() }
+    /** The exception of a communicator its user closed ([FrontFailure.closed]), which later calls name. */
+    protected fun closedException(): CommunicationException = failures.closed
 
     /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
     public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)
 
-    /**
-     * Why the communicator aborts when this rank is cancelled inside [operation] ([where]): a
-     * timeout when the cancellation is a caller's deadline (`withTimeout`), an abort otherwise.
-     */
+    /** Why the communicator aborts when this rank is cancelled inside [operation] ([where]; [FrontFailure.cancellationReason]). */
     public fun cancellationReason(operation: String, sequence: Long, cause: Throwable?, where: String): CommunicationException =
-        if (cause is TimeoutCancellationException) {
-            errors.timeout(
-                operation, sequence,
-                "$operation did not complete before the caller's deadline (${cause.message}); cancelled $where, which aborts the communicator", cause,
-            )
-        } else {
-            errors.aborted(operation, sequence, "rank $rank was cancelled $where in $operation; the collective cannot complete without it", cause)
-        }
+        failures.cancellationReason(operation, sequence, cause, where)
 
-    /**
-     * Why a call is refused (or ended) once the communicator failed with [cause]: an
-     * [OperationFailure.ABORTED] whose message names the first failure (or says the communicator
-     * was closed) and whose cause is [cause].
-     */
-    protected fun abortedFailure(cause: Throwable): OperationFailure =
-        OperationFailure(OperationFailure.ABORTED, abortedMessage(cause), cause)
+    /** Why a call is refused once the communicator failed with [cause] ([FrontFailure.abortedFailure]). */
+    protected fun abortedFailure(cause: Throwable): OperationFailure = failures.abortedFailure(cause)
 
-    /**
-     * Compares the signatures of every rank ([CollectiveSignature.SIZE] longs per rank in [all]) of
-     * collective [sequence]; the mismatch found, as a failure, or null when all agree.
-     */
-    protected fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure? {
-        val m = CollectiveSignature.compare(all, worldSize, sequence, description) ?: return null
-        return OperationFailure(OperationFailure.MISMATCH, m.message, null, m.ranks, m.fields)
-    }
+    /** The mismatch among every rank's signatures of collective [sequence], or null ([FrontFailure.compareSignatures]). */
+    protected fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure? = failures.compareSignatures(all, sequence, description)
 
     // ------------------------------------------------------------------ collectives
 
