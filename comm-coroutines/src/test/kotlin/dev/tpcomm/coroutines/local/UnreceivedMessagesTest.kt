@@ -3,8 +3,6 @@ package dev.tpcomm.coroutines.local
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.shouldBe
 import io.kotest.matchers.string.shouldContain
-import java.io.File
-import java.util.concurrent.TimeUnit
 
 /**
  * Issue 34: messages the in-process backend buffers (above 1 MiB: a send to the sender's own rank,
@@ -13,25 +11,10 @@ import java.util.concurrent.TimeUnit
  * 64 MiB budget without a word, freed only when the garbage collector found them.
  */
 class UnreceivedMessagesTest : FunSpec({
-    fun run(mode: String): Pair<Int, String> {
-        val java = File(System.getProperty("java.home"), "bin/java").path
-        val cp = System.getProperty("surefire.test.class.path") ?: System.getProperty("java.class.path")
-        val log = File.createTempFile("tpcomm-unreceived-", ".log")
-        try {
-            val pb = ProcessBuilder(
-                java, "-Xmx256m", "--enable-native-access=ALL-UNNAMED", "-Dtpcomm.memory.budget=64m",
-                "-cp", cp, UnreceivedMessagesProgram::class.java.name, mode,
-            ).redirectErrorStream(true).redirectOutput(log)
-            pb.environment().remove("TPCOMM_MEMORY_BUDGET")
-            val p = pb.start()
-            if (!p.waitFor(120, TimeUnit.SECONDS)) p.destroyForcibly().waitFor()
-            val out = log.readText().takeLast(4000)
-            println(out)
-            return p.exitValue() to out
-        } finally {
-            log.delete()
-        }
-    }
+    fun run(mode: String): Pair<Int, String> = ChildJvm.run(
+        UnreceivedMessagesProgram::class.java.name,
+        listOf("-Xmx256m", "--enable-native-access=ALL-UNNAMED", "-Dtpcomm.memory.budget=64m"), listOf(mode),
+    )
 
     test("unreceived 8 MiB messages buffered by the library end in NativeMemoryBudgetException at a 64 MiB budget") {
         val (rc, out) = run("forget")
