@@ -44,9 +44,15 @@ class PyTorchInteropSpec : FunSpec({
                 s.check(listOf("a", "n")) shouldBe true
                 s.check(listOf("a", "nope")) shouldBe false
                 torch.check(listOf("a", "n")) shouldBe true
+                // APPEND and QUEUE_PUSH have no reply (TCPStore.cpp, TCPStore::append and ::queuePush):
+                // one has landed once a later request on the same connection is answered, so each
+                // is read back there before the other connection writes, or they land in either order.
                 s.append("ap", b("he"))
+                s.get("ap").text() shouldBe "he"
                 torch.append("ap", b("ll"))
+                torch.get("ap").text() shouldBe "hell"
                 s.append("ap", b("o"))
+                s.get("ap").text() shouldBe "hello"
                 torch.get("ap").text() shouldBe "hello"
                 s.multiSet(mapOf("m1" to b("one"), "m2" to b("two")))
                 torch.get("m2").text() shouldBe "two"
@@ -59,7 +65,9 @@ class PyTorchInteropSpec : FunSpec({
                 s.listKeys() shouldContainAll listOf("fromTorch", "n", "c", "ap", "m1", "m2")
                 torch.listKeys() shouldContainAll listOf("fromTorch", "n") // PyTorch's client strips its "/" too
                 s.queuePush("q", b("v1"))
+                s.queueLen("q") shouldBe 1L
                 torch.queuePush("q", b("v2"))
+                torch.queueLen("q") shouldBe 2L
                 s.queueLen("q") shouldBe 2L
                 torch.queuePop("q").text() shouldBe "v1"
                 s.queuePop("q").text() shouldBe "v2"
@@ -168,8 +176,12 @@ class PyTorchInteropSpec : FunSpec({
                     torch.delete("a") shouldBe false
                     torch.numKeys() shouldBe n - 1
                     torch.listKeys() shouldContainAll listOf("fromTpcomm", "n", "c", "ap")
+                    // QUEUE_PUSH has no reply either (TCPStore.cpp, TCPStore::queuePush): a push is
+                    // known to have landed only once a later request on the same connection is answered.
                     torch.queuePush("q", b("v1"))
+                    torch.queueLen("q") shouldBe 1L
                     s.queuePush("q", b("v2"))
+                    s.queueLen("q") shouldBe 2L
                     torch.queueLen("q") shouldBe 2L
                     s.queuePop("q").text() shouldBe "v1"
                     torch.queuePop("q").text() shouldBe "v2"
