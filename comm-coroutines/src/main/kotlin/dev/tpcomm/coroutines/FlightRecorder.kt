@@ -331,7 +331,7 @@ public class FlightRecorder(
         queued: Boolean = false,
     ): Entry {
         val collective = if (peer == NONE) ++collectives else 0L
-        val event = if (JFR) FlightEvents.begin(operation, peer) else null
+        val event = if (JFR && jdk.jfr.FlightRecorder.isInitialized()) FlightEvents.begin(operation, peer) else null
         val e = Entry(
             sequences.getAndIncrement(), collective, operation, dtype, shape, bytes, root, peer, tag, dim, reduceOp,
             clock.nanoTime(), queued, event,
@@ -454,7 +454,7 @@ public class FlightRecorder(
     public fun recordAbort(cause: Throwable) {
         if (closed) return // closing a world aborts what is left of it: not a failure to report
         val first = firstFailure.compareAndSet(null, cause.toString())
-        if (JFR) FlightEvents.abort(this, cause)
+        if (JFR && jdk.jfr.FlightRecorder.isInitialized()) FlightEvents.abort(this, cause)
         if (first) writeQuietly(if (cause is CommunicationTimeoutException) DumpReason.Timeout else DumpReason.Aborted)
     }
 
@@ -494,7 +494,14 @@ public class FlightRecorder(
         /** `TPCOMM_FLIGHT_RECORDER_DIR`, read once; null when unset or blank. */
         private val ENVIRONMENT_DUMP_DIRECTORY: String? = System.getenv("TPCOMM_FLIGHT_RECORDER_DIR")?.takeIf { it.isNotBlank() }
 
-        /** False with `-Dtpcomm.jfr=false`: no JFR events at all, the check folded away by the JIT. */
+        /**
+         * False with `-Dtpcomm.jfr=false`: no JFR events at all, the check folded away by the JIT.
+         * When true, an operation touches the event classes only once the JDK's Flight Recorder is
+         * initialised (`jdk.jfr.FlightRecorder.isInitialized()`, a static read: true from the first
+         * recording on, `-XX:StartFlightRecording` or `jcmd JFR.start` included), so a JVM that
+         * never records does not pay JFR's initialisation (its metadata, settings and event
+         * registration: about half a second of a fresh JVM's first call on a 2-core machine).
+         */
         @JvmField internal val JFR: Boolean = System.getProperty("tpcomm.jfr", "true") != "false"
 
         private const val STARTED: Int = 0

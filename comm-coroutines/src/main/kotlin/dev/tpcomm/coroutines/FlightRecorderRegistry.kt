@@ -3,52 +3,100 @@ package dev.tpcomm.coroutines
 import java.lang.management.ManagementFactory
 import java.lang.ref.WeakReference
 import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.ExecutorService
+import java.util.concurrent.Executors
+import javax.management.MBeanServerFactory
 import javax.management.ObjectName
 
 /**
  * The open [FlightRecorder]s of this JVM (weakly held): their MBeans and the shutdown hook that
  * dumps those with a dump directory when the JVM exits (a launcher killing the job, Ctrl-C, or a
  * normal exit with communicators still open). Thread-safe; registration is off every operation's path.
+ *
+ * The MBeans go to the platform MBean server. Building that server is a fresh JVM's costliest
+ * step in tpcomm (every platform MXBean, JFR's included: about a second of a 2-core machine's
+ * first communicator), so a communicator created before anyone built it does not wait for it: its
+ * MBean is registered (and later unregistered, in that order) by one daemon thread,
+ * `tpcomm-jmx`, shortly after. Where the server is already up (a JMX agent, JConsole attached,
+ * an earlier registration done) registration is immediate, as before.
  */
 internal object FlightRecorderRegistry {
     private val JMX: Boolean = System.getProperty("tpcomm.jmx", "true") != "false"
     private val open = ConcurrentHashMap<Long, Registration>()
     @Volatile private var hookInstalled = false
 
-    private class Registration(recorder: FlightRecorder, val name: ObjectName?) {
+    /** [deferred]: the MBean was handed to the `tpcomm-jmx` thread, so its removal goes there too (after it). */
+    private class Registration(recorder: FlightRecorder, val name: ObjectName?, val deferred: Boolean) {
         val ref = WeakReference(recorder)
+    }
+
+    /** The `tpcomm-jmx` thread: MBean work queued while the platform server was not yet built, in order. */
+    private val jmx: ExecutorService by lazy {
+        Executors.newSingleThreadExecutor { r -> Thread(r, "tpcomm-jmx").apply { isDaemon = true } }
+    }
+
+    /**
+     * Whether the platform MBean server exists: `ManagementFactory.getPlatformMBeanServer` builds it
+     * through `MBeanServerFactory.createMBeanServer`, which lists every server it built for
+     * `findMBeanServer`; asking that list builds nothing.
+     */
+    private fun serverUp(): Boolean = try {
+        MBeanServerFactory.findMBeanServer(null).isNotEmpty()
+    } catch (_: Exception) {
+        false
+    }
+
+    private fun registerMBean(what: String, bean: CommunicatorMBean, name: ObjectName) {
+        try {
+            ManagementFactory.getPlatformMBeanServer().registerMBean(bean, name)
+        } catch (e: Exception) {
+            System.err.println("tpcomm: could not register the MBean of $what: $e")
+        }
     }
 
     fun register(recorder: FlightRecorder) {
         if (recorder.instance % 64 == 0L) sweep()
         var name: ObjectName? = null
+        var deferred = false
         if (JMX) {
             try {
-                name = ObjectName(
+                val n = ObjectName(
                     "dev.tpcomm:type=Communicator,backend=${ObjectName.quote(recorder.backend)}," +
                         "communicator=${ObjectName.quote(recorder.communicator)},rank=${recorder.rank},instance=${recorder.instance}",
                 )
-                ManagementFactory.getPlatformMBeanServer().registerMBean(CommunicatorMBean(WeakReference(recorder)), name)
+                val bean = CommunicatorMBean(WeakReference(recorder))
+                name = n
+                val what = recorder.toString() // the queued task must not hold the recorder
+                if (serverUp()) {
+                    registerMBean(what, bean, n)
+                } else {
+                    deferred = true
+                    jmx.execute { registerMBean(what, bean, n) }
+                }
             } catch (e: Exception) {
                 name = null
                 System.err.println("tpcomm: could not register the MBean of $recorder: $e")
             }
         }
-        open[recorder.instance] = Registration(recorder, name)
+        open[recorder.instance] = Registration(recorder, name, deferred)
         if (recorder.dumpDirectory != null && !hookInstalled) installHook()
     }
 
     fun unregister(recorder: FlightRecorder) {
-        open.remove(recorder.instance)?.let { unregisterMBean(it.name) }
+        open.remove(recorder.instance)?.let(::unregisterMBean)
     }
 
     /** Drops the registrations of recorders that were collected without being closed. */
     private fun sweep() {
-        for ((k, r) in open) if (r.ref.get() == null && open.remove(k, r)) unregisterMBean(r.name)
+        for ((k, r) in open) if (r.ref.get() == null && open.remove(k, r)) unregisterMBean(r)
     }
 
-    private fun unregisterMBean(name: ObjectName?) {
-        if (name == null) return
+    private fun unregisterMBean(r: Registration) {
+        val name = r.name ?: return
+        if (r.deferred) jmx.execute { unregisterMBean(name) } else unregisterMBean(name)
+    }
+
+    private fun unregisterMBean(name: ObjectName) {
         try {
             ManagementFactory.getPlatformMBeanServer().unregisterMBean(name)
         } catch (_: Exception) {

@@ -210,10 +210,11 @@ class FlightRecorderObservabilityTest : FunSpec({
     }
 
     test("JMX: an MBean per communicator shows rank, sequences, the operation in flight with its age, the abort, and leaves on close") {
+        // The server first, as a JMX user's JVM has it (agent, JConsole): registration is then immediate.
+        val server = ManagementFactory.getPlatformMBeanServer()
         LocalWorld(2, CommConfig(timeout = 2.seconds)).use { w ->
             val c0 = w.communicator(0)
             val rec = recorderOf(c0)
-            val server = ManagementFactory.getPlatformMBeanServer()
             val name = ObjectName("dev.tpcomm:type=Communicator,backend=\"local\",communicator=\"world2\",rank=0,instance=${rec.instance}")
             server.isRegistered(name) shouldBe true
             runBlocking {
