@@ -20,6 +20,8 @@ import java.nio.file.Path
  * @property iters timed iterations per repeat; null calibrates them to [timeBudgetSeconds].
  * @property timeBudgetSeconds target duration of one timed repeat when [iters] is null.
  * @property repeats timed repeats per size; the median is reported.
+ * @property firstCalls calls timed at each size before its warm-up (the `first` column: what a loop
+ * pays for its first calls at a new size, next to the steady state); 0 times none.
  * @property csv file the CSV result lines go to; [appendCsv] appends instead of overwriting.
  * @property repeatsCsv file for every repeat's time (`impl,collective,world,bytes,K,t1_us,...`).
  * @property plot PNG file for the busbw-against-size plot.
@@ -51,6 +53,7 @@ public data class BenchOptions(
     val iters: Int? = null,
     val timeBudgetSeconds: Double = 0.1,
     val repeats: Int = 3,
+    val firstCalls: Int = 1000,
     val csv: Path? = null,
     val appendCsv: Boolean = false,
     val repeatsCsv: Path? = null,
@@ -72,6 +75,7 @@ public data class BenchOptions(
         require(sizes.isNotEmpty()) { "no sizes to measure: give --sizes or -b/-e" }
         require(root in 0 until world) { "--root $root is not a rank of a world of $world; use 0..${world - 1}" }
         require(repeats >= 1) { "--repeats must be at least 1, got $repeats" }
+        require(firstCalls >= 0) { "--first must be >= 0, got $firstCalls" }
         require(iters == null || iters >= 1) { "--iters must be at least 1, got $iters" }
         require(warmup == null || warmup >= 0) { "--warmup must be >= 0, got $warmup" }
         require(warmupSeconds >= 0) { "--warmup-time must be >= 0, got $warmupSeconds" }
@@ -127,6 +131,7 @@ public data class BenchOptions(
             |  --iters, -n N            timed iterations per repeat (default: calibrated to --time)
             |  --time SECONDS           target time of one timed repeat when --iters is not given (default 0.1)
             |  --repeats N              timed repeats per size, median reported (default 3)
+            |  --first N                calls timed at each size before its warm-up: the "first" column (default 1000, 0: none)
             |  --csv FILE [--append]    CSV lines impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps
             |  --repeats-csv FILE       every repeat: impl,collective,world,bytes,K,t1_us,t2_us,t3_us
             |  --plot FILE.png          busbw against size, log-log
@@ -232,6 +237,7 @@ public data class BenchOptions(
                         v.trim().removeSuffix("s").toDoubleOrNull() ?: throw IllegalArgumentException("$a needs seconds, e.g. 0.25, got '$v'")
                     }
                     "--repeats" -> fields["repeats"] = int(a)
+                    "--first" -> fields["first"] = int(a)
                     "--csv" -> fields["csv"] = Path.of(value(a))
                     "--append" -> fields["append"] = true
                     "--repeats-csv" -> fields["repeatsCsv"] = Path.of(value(a))
@@ -271,6 +277,7 @@ public data class BenchOptions(
                 iters = fields["iters"] as Int? ?: o.iters,
                 timeBudgetSeconds = fields["time"] as Double? ?: o.timeBudgetSeconds,
                 repeats = fields["repeats"] as Int? ?: o.repeats,
+                firstCalls = fields["first"] as Int? ?: o.firstCalls,
                 csv = fields["csv"] as Path? ?: o.csv,
                 appendCsv = fields["append"] as Boolean? ?: o.appendCsv,
                 repeatsCsv = fields["repeatsCsv"] as Path? ?: o.repeatsCsv,

@@ -8,6 +8,8 @@ import java.util.Locale
  * @property wrong wrong elements found by the correctness check, summed over ranks; -1 when not checked.
  * @property repeatsUs every repeat's time in microseconds, in the order measured.
  * @property iterations timed iterations per repeat (K).
+ * @property firstUs mean time of the point's first [BenchOptions.firstCalls] calls, before its
+ * warm-up (max over ranks, microseconds); NaN when none were timed.
  */
 public data class BenchResult(
     val impl: String,
@@ -21,6 +23,7 @@ public data class BenchResult(
     val wrong: Long,
     val iterations: Long,
     val repeatsUs: List<Double>,
+    val firstUs: Double = Double.NaN,
 ) {
     /** The line in the common CSV format `impl,collective,world,bytes,time_us,algbw_GBps,busbw_GBps`. */
     public fun csvLine(): String = String.format(

@@ -7,7 +7,7 @@ import dev.tpcomm.Tensor
 
 /**
  * nccl-tests' method on any [Communicator]: for each size, a correctness check with known inputs,
- * warm-up, an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
+ * the first [BenchOptions.firstCalls] calls timed (the warm-up a user's loop meets), warm-up, an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
  * (identical on every rank because it derives from a max-reduced time), one untimed repeat of that
  * length (JIT warm-up), then repeats of
  * barrier + K timed iterations, each rank's mean per iteration, max over ranks; the median repeat
@@ -48,6 +48,9 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
         try {
             val wrong = if (options.check) check(op, buffers) else -1L
             buffers.fillForTiming()
+            // The first calls at this size, before any warm-up at it: what a user's loop pays when it
+            // meets a new size (in a fresh JVM's first point, its first calls at all but the JIT pre-pass).
+            val first = if (options.firstCalls > 0) firstCalls(buffers) * 1e6 else Double.NaN
             warmUp(buffers)
             val k = options.iters?.toLong() ?: calibrate(buffers)
             // One untimed repeat at full length: on the JVM the first thousands of calls still run
@@ -60,7 +63,7 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
                 timeUs = median * 1e6,
                 algbwGBps = op.algbw(bytes, world, median),
                 busbwGBps = op.busbw(bytes, world, median),
-                wrong = wrong, iterations = k, repeatsUs = reps.map { it * 1e6 },
+                wrong = wrong, iterations = k, repeatsUs = reps.map { it * 1e6 }, firstUs = first,
             )
         } finally {
             buffers.close()
@@ -88,6 +91,34 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
             if (done >= WARMUP_ITERS || scratch.getDouble(0) >= options.warmupSeconds) break
             chunk = minOf(chunk * 2, 4096L)
         }
+    }
+
+    /**
+     * The mean time (seconds, max over ranks) of the first [BenchOptions.firstCalls] calls, or of
+     * fewer when they pass [BenchOptions.timeBudgetSeconds] first (64 MiB points): chunks of 1, 2,
+     * 4, ... calls, each rank timing only its calls, every rank stopping after the same chunk (the
+     * decision uses the max-reduced elapsed time, outside the timed calls).
+     */
+    private suspend fun firstCalls(b: Buffers): Double {
+        comm.barrier()
+        var spent = 0L
+        var done = 0L
+        var chunk = 1L
+        while (true) {
+            val n = minOf(chunk, options.firstCalls - done)
+            val t0 = System.nanoTime()
+            var i = 0L
+            while (i < n) { b.runOnce(); i++ }
+            spent += System.nanoTime() - t0
+            done += n
+            scratch.setDouble(0, spent / 1e9)
+            comm.allReduce(scratch, ReduceOp.Max)
+            if (done >= options.firstCalls || scratch.getDouble(0) >= options.timeBudgetSeconds) break
+            chunk *= 2
+        }
+        scratch.setDouble(0, spent / 1e9 / done)
+        comm.allReduce(scratch, ReduceOp.Max)
+        return scratch.getDouble(0)
     }
 
     private suspend fun calibrate(b: Buffers): Long {

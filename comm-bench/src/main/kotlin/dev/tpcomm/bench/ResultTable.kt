@@ -16,10 +16,11 @@ public class ResultTable(private val out: PrintStream, private val options: Benc
         out.println("# tpcomm comm-bench: ${op.cliName}, backend ${options.backend}${if (options.backend == "mpi") " (${options.mpi})" else ""}, " +
             "world $world, dtype ${dtypeName(options.dtype)}, impl ${options.implLabel}, dispatcher ${options.dispatcher}")
         out.println("# method: check, warm-up, calibrated iterations (~${fmt("%.2f", options.timeBudgetSeconds)} s per repeat, one untimed" +
-            (options.iters?.let { ", fixed $it" } ?: "") + "), barrier, mean per rank, max over ranks, median of ${options.repeats} repeats")
+            (options.iters?.let { ", fixed $it" } ?: "") + "), barrier, mean per rank, max over ranks, median of ${options.repeats} repeats" +
+            (if (options.firstCalls > 0) "; first: mean of the first ${options.firstCalls} calls at the size (fewer past ${fmt("%.2f", options.timeBudgetSeconds)} s), before its warm-up" else ""))
         out.println("#")
-        out.println(fmt("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"))
-        out.println(fmt("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", ""))
+        out.println(fmt("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s  %10s", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "first"))
+        out.println(fmt("# %10s  %12s  %8s  %6s  %6s  %10s  %8s  %8s  %6s  %10s", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)"))
         out.flush()
     }
 
@@ -30,8 +31,9 @@ public class ResultTable(private val out: PrintStream, private val options: Benc
         val redop = if (r.op.reduces) options.redop.name.lowercase() else "none"
         val root = if (r.op.rooted) options.root.toString() else "-1"
         val wrong = if (r.wrong < 0) "N/A" else r.wrong.toString()
-        out.println(fmt("  %10d  %12d  %8s  %6s  %6s  %10s  %8.2f  %8.2f  %6s",
-            r.bytes, r.count, dtypeName(options.dtype), redop, root, time(r.timeUs), r.algbwGBps, r.busbwGBps, wrong))
+        out.println(fmt("  %10d  %12d  %8s  %6s  %6s  %10s  %8.2f  %8.2f  %6s  %10s",
+            r.bytes, r.count, dtypeName(options.dtype), redop, root, time(r.timeUs), r.algbwGBps, r.busbwGBps, wrong,
+            if (r.firstUs.isNaN()) "-" else time(r.firstUs)))
         out.flush()
     }
 

@@ -107,6 +107,7 @@ class BenchRunnerTest : FunSpec({
         code shouldBe 0
         val table = out.toString()
         table shouldContain "#wrong"
+        table shouldContain "first: mean of the first 1000 calls at the size"
         table shouldContain "Out of bounds values : 0 OK"
         val lines = Files.readAllLines(csv)
         lines[0] shouldBe BenchResult.CSV_HEADER
@@ -136,5 +137,16 @@ class BenchRunnerTest : FunSpec({
         MpiLauncher.command(m, emptyList(), "X").take(3) shouldBe listOf("mpirun.mpich", "-np", "2")
         val missing = BenchOptions.parse(listOf("--backend", "mpi", "--mpirun", "/nonexistent/mpirun"))!!
         runCatching { MpiLauncher.launch(missing, emptyList(), "X") }.exceptionOrNull()!!.message!! shouldContain "not found"
+    }
+
+    test("each point times its first calls before its warm-up (--first N), none with --first 0") {
+        val timedFirst = withContext(Dispatchers.Default) {
+            runLocalWorld(2) { comm -> BenchRunner(comm, tiny("--first", "50")).run() }
+        }
+        timedFirst.flatten().forEach { r -> r.firstUs shouldBeGreaterThan 0.0 }
+        val none = withContext(Dispatchers.Default) {
+            runLocalWorld(2) { comm -> BenchRunner(comm, tiny("--first", "0")).run() }
+        }
+        none.flatten().forEach { r -> r.firstUs.isNaN() shouldBe true }
     }
 })
