@@ -11,7 +11,8 @@
 # (-XX:AOTCacheOutput; under mpirun rank 0 trains, the others run plain), before the rounds.
 #
 #   scripts/first-calls.sh                   3 rounds, local + openmpi + mpich, plain and aot
-# Knobs (environment): ROUNDS (3), CONFIGS ("local openmpi mpich"), MODES ("plain aot"),
+# Knobs (environment): ROUNDS (3), CONFIGS ("local openmpi mpich"), MODES ("plain aot"; also
+#   nojmx: -Dtpcomm.jmx=false, to see what the MBeans' background registration costs),
 #   OUT (raw results folder).
 # Prints one Markdown table (median and range over the rounds of each figure) and keeps the raw
 # lines in $OUT/runs.csv (config,mode,round,figure,value).
@@ -71,7 +72,12 @@ for r in $(seq "$ROUNDS"); do
     for m in $MODES; do
       echo "round $r of $ROUNDS: $c $m (load $(cut -d' ' -f1 /proc/loadavg))" >&2
       flags=()
-      [ "$m" = aot ] && flags=(-XX:AOTCache="$OUT/$c.aot")
+      case "$m" in
+        plain) ;;
+        aot) flags=(-XX:AOTCache="$OUT/$c.aot") ;;
+        nojmx) flags=(-Dtpcomm.jmx=false) ;; # what the MBeans' background registration costs
+        *) echo "unknown mode $m (plain, aot, nojmx)" >&2; exit 2 ;;
+      esac
       run "$c" "${flags[@]}" 2>>"$OUT/stderr.log" | grep '^first_calls,' | cut -d, -f4,5 | sed "s/^/$c,$m,$r,/" >> "$runs"
     done
   done
