@@ -12,7 +12,8 @@
 #
 #   scripts/first-calls.sh                   3 rounds, local + openmpi + mpich, plain and aot
 # Knobs (environment): ROUNDS (3), CONFIGS ("local openmpi mpich"), MODES ("plain aot"; also
-#   nojmx: -Dtpcomm.jmx=false, to see what the MBeans' background registration costs),
+#   nojmx: -Dtpcomm.jmx=false, to see what the MBeans' background registration costs; c1:
+#   -XX:TieredStopAtLevel=1, the client compiler only),
 #   OUT (raw results folder).
 # Prints one Markdown table (median and range over the rounds of each figure) and keeps the raw
 # lines in $OUT/runs.csv (config,mode,round,figure,value).
@@ -76,7 +77,8 @@ for r in $(seq "$ROUNDS"); do
         plain) ;;
         aot) flags=(-XX:AOTCache="$OUT/$c.aot") ;;
         nojmx) flags=(-Dtpcomm.jmx=false) ;; # what the MBeans' background registration costs
-        *) echo "unknown mode $m (plain, aot, nojmx)" >&2; exit 2 ;;
+        c1) flags=(-XX:TieredStopAtLevel=1) ;; # C1 only: quicker to compile, slower code
+        *) echo "unknown mode $m (plain, aot, nojmx, c1)" >&2; exit 2 ;;
       esac
       run "$c" "${flags[@]}" 2>>"$OUT/stderr.log" | grep '^first_calls,' | cut -d, -f4,5 | sed "s/^/$c,$m,$r,/" >> "$runs"
     done
