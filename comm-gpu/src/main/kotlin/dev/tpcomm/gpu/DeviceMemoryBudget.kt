@@ -24,8 +24,9 @@ import java.util.concurrent.atomic.AtomicLong
  * ([DeviceMemoryBudgetSettings]): by default [DeviceMemoryBudgetSettings.DEFAULT_PERCENT] % of the
  * memory `cudaMemGetInfo` reports free then.
  *
- * Role: one per [DeviceThread]. Thread-safety: [queueFree] from any thread; [allocate] and
- * [drainFrees] on the native thread only.
+ * Role: one per [DeviceThread], owning its [DeviceOutputPool]. Thread-safety: [queueFree] and
+ * [releasedAfterEnd] from any thread; [allocate], [recycle], [retire], [end] and [drainFrees] on the
+ * native thread only.
  */
 internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private val device: Int, private val thread: DeviceThread) {
     @Volatile private var resolved: NativeMemoryBudget? = null
@@ -44,9 +45,6 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
 
     /** The cache of output blocks freed on each stream: outputs of repeating sizes reuse them ([DeviceOutputPool]). */
     private val pool = DeviceOutputPool(runtime)
-
-    /** Bytes of output blocks the pool caches (counted in [reservedBytes]); native thread. */
-    fun cachedBytes(): Long = pool.cachedBytes
 
     /**
      * On the native thread, device current: a block for an output of [bytes] on [stream] into [ptr],

@@ -34,7 +34,11 @@ package dev.tpcomm.gpu
  *
  * Thread-safety: none; the device's native thread only.
  */
-internal class DeviceOutputPool(private val runtime: DeviceRuntime) {
+internal class DeviceOutputPool(
+    private val runtime: DeviceRuntime,
+    /** False (`-Dtpcomm.memory.devicePool=false`, [PROPERTY]): every block given back is freed at once, as before the pool; for debugging and comparison. */
+    private val caching: Boolean = cachingFromProperty(),
+) {
     private class StreamBlocks(val stream: Long) {
         /** Cached blocks by size. */
         val free = HashMap<Long, ArrayDeque<Long>>()
@@ -69,20 +73,21 @@ internal class DeviceOutputPool(private val runtime: DeviceRuntime) {
 
     /**
      * Takes back a block of [size] bytes handed out on [stream], its free already ordered after its
-     * last use on [stream]: cached, or freed (`cudaFreeAsync` on [stream]) when the stream retired.
+     * last use on [stream]: cached, or freed (`cudaFreeAsync` on [stream]) when the stream retired
+     * (or the pool does not cache).
      * Returns the bytes freed to the runtime (0 when cached), and calls [unused] when this was the
      * last block of a retired stream.
      */
     fun give(ptr: Long, size: Long, stream: Long, unused: (Long) -> Unit): Long {
         val s = streams.getOrPut(stream) { StreamBlocks(stream) }
         s.live--
-        if (!s.retired) {
+        if (!s.retired && caching) {
             s.free.getOrPut(size) { ArrayDeque() }.addLast(ptr)
             cachedBytes += size
             return 0L
         }
         runtime.freeAsync(ptr, stream)
-        if (s.live <= 0) {
+        if (s.retired && s.live <= 0) {
             streams.remove(stream)
             unused(stream)
         }
@@ -133,6 +138,12 @@ internal class DeviceOutputPool(private val runtime: DeviceRuntime) {
     }
 
     companion object {
+        /** The system property that turns caching off (`false`); anything else, or unset, leaves it on. */
+        const val PROPERTY: String = "tpcomm.memory.devicePool"
+
+        /** Whether [PROPERTY] leaves caching on. */
+        fun cachingFromProperty(): Boolean = System.getProperty(PROPERTY)?.trim()?.equals("false", ignoreCase = true) != true
+
         /** Sizes are rounded up to a multiple of this (PyTorch's `kMinBlockSize`, 512 bytes). */
         const val GRANULE: Long = 512
 
