@@ -166,7 +166,8 @@ internal class DeviceThread(
         val done = CountDownLatch(1)
         val destroy = Runnable {
             try {
-                for (s in memory.end()) retired.add(s)
+                // Streams of closed communicators whose outputs are still alive: those frees now go to their consumer stream (DeviceFree).
+                for (s in memory.end()) runtime.streamDestroy(s)
                 retired.destroyAll()
                 if (orderEvent != 0L) runtime.eventDestroy(orderEvent)
                 orderEvent = 0L
