@@ -40,7 +40,7 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
     /** The budget (resolved at the first allocation; native thread for the first call). */
     fun budget(): NativeMemoryBudget = resolved ?: DeviceMemoryBudgetSettings.fromEnvironment(runtime).also { resolved = it }
 
-    /** Bytes counted (outputs allocated and not yet freed), 0 before the first allocation. */
+    /** Bytes counted (outputs in use and blocks the pool caches), 0 before the first allocation. */
     fun reservedBytes(): Long = resolved?.reserved() ?: 0L
 
     /** The cache of output blocks freed on each stream: outputs of repeating sizes reuse them ([DeviceOutputPool]). */
@@ -150,13 +150,14 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
         return false
     }
 
-    /** On the native thread: issues every free handed over so far. */
+    /** On the native thread: issues every free handed over so far, then destroys the retired streams whose work is done. */
     fun drainFrees() {
         while (true) {
-            val f = pending.poll() ?: return
+            val f = pending.poll() ?: break
             pendingBytes.addAndGet(-f.bytes)
             f.freeOnThread()
         }
+        thread.reapRetiredStreams()
     }
 
     private fun exception(b: NativeMemoryBudget, bytes: Long, deviceFull: Boolean): NativeMemoryBudgetException {

@@ -13,8 +13,8 @@ package dev.tpcomm.gpu
  * shared thread would stall every other communicator of the device behind the stream's last kernel;
  * the event keeps the destruction off the stream's critical path on both.
  *
- * [reap] runs at the device thread's turns that already touch its memory (an output's allocation, a
- * communicator's close); [destroyAll] when the thread ends. Thread-safety: none; native thread only.
+ * [reap] runs at the device thread's turns that already touch its memory (an output's allocation or
+ * free, a communicator's close); [destroyAll] when the thread ends. Thread-safety: none; native thread only.
  */
 internal class RetiredStreams(private val runtime: DeviceRuntime) {
     private val streams = ArrayList<Long>()
