@@ -7,8 +7,9 @@ package dev.tpcomm.gpu
  * work queued on [consumer] (the producer stream of the call that made it, the stream the caller
  * reads outputs on) by then: on the device's native thread ([DeviceMemoryBudget.queueFree], which
  * also issues it while an allocation waits at the budget), an event on [consumer] that [stream]
- * waits for, then `cudaFreeAsync` on [stream] (kept alive until the thread ends), and the bytes go
- * back to the device's budget. Without that order the pool could hand the block to the next
+ * waits for, then the block goes back to the device's [DeviceOutputPool] for later work on [stream]
+ * (or, once [stream]'s communicator closed, `cudaFreeAsync` on [stream], whose destruction waits for
+ * this last free: [DeviceThread.streamUnused]). Without that order the pool could hand the block to the next
  * allocation while a kernel still reads it (PyTorch's `recordStream` exists for this;
  * docs/nccl-semantics.md C7). After the thread ended, on the calling thread with the tensor's device
  * made current (and the caller's current device restored), `cudaFreeAsync` on [consumer] itself.
@@ -43,10 +44,14 @@ internal class DeviceFree(
         runtime.setDevice(device)
         runtime.freeAsync(ptr, if (consumer == NcclCommunicator.NO_PRODUCER_STREAM) NcclCommunicator.LEGACY_DEFAULT_STREAM else consumer)
         if (restore && previous[0] != device) runtime.setDevice(previous[0])
-        memory.released(bytes)
+        memory.releasedAfterEnd(bytes)
     }
 
-    /** On the native thread: the stream-ordered free, then the bytes back to the budget. */
+    /**
+     * On the native thread: the free ordered on [stream] after the consumer's work, then the block back
+     * to the device's pool ([DeviceMemoryBudget.recycle]: reused by later work on [stream], or freed
+     * with `cudaFreeAsync` on it when its communicator closed).
+     */
     fun freeOnThread() {
         if (!armed) return
         if (consumer != NcclCommunicator.NO_PRODUCER_STREAM) {
@@ -57,7 +62,6 @@ internal class DeviceFree(
                 runtime.eventDestroy(e[0]) // released by the runtime once the recorded work completed
             }
         }
-        runtime.freeAsync(ptr, stream)
-        memory.released(bytes)
+        memory.recycle(ptr, bytes, stream)
     }
 }

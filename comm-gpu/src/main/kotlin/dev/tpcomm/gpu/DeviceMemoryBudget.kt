@@ -6,9 +6,10 @@ import java.util.concurrent.ConcurrentLinkedQueue
 import java.util.concurrent.atomic.AtomicLong
 
 /**
- * The device memory budget of one device's native thread: every output the engine allocates for a
- * collective (`cudaMallocAsync`/`hipMallocAsync`, [allocate]) is counted against it, and given back
- * when its free is issued ([DeviceFree], at `Tensor.close()` or from the Cleaner).
+ * The device memory budget of one device's native thread: every output block the engine allocates
+ * for a collective ([allocate]: from the device's [DeviceOutputPool], else `cudaMallocAsync` /
+ * `hipMallocAsync`) is counted against it while it is in use or cached by the pool, and given back
+ * when the pool frees the block (the budget's pressure, the stream's retirement, the thread's end).
  *
  * The host budget's rules ([NativeMemoryBudget.reclaim], docs/memory.md): an allocation that does
  * not fit first reclaims what the program forgot (`System.gc()`, so that the Cleaner hands this
@@ -23,8 +24,9 @@ import java.util.concurrent.atomic.AtomicLong
  * ([DeviceMemoryBudgetSettings]): by default [DeviceMemoryBudgetSettings.DEFAULT_PERCENT] % of the
  * memory `cudaMemGetInfo` reports free then.
  *
- * Role: one per [DeviceThread]. Thread-safety: [queueFree] from any thread; [allocate] and
- * [drainFrees] on the native thread only.
+ * Role: one per [DeviceThread], owning its [DeviceOutputPool]. Thread-safety: [queueFree] and
+ * [releasedAfterEnd] from any thread; [allocate], [recycle], [retire], [end] and [drainFrees] on the
+ * native thread only.
  */
 internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private val device: Int, private val thread: DeviceThread) {
     @Volatile private var resolved: NativeMemoryBudget? = null
@@ -38,12 +40,18 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
     /** The budget (resolved at the first allocation; native thread for the first call). */
     fun budget(): NativeMemoryBudget = resolved ?: DeviceMemoryBudgetSettings.fromEnvironment(runtime).also { resolved = it }
 
-    /** Bytes counted (outputs allocated and not yet freed), 0 before the first allocation. */
+    /** Bytes counted (outputs in use and blocks the pool caches), 0 before the first allocation. */
     fun reservedBytes(): Long = resolved?.reserved() ?: 0L
 
+    /** The cache of output blocks freed on each stream: outputs of repeating sizes reuse them ([DeviceOutputPool]). */
+    private val pool = DeviceOutputPool(runtime)
+
     /**
-     * On the native thread, device current: [bytes] of device memory on [stream] into [ptr]. Returns
-     * the runtime's code of a failure that is not exhaustion (the caller names it).
+     * On the native thread, device current: a block for an output of [bytes] on [stream] into [ptr],
+     * [DeviceOutputPool.blockSize] bytes counted: a block cached for [stream] when one of that size is
+     * ([DeviceOutputPool.take], no runtime call), else `mallocAsync`. When the bytes do not fit the
+     * budget or the device, the pool's idle blocks are freed first, then forgotten outputs reclaimed.
+     * Returns the runtime's code of a failure that is not exhaustion (the caller names it).
      *
      * @throws NativeMemoryBudgetException when the bytes do not fit in the budget or on the device, even after reclaiming.
      * @throws IllegalArgumentException when the configured budget is not a size.
@@ -51,37 +59,82 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
     fun allocate(ptr: LongArray, bytes: Long, stream: Long): Int {
         val b = budget()
         b.configError?.let { throw IllegalArgumentException("tpcomm device memory budget: $it") }
+        thread.reapRetiredStreams()
+        val size = DeviceOutputPool.blockSize(bytes)
         var code = DeviceRuntime.SUCCESS
         var deviceFull = false
-        val attempt = {
-            if (!b.tryReserve(bytes)) {
-                false
+        val attempt = attempt@{
+            val cached = pool.take(stream, size)
+            if (cached != 0L) {
+                ptr[0] = cached
+                code = DeviceRuntime.SUCCESS
+                return@attempt true
+            }
+            if (!b.tryReserve(size) && !(releaseIdle(b) && b.tryReserve(size))) return@attempt false
+            code = runtime.mallocAsync(ptr, size, stream)
+            // The device is full below the budget: the cached blocks go back to the runtime first (freed on
+            // their streams; this stream's frees are reusable by its allocation at once).
+            if (code == DeviceRuntime.ERROR_MEMORY_ALLOCATION && releaseIdle(b)) code = runtime.mallocAsync(ptr, size, stream)
+            if (code == DeviceRuntime.SUCCESS) {
+                pool.allocated(stream)
+                true
             } else {
-                code = runtime.mallocAsync(ptr, bytes, stream)
-                if (code == DeviceRuntime.SUCCESS) {
-                    true
-                } else {
-                    b.release(bytes)
-                    deviceFull = code == DeviceRuntime.ERROR_MEMORY_ALLOCATION
-                    false
-                }
+                b.release(size)
+                deviceFull = code == DeviceRuntime.ERROR_MEMORY_ALLOCATION
+                false
             }
         }
         val stop = { code != DeviceRuntime.SUCCESS && code != DeviceRuntime.ERROR_MEMORY_ALLOCATION }
-        val done = attempt() || !stop() && bytes <= b.limit &&
+        val done = attempt() || !stop() && size <= b.limit &&
             NativeMemoryBudget.reclaim(attempt, ::drainFrees, { b.reserved() - pendingBytes.get() }, stop) == true
         if (done) {
             liveOutputs.incrementAndGet()
             return DeviceRuntime.SUCCESS
         }
         if (stop()) return code
-        throw exception(b, bytes, deviceFull)
+        throw exception(b, size, deviceFull)
     }
 
-    /** An output's memory (of [bytes]) was freed (its free issued) or handed back unused. */
-    fun released(bytes: Long) {
+    /** Frees the pool's idle blocks and gives their bytes back to [b]; true when there were any. */
+    private fun releaseIdle(b: NativeMemoryBudget): Boolean {
+        if (pool.cachedBytes == 0L) return false
+        b.release(pool.releaseIdle())
+        return true
+    }
+
+    /**
+     * On the native thread: an output's block of [size] bytes, its free already ordered on [stream]
+     * after its last use ([DeviceFree.freeOnThread]) or never handed to a caller, goes back to the pool
+     * (still counted), or to the runtime when [stream] retired (then no longer counted).
+     */
+    fun recycle(ptr: Long, size: Long, stream: Long) {
         liveOutputs.decrementAndGet()
-        resolved?.release(bytes)
+        val freed = pool.give(ptr, size, stream, thread::streamUnused)
+        if (freed > 0) resolved?.release(freed)
+    }
+
+    /** After the native thread ended: an output of [size] bytes was freed by its [DeviceFree] directly. */
+    fun releasedAfterEnd(size: Long) {
+        liveOutputs.decrementAndGet()
+        resolved?.release(size)
+    }
+
+    /**
+     * On the native thread: [stream]'s communicator closed. Its cached blocks are freed now; the
+     * device's thread is told ([DeviceThread.streamUnused]) once no output of it is alive.
+     */
+    fun retire(stream: Long) {
+        val freed = pool.retire(stream, thread::streamUnused)
+        if (freed > 0) resolved?.release(freed)
+    }
+
+    /**
+     * On the native thread, as it ends: frees every cached block; returns the retired streams that
+     * still have live outputs (their frees, after the thread, go to the consumer stream: [DeviceFree]).
+     */
+    fun end(): List<Long> {
+        resolved?.release(pool.releaseIdle())
+        return pool.retiredInUse()
     }
 
     /**
@@ -97,13 +150,14 @@ internal class DeviceMemoryBudget(private val runtime: DeviceRuntime, private va
         return false
     }
 
-    /** On the native thread: issues every free handed over so far. */
+    /** On the native thread: issues every free handed over so far, then destroys the retired streams whose work is done. */
     fun drainFrees() {
         while (true) {
-            val f = pending.poll() ?: return
+            val f = pending.poll() ?: break
             pendingBytes.addAndGet(-f.bytes)
             f.freeOnThread()
         }
+        thread.reapRetiredStreams()
     }
 
     private fun exception(b: NativeMemoryBudget, bytes: Long, deviceFull: Boolean): NativeMemoryBudgetException {

@@ -19,8 +19,10 @@ import kotlin.coroutines.EmptyCoroutineContext
  * is open would otherwise join that group, be reported complete before any kernel ran, and return
  * wrong data.
  *
- * Streams of communicators that closed are destroyed only when the thread ends ([retireStream]),
- * because memory they allocated is freed on them later ([NcclCommunicator]'s output frees).
+ * The stream of a communicator that closed is destroyed once nothing can still target it
+ * ([retireStream]): when no output allocated on it is alive (their frees are ordered on it), after
+ * its last work is done ([RetiredStreams]); the streams still holding live outputs when the thread
+ * ends are destroyed with it.
  *
  * Obtained from [DeviceThreads]; released by each communicator once; the last release ends the
  * thread. [retain]/[release] are thread-safe; the group fields are touched on the native thread only.
@@ -84,8 +86,8 @@ internal class DeviceThread(
         }
     }
 
-    /** Streams of closed communicators, destroyed when the thread ends (native thread only). */
-    private val retired = ArrayList<Long>()
+    /** Streams of closed communicators that nothing targets any more, destroyed after their last work (native thread only). */
+    private val retired = RetiredStreams(runtime)
 
     /** The world whose operations were issued last on this device, and their streams since it became last ([orderAcross]). */
     private var lastWorld: Any? = null
@@ -130,9 +132,26 @@ internal class DeviceThread(
     /** One more communicator uses the thread. */
     fun retain(): DeviceThread = registry.retain(this)
 
-    /** Keeps [stream] of a closed communicator until the thread ends (native thread only). */
+    /**
+     * [stream]'s communicator closed (native thread only): its cached output blocks are freed, and the
+     * stream is destroyed once no output of it is alive and its last work is done ([streamUnused]).
+     * It leaves the cross-world order ([orderAcross]): a communicator's close (`ncclCommFinalize`,
+     * which flushes its uncompleted operations, or `ncclCommAbort`) left no kernel of it to order after.
+     */
     fun retireStream(stream: Long) {
-        retired += stream
+        lastStreams.remove(stream)
+        memory.retire(stream)
+        retired.reap()
+    }
+
+    /** Nothing can target [stream] any more ([DeviceOutputPool]): destroyed once its last work is done (native thread only). */
+    fun streamUnused(stream: Long) {
+        retired.add(stream)
+    }
+
+    /** Destroys the retired streams whose last work is done (native thread only). */
+    fun reapRetiredStreams() {
+        retired.reap()
     }
 
     /**
@@ -147,8 +166,9 @@ internal class DeviceThread(
         val done = CountDownLatch(1)
         val destroy = Runnable {
             try {
-                for (s in retired) runtime.streamDestroy(s)
-                retired.clear()
+                // Streams of closed communicators whose outputs are still alive: those frees now go to their consumer stream (DeviceFree).
+                for (s in memory.end()) runtime.streamDestroy(s)
+                retired.destroyAll()
                 if (orderEvent != 0L) runtime.eventDestroy(orderEvent)
                 orderEvent = 0L
             } finally {

@@ -433,7 +433,7 @@ public class NcclCommunicator internal constructor(
         // Page-locked memory is freed after the stream's work, off this thread (cudaFreeHost synchronises
         // the device); after a failure the device may still write it, so it is left to the process.
         resources.release(healthy)
-        // Outputs of this communicator still alive are freed on its stream later: it is destroyed with the device's thread.
+        // Its cached output blocks are freed; the stream is destroyed once its outputs still alive were freed on it.
         thread.retireStream(stream)
     }
 

@@ -145,8 +145,8 @@ internal class NcclOperationQueue(
      * the device's issue order here, at the call (docs/nccl-semantics.md N17: one launch order per
      * device, the order of the calls; a call issued after this one, even without waiting for it, is
      * issued after it): an operation ([OperationCall.state]) is queued on the native thread now, which
-     * allocates (`cudaMallocAsync` on this communicator's stream, counted against the device's budget,
-     * [DeviceMemoryBudget]) and then holds its place until the front issues the call ([issue] attaches
+     * allocates (a block cached for this communicator's stream, else `cudaMallocAsync` on it, counted
+     * against the device's budget: [DeviceMemoryBudget], [DeviceOutputPool]) and then holds its place until the front issues the call ([issue] attaches
      * it). The caller waits for the allocation only; its deadline is the front's, from the call, which
      * recorded it before ([deadlinePassed] releases a caller still waiting). An allocation that does
      * not fit the budget or the device, even after reclaiming forgotten outputs, fails the call with
@@ -173,7 +173,7 @@ internal class NcclOperationQueue(
         // The memory is the caller's output from here, unless the native thread took it back first (given up meanwhile).
         if (!a.owned.compareAndSet(false, true)) throw givenUp(o)
         // The tensor owns the memory: its close() (or the Cleaner, if it is forgotten) frees it once.
-        val free = DeviceFree(runtime, thread.memory, deviceIndex, stream, ptr, a.bytes.coerceAtLeast(1), o.producer)
+        val free = DeviceFree(runtime, thread.memory, deviceIndex, stream, ptr, DeviceOutputPool.blockSize(a.bytes), o.producer)
         o.output = free
         return Tensor.wrapDeviceOwned(device, ptr, dtype, shape.toIntArray(), free)
     }
@@ -226,8 +226,7 @@ internal class NcclOperationQueue(
         })
         if (o.state.get() == NcclOp.ATTACHED || !o.state.compareAndSet(NcclOp.RESERVED, NcclOp.ABANDONED) && o.state.get() == NcclOp.ATTACHED) return o.body
         if (a.ptr != 0L && a.owned.compareAndSet(false, true)) { // the caller left before it had its output
-            runtime.freeAsync(a.ptr, stream)
-            thread.memory.released(a.bytes.coerceAtLeast(1))
+            thread.memory.recycle(a.ptr, DeviceOutputPool.blockSize(a.bytes), stream) // nothing used it: back to the pool
         }
         return null
     }

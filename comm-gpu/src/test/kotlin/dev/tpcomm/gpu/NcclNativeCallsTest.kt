@@ -248,7 +248,9 @@ class NcclNativeCallsTest : FunSpec({
         // legacy default stream (handle 0) that the communicator's stream waits for (docs/gpu.md).
         verify(exactly = 1) { p.runtime.eventRecord(any(), NcclCommunicator.LEGACY_DEFAULT_STREAM) }
         verify(exactly = 1) { p.runtime.streamWaitEvent(STREAM, any()) }
-        verify(exactly = 2) { p.runtime.eventDestroy(any()) }
+        // And the event that says the retired stream's work is done before it is destroyed (RetiredStreams).
+        verify(exactly = 3) { p.runtime.eventDestroy(any()) }
+        verify(exactly = 2) { p.runtime.eventRecord(any(), STREAM) } // the call's completion, then the retirement
         // Closing is not a failure (Communicator.isAborted): the front's closed flag says it.
         c.isClosed shouldBe true
         c.isAborted shouldBe false

@@ -88,6 +88,12 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     /** Number of live simulated device allocations (for leak checks in tests). */
     public val liveAllocations: Int get() = memory.liveDeviceAllocations
 
+    /** `cudaMallocAsync` calls made so far, successful or not (how often the engine went to the runtime's allocator). */
+    public val mallocAsyncCalls: Long get() = simRuntime.mallocAsyncCalls.get()
+
+    /** Streams made by `cudaStreamCreateWithFlags` and not destroyed yet (legacy default streams not counted). */
+    public val liveStreams: Int get() = handles.values.count { it is SimulatedRuntime.SimStream }
+
     /** Names of the threads that called `cudaFreeHost` (it synchronises the device: never the device's shared native thread). */
     public val pinnedFreeThreads: List<String> get() = pinnedFreeLog.toList()
 

@@ -80,6 +80,9 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     }
 
     val streams: MutableSet<SimStream> = ConcurrentHashMap.newKeySet()
+
+    /** `cudaMallocAsync` calls so far (each one a trip to the runtime's allocator; issue 34's pool makes repeating sizes reuse blocks). */
+    val mallocAsyncCalls = AtomicLong()
     private val legacy = ConcurrentHashMap<Int, SimStream>()
 
     /** [device]'s legacy default stream (handle 0), created on first use. */
@@ -194,6 +197,7 @@ internal class SimulatedRuntime(private val platform: SimulatedGpuPlatform) : De
     override fun mallocAsync(ptr: LongArray, bytes: Long, stream: Long): Int {
         val s = stream(stream, "mallocAsync") ?: return CUDA_INVALID_HANDLE
         if (bytes < 0) return CUDA_INVALID_VALUE
+        mallocAsyncCalls.incrementAndGet()
         val p = memory.tryAllocate(bytes, s.device, s.pendingFreeBytes.get())
         if (p == 0L) return CUDA_MEMORY_ALLOCATION // cudaMallocAsync's exhaustion error (CUDA Runtime API, cudaMallocAsync's returns)
         ptr[0] = p
