@@ -113,7 +113,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
             return call
         }
         composite.expired?.let { e -> entry.fail(e); throw e }
-        val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
+        val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps, composite.reproducibleOp)
         composite.stepEntry = entry
         composite.stepCall = call
         return call

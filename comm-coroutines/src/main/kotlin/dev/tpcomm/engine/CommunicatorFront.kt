@@ -582,6 +582,7 @@ public abstract class CommunicatorFront(
     protected fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
         val c = entry.composite as? CompositeOperation ?: return false
         CollectiveSignature.encode(dst, at, c.op, null, null, root = if (c.op.hasRoot) c.root else -1, extra = entry.stepIndex.toLong())
+        c.reproducibleOp?.let { dst[at + 3] = CollectiveSignature.reproducibleOpWord(it) }
         return true
     }
 
@@ -590,8 +591,12 @@ public abstract class CommunicatorFront(
     /** Whether this communicator reduces floating-point sums reproducibly by default (`CommConfig.reproducibleReductions`). */
     public open val reproducibleReductions: Boolean get() = false
 
-    /** [ReproducibleReductions]' composite operation [op]: one operation of this communicator. */
-    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, block: suspend () -> R): R = composite(op, root) { block() }
+    /**
+     * [ReproducibleReductions]' composite operation [op] reducing with [reduceOp]: one operation of
+     * this communicator, whose steps' signatures carry the reproducible [reduceOp].
+     */
+    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
+        composite(op, root) { c -> c.reproducibleOp = reduceOp; block() }
 
     /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
     internal val reproducibleTransport: ObjectTransport get() = objectTransport

@@ -43,17 +43,17 @@ internal object ReproducibleReductions {
      * issued atomically in call order); on another [Communicator] (a third party's), its steps are
      * that communicator's own operations.
      */
-    private suspend fun <R> composite(comm: Communicator, op: CollectiveOp, root: Int, block: suspend () -> R): R =
-        if (comm is CommunicatorFront) comm.reproducibleComposite(op, root, block) else block()
+    private suspend fun <R> composite(comm: Communicator, op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
+        if (comm is CommunicatorFront) comm.reproducibleComposite(op, root, reduceOp, block) else block()
 
     suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.AllReduce, -1) {
+        composite(front, CollectiveOp.AllReduce, -1, op) {
             rootedReduce(front, tensor, op, root = -1)
             tensor
         }
 
     suspend fun reduce(front: Communicator, tensor: Tensor, root: Int, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.Reduce, root) {
+        composite(front, CollectiveOp.Reduce, root, op) {
             rootedReduce(front, tensor, op, root)
             tensor
         }
@@ -112,7 +112,7 @@ internal object ReproducibleReductions {
     }
 
     suspend fun reduceScatter(front: Communicator, output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor =
-        composite(front, CollectiveOp.ReduceScatter, -1) {
+        composite(front, CollectiveOp.ReduceScatter, -1, op) {
             if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, dim, null)
             val n = front.worldSize
             val rows = if (dim == 0) null else input.chunk(n, dim) // copies along other dims, rank-major
@@ -141,7 +141,7 @@ internal object ReproducibleReductions {
         }
 
     suspend fun reduceScatterV(front: Communicator, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.ReduceScatterV, -1) {
+        composite(front, CollectiveOp.ReduceScatterV, -1, op) {
             if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, 0, sizes)
             val owned = ArrayList<Tensor>(2)
             try {
