@@ -108,7 +108,10 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
         val name = entry.operation
         front.refuseUnusable(name, entry, true)
         if (composite == null) {
-            val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+            val call = OperationCall(
+                op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra,
+                reproducibleOp = if (extra === ExactReduction) reduceOp else null,
+            )
             deadlines.track(entry, call)
             return call
         }

@@ -598,6 +598,21 @@ public abstract class CommunicatorFront(
     internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
         composite(op, root) { c -> c.reproducibleOp = reduceOp; block() }
 
+    /**
+     * Whether this backend reduces an all-reduce or reduce issued with [ExactReduction] itself, as
+     * [ExactSum] does (the in-process backend: its ranks share memory); [ReproducibleReductions] then
+     * issues one collective in place of its composite.
+     */
+    internal open val reducesExactly: Boolean get() = false
+
+    /**
+     * [op] (all-reduce, or reduce to [root]) of [tensor] with [reduceOp] (`Sum` or `Avg`) reduced
+     * by the backend exactly ([reducesExactly], [ExactReduction]): one collective, its signature's
+     * `op` word the reproducible one.
+     */
+    internal suspend fun exactReduction(op: CollectiveOp, tensor: Tensor, reduceOp: ReduceOp, root: Int): Tensor =
+        issuePath.collective(op, tensor, tensor, tensor, reduceOp, root, 0, null, null, ExactReduction, tensor)
+
     /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
     internal val reproducibleTransport: ObjectTransport get() = objectTransport
 

@@ -23,6 +23,9 @@ import java.lang.foreign.MemorySegment
  *   sums of its chunk, `allGather` of the chunks: `2 (n-1)/n` of the tensor sent and received per
  *   rank, what a ring all-reduce moves.
  * - reduce: as all-reduce with `gather` to the root in place of the last (or only) step.
+ * - on a backend that [CommunicatorFront.reducesExactly] (in-process), all-reduce and reduce of
+ *   `Sum` and `Avg` are one collective the backend reduces with [ExactSum] ([ExactReduction]),
+ *   reading every rank's input once: no staging, the same bits.
  * - reduce-scatter (dim 0 or any dim), reduce-scatter-v: one `allToAll`/`allToAllV`, then the
  *   exact sums of this rank's rows.
  *
@@ -46,17 +49,33 @@ internal object ReproducibleReductions {
     private suspend fun <R> composite(comm: Communicator, op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
         if (comm is CommunicatorFront) comm.reproducibleComposite(op, root, reduceOp, block) else block()
 
-    suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor =
+    /**
+     * Whether [front] reduces [tensor] with [op] in one collective of its own ([ExactReduction]):
+     * a backend that [CommunicatorFront.reducesExactly], a host tensor, `Sum` or `Avg`, more than one rank.
+     */
+    private fun direct(front: Communicator, tensor: Tensor, op: ReduceOp): Boolean =
+        front is CommunicatorFront && front.reducesExactly && front.worldSize > 1 && !tensor.device.isGpu &&
+            (op == ReduceOp.Sum || op == ReduceOp.Avg)
+
+    suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor {
+        if (direct(front, tensor, op)) return (front as CommunicatorFront).exactReduction(CollectiveOp.AllReduce, tensor, op, -1)
+        return composed(front, tensor, op)
+    }
+
+    /** [allReduce] as a composite of the backend's data movement (every backend; the bits of [ExactReduction]). */
+    suspend fun composed(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor =
         composite(front, CollectiveOp.AllReduce, -1, op) {
             rootedReduce(front, tensor, op, root = -1)
             tensor
         }
 
-    suspend fun reduce(front: Communicator, tensor: Tensor, root: Int, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.Reduce, root, op) {
+    suspend fun reduce(front: Communicator, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        if (direct(front, tensor, op)) return (front as CommunicatorFront).exactReduction(CollectiveOp.Reduce, tensor, op, root)
+        return composite(front, CollectiveOp.Reduce, root, op) {
             rootedReduce(front, tensor, op, root)
             tensor
         }
+    }
 
     /** All-reduce ([root] -1) or reduce to [root]: the result written into [tensor] (on the root only, for reduce). */
     private suspend fun rootedReduce(front: Communicator, tensor: Tensor, op: ReduceOp, root: Int) {
