@@ -27,28 +27,59 @@ internal object ExactFloat32Lanes {
     /** Lanes per group. */
     val lanes: Int get() = D.length()
 
+    /** Elements per block: the running sums and their checks stay in L1 ([BLOCK] doubles each). */
+    const val BLOCK: Int = 512
+
     /**
-     * Sums elements `[k, k + lanes)` (offsets in elements from [inFrom] / [outFrom]) of the [n] rows
-     * [ins] into the first [nOuts] of [outs] (divided by [n], a power of two, when [average]). Returns
-     * false, writing nothing, when a lane's sum was not exact or not finite.
+     * Sums elements `[k, k + len)` (offsets in elements from [inFrom] / [outFrom]; [len] a multiple of
+     * [lanes], at most [BLOCK]) of the [n] rows [ins] into the first [nOuts] of [outs] (divided by
+     * [n], a power of two, when [average]), row by row through [acc] and [err] (each at least [len]),
+     * so no vector lives across a loop. Every group of lanes whose sums were exact and finite is
+     * written; the first element of each other group is stored in [failed], written nothing, for the
+     * scalar path. Returns how many groups failed.
      */
-    fun group(average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long, k: Long): Boolean {
-        val at = (inFrom + k) * 4
-        var acc = (FloatVector.fromMemorySegment(F, ins[0]!!, at, ORDER).convertShape(VectorOperators.F2D, D, 0) as DoubleVector)
-        var err = DoubleVector.zero(D)
-        for (j in 1 until n) {
-            val x = FloatVector.fromMemorySegment(F, ins[j]!!, at, ORDER).convertShape(VectorOperators.F2D, D, 0) as DoubleVector
-            val t = acc.add(x)
-            val bp = t.sub(acc)
-            err = err.add(acc.sub(t.sub(bp)).add(x.sub(bp)).abs())
-            acc = t
+    fun block(
+        average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long,
+        k: Long, len: Int, acc: DoubleArray, err: DoubleArray, failed: LongArray,
+    ): Int {
+        val l = D.length()
+        val base = (inFrom + k) * 4
+        val first = ins[0]!!
+        var i = 0
+        while (i < len) {
+            (FloatVector.fromMemorySegment(F, first, base + i * 4L, ORDER).convertShape(VectorOperators.F2D, D, 0) as DoubleVector).intoArray(acc, i)
+            DoubleVector.zero(D).intoArray(err, i)
+            i += l
         }
-        // A NaN or an infinity anywhere makes err NaN; any rounded step makes it nonzero.
-        if (err.compare(VectorOperators.NE, 0.0).anyTrue()) return false
-        if (average) acc = acc.mul(1.0 / n)
-        val r = acc.convertShape(VectorOperators.D2F, F, 0) as FloatVector
-        val o = (outFrom + k) * 4
-        for (i in 0 until nOuts) r.intoMemorySegment(outs[i]!!, o, ORDER)
-        return true
+        for (j in 1 until n) {
+            val row = ins[j]!!
+            i = 0
+            while (i < len) {
+                val a = DoubleVector.fromArray(D, acc, i)
+                val x = FloatVector.fromMemorySegment(F, row, base + i * 4L, ORDER).convertShape(VectorOperators.F2D, D, 0) as DoubleVector
+                val t = a.add(x)
+                val bp = t.sub(a)
+                // TwoSum's error of this step; a NaN or an infinity makes it NaN.
+                DoubleVector.fromArray(D, err, i).add(a.sub(t.sub(bp)).add(x.sub(bp)).abs()).intoArray(err, i)
+                t.intoArray(acc, i)
+                i += l
+            }
+        }
+        val scale = 1.0 / n
+        val out = (outFrom + k) * 4
+        var fails = 0
+        i = 0
+        while (i < len) {
+            if (DoubleVector.fromArray(D, err, i).compare(VectorOperators.NE, 0.0).anyTrue()) {
+                failed[fails++] = k + i
+            } else {
+                var sum = DoubleVector.fromArray(D, acc, i)
+                if (average) sum = sum.mul(scale)
+                val r = sum.convertShape(VectorOperators.D2F, F, 0) as FloatVector
+                for (o in 0 until nOuts) r.intoMemorySegment(outs[o]!!, out + i * 4L, ORDER)
+            }
+            i += l
+        }
+        return fails
     }
 }

@@ -84,7 +84,7 @@ public object ExactSum {
     }
 
     /**
-     * Float32 sums (and averages over a power-of-two [n]): groups of lanes through [ExactFloat32Lanes]
+     * Float32 sums (and averages over a power-of-two [n]): blocks of lanes through [ExactFloat32Lanes]
      * where the Vector API is present, the rest (a group with an inexact or special lane, the tail)
      * element by element: a double running sum checked with TwoSum; exact, it rounds once with
      * `toFloat`, IEEE's rounding to float32, subnormals and overflow included; an element whose sum
@@ -94,9 +94,12 @@ public object ExactSum {
         var k = 0L
         if (lanes) {
             val g = ExactFloat32Lanes.lanes
+            val sc = scratch.get().ensure(n)
             while (k + g <= count) {
-                if (!ExactFloat32Lanes.group(average, n, ins, inFrom, outs, nOuts, outFrom, k)) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, k, k + g)
-                k += g
+                val len = minOf(ExactFloat32Lanes.BLOCK.toLong(), (count - k) / g * g).toInt()
+                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.err, sc.failed)
+                for (f in 0 until fails) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, sc.failed[f], sc.failed[f] + g)
+                k += len
             }
         }
         float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, k, count)
@@ -207,6 +210,9 @@ public object ExactSum {
         var values = DoubleArray(8)
         var partials = DoubleArray(16)
         var extra = DoubleArray(20)
+        val acc = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val err = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val failed = LongArray(ExactFloat32Lanes.BLOCK)
         fun ensure(n: Int): Scratch {
             if (values.size < n) values = DoubleArray(n)
             if (partials.size < n + 2) partials = DoubleArray(n + 2)
