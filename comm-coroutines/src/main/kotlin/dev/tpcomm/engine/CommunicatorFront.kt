@@ -201,7 +201,8 @@ public abstract class CommunicatorFront(
      * Closes this communicator on this rank, once (later calls do nothing): from here every call is
      * refused with [dev.tpcomm.CommunicatorAbortedException] ("the communicator was closed; create a
      * new one"), the flight recorder closes, the deadlines stop, then the backend's [shutdown]
-     * releases what it holds and fails what is still in flight. Thread-safe; never throws for a
+     * releases what it holds and fails what is still in flight, and the reproducible reductions'
+     * staging buffers go back to the host pool. Thread-safe; never throws for a
      * communicator already closed.
      */
     final override fun close() {
@@ -209,6 +210,7 @@ public abstract class CommunicatorFront(
         recorder.close()
         stopDeadlines()
         shutdown()
+        ReproducibleReductions.release(this)
     }
 
     /**

@@ -127,6 +127,7 @@ internal object ReproducibleReductions {
             }
         } finally {
             owned.forEach { it.close() }
+            endStaging(front)
         }
     }
 
@@ -196,6 +197,7 @@ internal object ReproducibleReductions {
             if (part > 0) ExactSum.reduceRows(output.dtype, avg, n, exchanged.segment, part, 0, part, output.segment, 0)
         } finally {
             owned.forEach { it.close() }
+            endStaging(front)
         }
     }
 
@@ -272,30 +274,67 @@ internal object ReproducibleReductions {
 
     /**
      * Staging buffer [index] (0 or 1) of [comm], at least [elements] of [dtype], as a tensor of that many
-     * elements ([rows] x [inner] when given). Kept per communicator (grow-only, released with it by the
-     * garbage collector); safe because a front's reproducible composites run one at a time (each holds
-     * the issue turn from its call to its end). One not kept (over [CACHE_LIMIT] bytes, or another
-     * [Communicator]'s) is new and added to [owned] for the caller to close.
+     * elements ([rows] x [inner] when given). Kept per communicator (grow-only, from the budgeted host
+     * pool, closed when the communicator closes: [release]); safe because a front's reproducible
+     * composites run one at a time (each holds the issue turn from its call to its end), and marked
+     * in use until the composite's [endStaging]. One not kept (over [CACHE_LIMIT] bytes, another
+     * [Communicator]'s, or a closed communicator's) is new and added to [owned] for the caller to close.
      */
     private fun buffer(comm: Communicator, index: Int, dtype: DType, elements: Long, owned: MutableList<Tensor>, inner: List<Int> = emptyList(), rows: Int = -1): Tensor {
         val bytes = elements * dtype.byteSize
         val shape = if (rows < 0) intArrayOf(Math.toIntExact(elements)) else (listOf(rows) + inner).toIntArray()
         // Not kept: past the limit, or a third party's communicator (its calls may run concurrently).
         if (bytes > CACHE_LIMIT || comm !is CommunicatorFront) return Tensor.zeros(dtype, *shape).also { owned += it }
-        val slots = synchronized(buffers) { buffers.getOrPut(comm) { arrayOfNulls(2) } }
-        var b = slots[index]
-        if (b == null || b.byteSize < bytes) {
-            b?.close()
-            b = Tensor.zeros(DType.UInt8, Math.toIntExact(maxOf(bytes, 64)))
-            slots[index] = b
+        val st = synchronized(buffers) { buffers.getOrPut(comm) { Staging() } }
+        synchronized(st) {
+            if (st.released) return Tensor.zeros(dtype, *shape).also { owned += it }
+            var b = st.slots[index]
+            if (b == null || b.byteSize < bytes) {
+                b?.close()
+                b = Tensor.zeros(DType.UInt8, Math.toIntExact(maxOf(bytes, 64)))
+                st.slots[index] = b
+            }
+            st.busy = true
+            return Tensor.wrap(b.segment.asSlice(0, bytes), dtype, *shape)
         }
-        return Tensor.wrap(b.segment.asSlice(0, bytes), dtype, *shape)
+    }
+
+    /** A composite of [comm] is done with its staging buffers: closed now if the communicator closed meanwhile. */
+    private fun endStaging(comm: Communicator) {
+        val st = synchronized(buffers) { buffers[comm] } ?: return
+        synchronized(st) {
+            st.busy = false
+            if (st.released) st.free()
+        }
+    }
+
+    /**
+     * Closes [comm]'s staging buffers (its `close`): at once, or at the end of the composite using
+     * them; later composites of a closed communicator (refused anyway) keep none.
+     */
+    fun release(comm: Communicator) {
+        val st = synchronized(buffers) { buffers[comm] } ?: return
+        synchronized(st) {
+            st.released = true
+            if (!st.busy) st.free()
+        }
+    }
+
+    /** A communicator's two kept staging buffers and whether a composite is using them; guarded by itself. */
+    private class Staging {
+        val slots = arrayOfNulls<Tensor>(2)
+        var busy = false
+        var released = false
+
+        fun free() {
+            for (i in slots.indices) { slots[i]?.close(); slots[i] = null }
+        }
     }
 
     /** Largest staging buffer kept per communicator. */
     private const val CACHE_LIMIT: Long = 256L shl 20
 
-    private val buffers = java.util.WeakHashMap<Communicator, Array<Tensor?>>()
+    private val buffers = java.util.WeakHashMap<Communicator, Staging>()
 
     /** A new tensor of [tensor]'s dtype and shape holding each element times [op]'s factor, rounded once. */
     private fun scaled(tensor: Tensor, op: ReduceOp.PreMulSum): Tensor {
