@@ -85,7 +85,8 @@ public object ExactSum {
 
     /**
      * Float32 sums (and averages over a power-of-two [n]): blocks of lanes through [ExactFloat32Lanes]
-     * where the Vector API is present, the rest (a group with an inexact or special lane, the tail)
+     * where the Vector API is present (sums certified exact by their exponent range), the rest (a group
+     * with an element not certified, the tail)
      * element by element: a double running sum checked with TwoSum; exact, it rounds once with
      * `toFloat`, IEEE's rounding to float32, subnormals and overflow included; an element whose sum
      * rounded, or holds a NaN or an infinity, goes the general way.
@@ -97,7 +98,7 @@ public object ExactSum {
             val sc = scratch.get().ensure(n)
             while (k + g <= count) {
                 val len = minOf(ExactFloat32Lanes.BLOCK.toLong(), (count - k) / g * g).toInt()
-                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.err, sc.failed)
+                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.hi, sc.lo, sc.failed)
                 for (f in 0 until fails) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, sc.failed[f], sc.failed[f] + g)
                 k += len
             }
@@ -211,7 +212,8 @@ public object ExactSum {
         var partials = DoubleArray(16)
         var extra = DoubleArray(20)
         val acc = DoubleArray(ExactFloat32Lanes.BLOCK)
-        val err = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val hi = IntArray(ExactFloat32Lanes.BLOCK)
+        val lo = IntArray(ExactFloat32Lanes.BLOCK)
         val failed = LongArray(ExactFloat32Lanes.BLOCK)
         fun ensure(n: Int): Scratch {
             if (values.size < n) values = DoubleArray(n)

@@ -69,7 +69,7 @@ class ReproducibleDirectPathSpec : FunSpec({
     fun composed(comm: Communicator): Communicator = object : Communicator by comm {}
 
     for (world in listOf(2, 3, 4)) for (dtype in dtypes) {
-        test("allReduce Sum and Avg and reduce: the direct path's bits are the composed path's, $dtype, world $world") {
+        test("reproducible allReduce Sum and Avg and reduce: the direct path's bits are the composed path's, $dtype, world $world") {
             val lengths = listOf(1, 7, 16 * 1024 / dtype.byteSize + 13) + if (dtype == DType.Float32 && world == 4) listOf(70_001) else emptyList()
             runLocalWorld(world) { comm ->
                 for (op in listOf(ReduceOp.Sum, ReduceOp.Avg)) for ((i, len) in lengths.withIndex()) {
@@ -86,6 +86,18 @@ class ReproducibleDirectPathSpec : FunSpec({
                     val rows = Tensor.concat(inputs, 0)
                     ExactSum.reduceRows(dtype, op == ReduceOp.Avg, world, rows.segment, len.toLong(), 0, len.toLong(), expect.segment, 0)
                     withClue("$what against ExactSum") { bits(a).contentEquals(bits(expect)) shouldBe true }
+                    if (dtype == DType.Float32) {
+                        // Independently of the kernel: each element whose values are finite, the exact BigDecimal sum (or sum / n) rounded once.
+                        for (k in 0 until len) {
+                            val v = inputs.map { it.segment.getAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, k.toLong()) }
+                            if (v.any { !it.isFinite() }) continue
+                            var exact = v.fold(java.math.BigDecimal.ZERO) { s, x -> s.add(java.math.BigDecimal(x.toDouble())) }
+                            if (op == ReduceOp.Avg) exact = exact.divide(java.math.BigDecimal(world), java.math.MathContext(200))
+                            val want = if (exact.signum() == 0) (if (v.all { it.toRawBits() == (-0.0f).toRawBits() }) -0.0f else 0.0f) else exact.toFloat()
+                            val got = a.segment.getAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, k.toLong())
+                            withClue("$what element $k of $v against BigDecimal") { got.toRawBits() shouldBe want.toRawBits() }
+                        }
+                    }
                     // reduce to the last rank: the root's bits the same; the others' tensors as they were.
                     val root = world - 1
                     val c = Tensor.zeros(dtype, len).also { fill(it, seed, comm.rank) }
