@@ -13,7 +13,7 @@ import dev.tpcomm.Tensor
  *
  * Layout (version 1): `[0]` [MAGIC], `[1]` operation ([CollectiveOp.ordinal]), `[2]` dtype ordinal
  * or -1, `[3]` reduce-op ordinal ([ReduceOp.ordinal]: the kind only, so ranks passing [ReduceOp.PreMulSum]
- * with different factors agree) or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
+ * with different factors agree; [REPRODUCIBLE_OP] plus it for a reproducible reduction) or -1, `[4]` root or -1, `[5]` normalised dim or -1, `[6]` number
  * of dimensions or -1 without a tensor, `[7]` extra (`group`: the ranks' hash; `allGatherV` and
  * `reduceScatterV`: [sizesDigest]; `allToAllV`: [splitsWord]), `[8..15]` the sizes of the first 8 dimensions
  * (a tensor of more dimensions stores a hash of the remaining sizes in `[15]`).
@@ -30,6 +30,17 @@ public object CollectiveSignature {
 
     private const val DIMS_AT = 8
     private const val PRE_MUL_SUM = 8
+
+    /**
+     * Word `[3]` of a reproducible reduction's signature (its composite's steps, or the backend's own
+     * exact reduction) is this plus the reduce op's ordinal: a rank reducing reproducibly and a peer
+     * reducing in the default mode, or reproducibly with another op, differ in `op`.
+     */
+    public const val REPRODUCIBLE_OP: Long = 64
+
+    /** The `op` word of a reproducible [reduceOp] ([REPRODUCIBLE_OP] plus its ordinal). */
+    @JvmStatic
+    public fun reproducibleOpWord(reduceOp: ReduceOp): Long = REPRODUCIBLE_OP + reduceOp.ordinal
     private const val MAX_EXACT_DIMS = SIZE - DIMS_AT
 
     private val FIELD_OF_WORD: Array<String> = arrayOf(
@@ -237,8 +248,11 @@ public object CollectiveSignature {
             val shape = if (ndim <= MAX_EXACT_DIMS) dims.joinToString() else dims.dropLast(1).joinToString() + ", ..."
             args += "$dtype[$shape]"
         }
-        val reduceOp = words[offset + 3].toInt()
-        (ReduceOp.entries.getOrNull(reduceOp)?.name ?: if (reduceOp == PRE_MUL_SUM) "PreMulSum" else null)?.let { args += "op=$it" }
+        val opWord = words[offset + 3]
+        val reproducible = opWord >= REPRODUCIBLE_OP
+        val reduceOp = (if (reproducible) opWord - REPRODUCIBLE_OP else opWord).toInt()
+        (ReduceOp.entries.getOrNull(reduceOp)?.name ?: if (reduceOp == PRE_MUL_SUM) "PreMulSum" else null)
+            ?.let { args += if (reproducible) "op=reproducible $it" else "op=$it" }
         if (words[offset + 4] >= 0) args += "root=${words[offset + 4]}"
         if (words[offset + 5] >= 0) args += "dim=${words[offset + 5]}"
         if (op == CollectiveOp.Group) args += "ranks#${words[offset + 7]}"

@@ -108,12 +108,15 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
         val name = entry.operation
         front.refuseUnusable(name, entry, true)
         if (composite == null) {
-            val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra)
+            val call = OperationCall(
+                op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra,
+                reproducibleOp = if (extra === ExactReduction) reduceOp else null,
+            )
             deadlines.track(entry, call)
             return call
         }
         composite.expired?.let { e -> entry.fail(e); throw e }
-        val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps)
+        val call = OperationCall(op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra, composite.op, ++composite.steps, composite.reproducibleOp)
         composite.stepEntry = entry
         composite.stepCall = call
         return call

@@ -201,7 +201,8 @@ public abstract class CommunicatorFront(
      * Closes this communicator on this rank, once (later calls do nothing): from here every call is
      * refused with [dev.tpcomm.CommunicatorAbortedException] ("the communicator was closed; create a
      * new one"), the flight recorder closes, the deadlines stop, then the backend's [shutdown]
-     * releases what it holds and fails what is still in flight. Thread-safe; never throws for a
+     * releases what it holds and fails what is still in flight, and the reproducible reductions'
+     * staging buffers go back to the host pool. Thread-safe; never throws for a
      * communicator already closed.
      */
     final override fun close() {
@@ -209,6 +210,7 @@ public abstract class CommunicatorFront(
         recorder.close()
         stopDeadlines()
         shutdown()
+        ReproducibleReductions.release(this)
     }
 
     /**
@@ -582,6 +584,7 @@ public abstract class CommunicatorFront(
     protected fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
         val c = entry.composite as? CompositeOperation ?: return false
         CollectiveSignature.encode(dst, at, c.op, null, null, root = if (c.op.hasRoot) c.root else -1, extra = entry.stepIndex.toLong())
+        c.reproducibleOp?.let { dst[at + 3] = CollectiveSignature.reproducibleOpWord(it) }
         return true
     }
 
@@ -590,8 +593,27 @@ public abstract class CommunicatorFront(
     /** Whether this communicator reduces floating-point sums reproducibly by default (`CommConfig.reproducibleReductions`). */
     public open val reproducibleReductions: Boolean get() = false
 
-    /** [ReproducibleReductions]' composite operation [op]: one operation of this communicator. */
-    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, block: suspend () -> R): R = composite(op, root) { block() }
+    /**
+     * [ReproducibleReductions]' composite operation [op] reducing with [reduceOp]: one operation of
+     * this communicator, whose steps' signatures carry the reproducible [reduceOp].
+     */
+    internal suspend fun <R> reproducibleComposite(op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
+        composite(op, root) { c -> c.reproducibleOp = reduceOp; block() }
+
+    /**
+     * Whether this backend reduces an all-reduce or reduce issued with [ExactReduction] itself, as
+     * [ExactSum] does (the in-process backend: its ranks share memory); [ReproducibleReductions] then
+     * issues one collective in place of its composite.
+     */
+    internal open val reducesExactly: Boolean get() = false
+
+    /**
+     * [op] (all-reduce, or reduce to [root]) of [tensor] with [reduceOp] (`Sum` or `Avg`) reduced
+     * by the backend exactly ([reducesExactly], [ExactReduction]): one collective, its signature's
+     * `op` word the reproducible one.
+     */
+    internal suspend fun exactReduction(op: CollectiveOp, tensor: Tensor, reduceOp: ReduceOp, root: Int): Tensor =
+        issuePath.collective(op, tensor, tensor, tensor, reduceOp, root, 0, null, null, ExactReduction, tensor)
 
     /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
     internal val reproducibleTransport: ObjectTransport get() = objectTransport

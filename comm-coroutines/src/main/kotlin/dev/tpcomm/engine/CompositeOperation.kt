@@ -33,6 +33,13 @@ internal class CompositeOperation(
     /** The context key. */
     companion object Key : CoroutineContext.Key<CompositeOperation>
 
+    /**
+     * A reproducible reduction's op (set by [ReproducibleReductions] before its first step), or null:
+     * its steps' signatures carry it ([dev.tpcomm.spi.CollectiveSignature.reproducibleOpWord]), so a
+     * peer reducing with another op, or in the default mode, is a mismatch.
+     */
+    @Volatile var reproducibleOp: dev.tpcomm.ReduceOp? = null
+
     /** Steps numbered so far (guarded by the front's issue lock). */
     var steps: Int = 0
 

@@ -48,52 +48,90 @@ public object ExactSum {
     @JvmStatic
     public fun reduceRows(dtype: DType, average: Boolean, n: Int, rows: MemorySegment, rowStride: Long, from: Long, count: Long, out: MemorySegment, outFrom: Long) {
         require(n >= 1) { "ExactSum: at least one row" }
-        if (dtype == DType.Float32 && (!average || Integer.bitCount(n) == 1)) return float32Rows(average, n, rows, rowStride, from, count, out, outFrom)
+        val es = dtype.byteSize.toLong()
+        val ins = arrayOfNulls<MemorySegment>(n)
+        for (j in 0 until n) ins[j] = rows.asSlice(j * rowStride * es)
+        reduceSegments(dtype, average, n, ins, from, arrayOf(out), 1, outFrom, count)
+    }
+
+    /**
+     * Reduces [count] elements of the [n] segments [ins]: element `k` is the sum (or, [average], the
+     * average) of `ins[j][inFrom + k]` for `j` in `0 until n`, written to `outs[i][outFrom + k]` for
+     * each `i` in `0 until nOuts` (offsets in elements). An output may be one of the inputs: every
+     * input of an element is read before the element is written. The in-process backend's exact
+     * reduction reads the ranks' tensors straight through it ([ExactReduction]).
+     */
+    internal fun reduceSegments(dtype: DType, average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long, count: Long) {
+        require(n >= 1) { "ExactSum: at least one row" }
+        if (dtype == DType.Float32 && (!average || Integer.bitCount(n) == 1)) return float32Segments(average, n, ins, inFrom, outs, nOuts, outFrom, count)
         val f = Format.of(dtype)
         val s = scratch.get().ensure(n)
         val v = s.values
         val es = dtype.byteSize.toLong()
         for (k in 0 until count) {
-            for (j in 0 until n) v[j] = read(dtype, rows, ((j * rowStride) + from + k) * es)
+            for (j in 0 until n) v[j] = read(dtype, ins[j]!!, (inFrom + k) * es)
             val r = if (average) f.average(v, n, s) else f.sum(v, n, s)
-            write(dtype, out, (outFrom + k) * es, r)
+            for (i in 0 until nOuts) write(dtype, outs[i]!!, (outFrom + k) * es, r)
         }
     }
 
+    /** Whether [ExactFloat32Lanes] runs: `jdk.incubator.vector` present, `-Dtpcomm.local.vector` not false. */
+    private val lanes: Boolean = try {
+        ModuleLayer.boot().findModule("jdk.incubator.vector").isPresent &&
+            System.getProperty("tpcomm.local.vector", "true") != "false" && ExactFloat32Lanes.usable
+    } catch (_: Throwable) {
+        false
+    }
+
     /**
-     * [reduceRows] for Float32 sums (and averages over a power-of-two [n]): the fast path inlined (a
-     * double running sum checked with TwoSum; exact, it rounds once with `toFloat`, which is IEEE's
-     * rounding to float32, subnormals and overflow included); an element whose sum rounded, or holds a
-     * NaN or an infinity, goes the general way.
+     * Float32 sums (and averages over a power-of-two [n]): blocks of lanes through [ExactFloat32Lanes]
+     * where the Vector API is present (sums certified exact by their exponent range), the rest (a group
+     * with an element not certified, the tail)
+     * element by element: a double running sum checked with TwoSum; exact, it rounds once with
+     * `toFloat`, IEEE's rounding to float32, subnormals and overflow included; an element whose sum
+     * rounded, or holds a NaN or an infinity, goes the general way.
      */
-    private fun float32Rows(average: Boolean, n: Int, rows: MemorySegment, rowStride: Long, from: Long, count: Long, out: MemorySegment, outFrom: Long) {
-        val rowBytes = rowStride * 4
+    private fun float32Segments(average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long, count: Long) {
+        var k = 0L
+        if (lanes) {
+            val g = ExactFloat32Lanes.lanes
+            val sc = scratch.get().ensure(n)
+            while (k + g <= count) {
+                val len = minOf(ExactFloat32Lanes.BLOCK.toLong(), (count - k) / g * g).toInt()
+                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.hi, sc.lo, sc.failed)
+                for (f in 0 until fails) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, sc.failed[f], sc.failed[f] + g)
+                k += len
+            }
+        }
+        float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, k, count)
+    }
+
+    /** [float32Segments]' scalar path for elements `[from, to)`. */
+    private fun float32Elements(average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long, from: Long, to: Long) {
+        if (from >= to) return
         val s = scratch.get().ensure(n)
         val v = s.values
         val f = Format.of(DType.Float32)
-        var at = from * 4
-        var o = outFrom * 4
-        for (k in 0 until count) {
-            var acc = rows.get(F32, at).toDouble()
+        for (k in from until to) {
+            val at = (inFrom + k) * 4
+            var acc = ins[0]!!.get(F32, at).toDouble()
             var exact = true
-            var off = at + rowBytes
             for (j in 1 until n) {
-                val x = rows.get(F32, off).toDouble()
+                val x = ins[j]!!.get(F32, at).toDouble()
                 val t = acc + x
                 val bp = t - acc
                 if ((acc - (t - bp)) + (x - bp) != 0.0) exact = false
                 acc = t
-                off += rowBytes
             }
-            if (exact && !acc.isNaN() && !acc.isInfinite()) {
-                out.set(F32, o, (if (average) acc / n else acc).toFloat())
+            val r = if (exact && !acc.isNaN() && !acc.isInfinite()) {
+                (if (average) acc / n else acc).toFloat()
             } else {
-                for (j in 0 until n) v[j] = rows.get(F32, at + j * rowBytes).toDouble()
-                val r = if (average) f.average(v, n, s) else f.sum(v, n, s)
-                out.set(F32, o, if (r.isNaN()) java.lang.Float.intBitsToFloat(0x7FC00000) else r.toFloat())
+                for (j in 0 until n) v[j] = ins[j]!!.get(F32, at).toDouble()
+                val d = if (average) f.average(v, n, s) else f.sum(v, n, s)
+                if (d.isNaN()) java.lang.Float.intBitsToFloat(0x7FC00000) else d.toFloat()
             }
-            at += 4
-            o += 4
+            val o = (outFrom + k) * 4
+            for (i in 0 until nOuts) outs[i]!!.set(F32, o, r)
         }
     }
 
@@ -173,6 +211,10 @@ public object ExactSum {
         var values = DoubleArray(8)
         var partials = DoubleArray(16)
         var extra = DoubleArray(20)
+        val acc = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val hi = IntArray(ExactFloat32Lanes.BLOCK)
+        val lo = IntArray(ExactFloat32Lanes.BLOCK)
+        val failed = LongArray(ExactFloat32Lanes.BLOCK)
         fun ensure(n: Int): Scratch {
             if (values.size < n) values = DoubleArray(n)
             if (partials.size < n + 2) partials = DoubleArray(n + 2)

@@ -48,6 +48,12 @@ public class OperationCall internal constructor(
     @JvmField public val signatureOp: CollectiveOp = op,
     /** The step's index within its composite operation, from 1 (0: not a step). */
     @JvmField public val step: Int = 0,
+    /**
+     * The reduce op of a reproducible reduction this call is (a step of, or the backend's own exact
+     * reduction, [ReproducibleReductions.Direct]), or null: its signature's `op` word is
+     * [CollectiveSignature.reproducibleOpWord] of it.
+     */
+    @JvmField internal val reproducibleOp: ReduceOp? = null,
 ) {
     /**
      * The tensor the result goes to (the input for in-place calls; null where none). For an
@@ -79,6 +85,7 @@ public class OperationCall internal constructor(
         if (step != 0) {
             // A composite's step: the composite's operation, its tensor when it has one (an object operation's lengths differ per call), the step's index.
             CollectiveSignature.encode(dst, at, signatureOp, if (signatureOp.hasTensor) signatureTensor else null, null, root = if (signatureOp.hasRoot) root else -1, extra = step.toLong())
+            if (reproducibleOp != null) dst[at + 3] = CollectiveSignature.reproducibleOpWord(reproducibleOp)
             return
         }
         when (op) {
@@ -99,5 +106,6 @@ public class OperationCall internal constructor(
                 extra = if (op == CollectiveOp.Group) extra.hashCode().toLong() else 0L,
             )
         }
+        if (reproducibleOp != null) dst[at + 3] = CollectiveSignature.reproducibleOpWord(reproducibleOp)
     }
 }

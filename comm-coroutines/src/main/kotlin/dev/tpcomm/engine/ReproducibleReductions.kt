@@ -23,6 +23,9 @@ import java.lang.foreign.MemorySegment
  *   sums of its chunk, `allGather` of the chunks: `2 (n-1)/n` of the tensor sent and received per
  *   rank, what a ring all-reduce moves.
  * - reduce: as all-reduce with `gather` to the root in place of the last (or only) step.
+ * - on a backend that [CommunicatorFront.reducesExactly] (in-process), all-reduce and reduce of
+ *   `Sum` and `Avg` are one collective the backend reduces with [ExactSum] ([ExactReduction]),
+ *   reading every rank's input once: no staging, the same bits.
  * - reduce-scatter (dim 0 or any dim), reduce-scatter-v: one `allToAll`/`allToAllV`, then the
  *   exact sums of this rank's rows.
  *
@@ -43,20 +46,36 @@ internal object ReproducibleReductions {
      * issued atomically in call order); on another [Communicator] (a third party's), its steps are
      * that communicator's own operations.
      */
-    private suspend fun <R> composite(comm: Communicator, op: CollectiveOp, root: Int, block: suspend () -> R): R =
-        if (comm is CommunicatorFront) comm.reproducibleComposite(op, root, block) else block()
+    private suspend fun <R> composite(comm: Communicator, op: CollectiveOp, root: Int, reduceOp: ReduceOp, block: suspend () -> R): R =
+        if (comm is CommunicatorFront) comm.reproducibleComposite(op, root, reduceOp, block) else block()
 
-    suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.AllReduce, -1) {
+    /**
+     * Whether [front] reduces [tensor] with [op] in one collective of its own ([ExactReduction]):
+     * a backend that [CommunicatorFront.reducesExactly], a host tensor, `Sum` or `Avg`, more than one rank.
+     */
+    private fun direct(front: Communicator, tensor: Tensor, op: ReduceOp): Boolean =
+        front is CommunicatorFront && front.reducesExactly && front.worldSize > 1 && !tensor.device.isGpu &&
+            (op == ReduceOp.Sum || op == ReduceOp.Avg)
+
+    suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor {
+        if (direct(front, tensor, op)) return (front as CommunicatorFront).exactReduction(CollectiveOp.AllReduce, tensor, op, -1)
+        return composed(front, tensor, op)
+    }
+
+    /** [allReduce] as a composite of the backend's data movement (every backend; the bits of [ExactReduction]). */
+    suspend fun composed(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor =
+        composite(front, CollectiveOp.AllReduce, -1, op) {
             rootedReduce(front, tensor, op, root = -1)
             tensor
         }
 
-    suspend fun reduce(front: Communicator, tensor: Tensor, root: Int, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.Reduce, root) {
+    suspend fun reduce(front: Communicator, tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+        if (direct(front, tensor, op)) return (front as CommunicatorFront).exactReduction(CollectiveOp.Reduce, tensor, op, root)
+        return composite(front, CollectiveOp.Reduce, root, op) {
             rootedReduce(front, tensor, op, root)
             tensor
         }
+    }
 
     /** All-reduce ([root] -1) or reduce to [root]: the result written into [tensor] (on the root only, for reduce). */
     private suspend fun rootedReduce(front: Communicator, tensor: Tensor, op: ReduceOp, root: Int) {
@@ -108,11 +127,12 @@ internal object ReproducibleReductions {
             }
         } finally {
             owned.forEach { it.close() }
+            endStaging(front)
         }
     }
 
     suspend fun reduceScatter(front: Communicator, output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor =
-        composite(front, CollectiveOp.ReduceScatter, -1) {
+        composite(front, CollectiveOp.ReduceScatter, -1, op) {
             if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, dim, null)
             val n = front.worldSize
             val rows = if (dim == 0) null else input.chunk(n, dim) // copies along other dims, rank-major
@@ -141,7 +161,7 @@ internal object ReproducibleReductions {
         }
 
     suspend fun reduceScatterV(front: Communicator, output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor =
-        composite(front, CollectiveOp.ReduceScatterV, -1) {
+        composite(front, CollectiveOp.ReduceScatterV, -1, op) {
             if (input.device.isGpu) return@composite deviceReduceScatter(front, output, input, op, 0, sizes)
             val owned = ArrayList<Tensor>(2)
             try {
@@ -177,6 +197,7 @@ internal object ReproducibleReductions {
             if (part > 0) ExactSum.reduceRows(output.dtype, avg, n, exchanged.segment, part, 0, part, output.segment, 0)
         } finally {
             owned.forEach { it.close() }
+            endStaging(front)
         }
     }
 
@@ -253,30 +274,67 @@ internal object ReproducibleReductions {
 
     /**
      * Staging buffer [index] (0 or 1) of [comm], at least [elements] of [dtype], as a tensor of that many
-     * elements ([rows] x [inner] when given). Kept per communicator (grow-only, released with it by the
-     * garbage collector); safe because a front's reproducible composites run one at a time (each holds
-     * the issue turn from its call to its end). One not kept (over [CACHE_LIMIT] bytes, or another
-     * [Communicator]'s) is new and added to [owned] for the caller to close.
+     * elements ([rows] x [inner] when given). Kept per communicator (grow-only, from the budgeted host
+     * pool, closed when the communicator closes: [release]); safe because a front's reproducible
+     * composites run one at a time (each holds the issue turn from its call to its end), and marked
+     * in use until the composite's [endStaging]. One not kept (over [CACHE_LIMIT] bytes, another
+     * [Communicator]'s, or a closed communicator's) is new and added to [owned] for the caller to close.
      */
     private fun buffer(comm: Communicator, index: Int, dtype: DType, elements: Long, owned: MutableList<Tensor>, inner: List<Int> = emptyList(), rows: Int = -1): Tensor {
         val bytes = elements * dtype.byteSize
         val shape = if (rows < 0) intArrayOf(Math.toIntExact(elements)) else (listOf(rows) + inner).toIntArray()
         // Not kept: past the limit, or a third party's communicator (its calls may run concurrently).
         if (bytes > CACHE_LIMIT || comm !is CommunicatorFront) return Tensor.zeros(dtype, *shape).also { owned += it }
-        val slots = synchronized(buffers) { buffers.getOrPut(comm) { arrayOfNulls(2) } }
-        var b = slots[index]
-        if (b == null || b.byteSize < bytes) {
-            b?.close()
-            b = Tensor.zeros(DType.UInt8, Math.toIntExact(maxOf(bytes, 64)))
-            slots[index] = b
+        val st = synchronized(buffers) { buffers.getOrPut(comm) { Staging() } }
+        synchronized(st) {
+            if (st.released) return Tensor.zeros(dtype, *shape).also { owned += it }
+            var b = st.slots[index]
+            if (b == null || b.byteSize < bytes) {
+                b?.close()
+                b = Tensor.zeros(DType.UInt8, Math.toIntExact(maxOf(bytes, 64)))
+                st.slots[index] = b
+            }
+            st.busy = true
+            return Tensor.wrap(b.segment.asSlice(0, bytes), dtype, *shape)
         }
-        return Tensor.wrap(b.segment.asSlice(0, bytes), dtype, *shape)
+    }
+
+    /** A composite of [comm] is done with its staging buffers: closed now if the communicator closed meanwhile. */
+    private fun endStaging(comm: Communicator) {
+        val st = synchronized(buffers) { buffers[comm] } ?: return
+        synchronized(st) {
+            st.busy = false
+            if (st.released) st.free()
+        }
+    }
+
+    /**
+     * Closes [comm]'s staging buffers (its `close`): at once, or at the end of the composite using
+     * them; later composites of a closed communicator (refused anyway) keep none.
+     */
+    fun release(comm: Communicator) {
+        val st = synchronized(buffers) { buffers[comm] } ?: return
+        synchronized(st) {
+            st.released = true
+            if (!st.busy) st.free()
+        }
+    }
+
+    /** A communicator's two kept staging buffers and whether a composite is using them; guarded by itself. */
+    private class Staging {
+        val slots = arrayOfNulls<Tensor>(2)
+        var busy = false
+        var released = false
+
+        fun free() {
+            for (i in slots.indices) { slots[i]?.close(); slots[i] = null }
+        }
     }
 
     /** Largest staging buffer kept per communicator. */
     private const val CACHE_LIMIT: Long = 256L shl 20
 
-    private val buffers = java.util.WeakHashMap<Communicator, Array<Tensor?>>()
+    private val buffers = java.util.WeakHashMap<Communicator, Staging>()
 
     /** A new tensor of [tensor]'s dtype and shape holding each element times [op]'s factor, rounded once. */
     private fun scaled(tensor: Tensor, op: ReduceOp.PreMulSum): Tensor {

@@ -1,5 +1,8 @@
 package dev.tpcomm.coroutines.local
 
+import dev.tpcomm.ReduceOp
+import dev.tpcomm.engine.ExactReduction
+import dev.tpcomm.engine.ExactSum
 import java.lang.foreign.MemorySegment
 
 /**
@@ -46,15 +49,21 @@ internal object CollectiveExecution {
         } else {
             outs = s.outSegs; outs[0] = ins[s.roots[0]]; nOuts = 1
         }
+        // A reproducible Sum or Avg (ExactReduction): each element the correctly rounded sum of the ranks' values.
+        val exact = s.extras[0] === ExactReduction
+        val average = op == ReduceOp.Avg
         if (n * dtype.byteSize * w < PARALLEL_BYTES || helpers() == 0) {
-            ReduceKernels.reduce(dtype, op, w, ins, 0, outs, nOuts, 0, n, factors)
+            if (exact) ExactSum.reduceSegments(dtype, average, w, ins, 0, outs, nOuts, 0, n)
+            else ReduceKernels.reduce(dtype, op, w, ins, 0, outs, nOuts, 0, n, factors)
             return
         }
         val units = ((n + REDUCE_CHUNK - 1) / REDUCE_CHUNK).toInt()
         object : ParallelWork(units) {
             override fun runUnit(unit: Int) {
                 val from = unit * REDUCE_CHUNK
-                ReduceKernels.reduce(dtype, op, w, ins, from, outs, nOuts, from, minOf(REDUCE_CHUNK, n - from), factors)
+                val count = minOf(REDUCE_CHUNK, n - from)
+                if (exact) ExactSum.reduceSegments(dtype, average, w, ins, from, outs, nOuts, from, count)
+                else ReduceKernels.reduce(dtype, op, w, ins, from, outs, nOuts, from, count, factors)
             }
         }.execute(helpers())
     }

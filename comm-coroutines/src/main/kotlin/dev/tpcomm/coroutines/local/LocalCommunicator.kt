@@ -129,6 +129,9 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
     override val reproducibleReductions: Boolean get() = group.world.config.reproducibleReductions
 
+    /** Reproducible `Sum` and `Avg` all-reduces and reduces are one slot operation summed exactly from every rank's input ([CollectiveExecution]). */
+    override val reducesExactly: Boolean get() = true
+
     /**
      * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
      * which no user receive matches (user tags are >= 0 and [Mailbox] matches `ANY_TAG` to those
