@@ -16,7 +16,7 @@
 #   scripts/mpi-vs-c.sh                      2 ranks, 8 B .. 16 MiB, Open MPI and MPICH, 7 rounds
 # Knobs (environment): REPS (7), WORLD (2), MPIS ("openmpi mpich": those installed), PATHS
 #   ("natural handoff fast"), BENCH_TARGET_S (0.1 s per timed repeat), MPI_FLAGS (extra mpirun
-#   flags for every program), PEERS_DIR (../shared/bench/peers), OUT (raw results folder).
+#   flags for every program), BENCH_BYTES (one size only, e.g. 8; default every size), PEERS_DIR (../shared/bench/peers), OUT (raw results folder).
 # Prints a Markdown report per implementation on stdout; the raw CSV lines are in $OUT/runs-<mpi>.csv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,10 +53,10 @@ for mpi in $MPIS; do
   done
   if [ "$mpi" = openmpi ]; then
     # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
-    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT -x TPCOMM_MPI_HANDOFF_SPIN_US)
+    MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL ${BENCH_BYTES:+-x BENCH_BYTES} -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT -x TPCOMM_MPI_HANDOFF_SPIN_US)
   else
     # shellcheck disable=SC2206
-    MPIRUN=(mpirun.mpich ${MPI_FLAGS:-} -genvlist BENCH_TARGET_S,BENCH_COLL,BENCH_PATH,TPCOMM_MPI_CALLER_RUNS_LIMIT,TPCOMM_MPI_HANDOFF_SPIN_US)
+    MPIRUN=(mpirun.mpich ${MPI_FLAGS:-} -genvlist BENCH_TARGET_S,BENCH_COLL,${BENCH_BYTES:+BENCH_BYTES,}BENCH_PATH,TPCOMM_MPI_CALLER_RUNS_LIMIT,TPCOMM_MPI_HANDOFF_SPIN_US)
   fi
   runs="$OUT/runs-$mpi.csv"
   : > "$runs"
