@@ -106,6 +106,8 @@ public class NcclCommunicator internal constructor(
     config.timeout,
     // The check's exchange waits for the stream: compared only when checkConsistency is set to true.
     SignatureCheck.OnRequest, config.checkConsistency,
+    // split and group: the creation's deadline, not an operation's.
+    config.effectiveCreationTimeout,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)

@@ -142,7 +142,7 @@ class GpuLifetimesSpec : FunSpec({
     test("finding 5: a split that timed out leaves no half-built child communicator behind") {
         val platform = SimulatedGpuPlatform()
         withContext(Dispatchers.Default) {
-            val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds))
+            val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds, creationTimeout = 1.seconds))
             // Rank 1 never splits: rank 0's split times out, and aborts its parent.
             shouldThrow<CommunicationException> { comms[0].split(color = 0, key = 0) }
             comms.forEach { it.close() }

@@ -124,6 +124,8 @@ public class MpiCommunicator internal constructor(
     config.timeout,
     // One small exchange per collective: compared unless checkConsistency is set to false.
     SignatureCheck.ByDefault, config.checkConsistency,
+    // split, group and duplicate: the creation's deadline, not an operation's.
+    config.effectiveCreationTimeout,
 ) {
     internal val abi: MpiAbi = binding.abi
     private val arena: Arena = Arena.ofShared()
