@@ -103,6 +103,7 @@ class CreationDeadlineSpec : FunSpec({
             }.awaitAll() // rank 2 never splits
             for ((e, ms) in outcomes) {
                 e.shouldBeInstanceOf<CommunicationTimeoutException>()
+                e.operation shouldBe "split"
                 ms shouldBeGreaterThanOrEqual 1_000
                 ms shouldBeLessThan 3_000
             }
