@@ -94,6 +94,9 @@ public data class CommConfig @JvmOverloads constructor(
     public val effectiveCreationTimeout: Duration
         get() = creationTimeout ?: maxOf(timeout, DEFAULT_CREATION_TIMEOUT)
 
+    /** [effectiveCreationTimeout] as a `java.time.Duration` (for Java callers). */
+    public val javaEffectiveCreationTimeout: java.time.Duration get() = effectiveCreationTimeout.toJavaDuration()
+
     /** A builder initialised with this configuration's values. */
     public fun toBuilder(): Builder = Builder(this)
 

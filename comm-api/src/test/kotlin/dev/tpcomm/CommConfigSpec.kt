@@ -36,6 +36,7 @@ class CommConfigSpec : FunSpec({
         // Shorter than the operation timeout is the caller's choice, and kept.
         CommConfig(creationTimeout = 2.seconds).effectiveCreationTimeout shouldBe 2.seconds
         CommConfig.builder().creationTimeout(java.time.Duration.ofSeconds(7)).build().creationTimeout shouldBe 7.seconds
+        CommConfig.builder().timeout(java.time.Duration.ofSeconds(1)).build().javaEffectiveCreationTimeout shouldBe java.time.Duration.ofMinutes(5)
         CommConfig.fromEnvironment(mapOf("TPCOMM_CREATION_TIMEOUT_SECONDS" to "90")).creationTimeout shouldBe 90.seconds
         shouldThrow<IllegalArgumentException> { CommConfig.fromEnvironment(mapOf("TPCOMM_CREATION_TIMEOUT_SECONDS" to "0")) }.message shouldContain "TPCOMM_CREATION_TIMEOUT_SECONDS"
         shouldThrow<IllegalArgumentException> { CommConfig(creationTimeout = kotlin.time.Duration.ZERO) }.message shouldContain "creationTimeout"
