@@ -43,6 +43,20 @@ import kotlin.time.toKotlinDuration
  * of the tensor and an exact local sum. `false` (the default): the backend's own reductions. A
  * call can choose either way (`comm.reproducible()`, `Reproducible.On`/`Off` in its coroutine
  * context); `TPCOMM_REPRODUCIBLE` sets it in [fromEnvironment]. Every rank must use the same setting.
+ * @property creationTimeout deadline of creating a communicator: joining a world (`Comm.create`,
+ * the native init that waits for every rank: `ncclCommInitRankConfig`, `MPI_Init_thread`, the
+ * rendezvous) and making one from another (`split`, `group`, MPI's `duplicate`), counted from the
+ * call on each rank. Past it the creation fails with [CommunicationTimeoutException] (operation
+ * `create`, or the call's own name for `split`/`group`/`duplicate`, which also aborts the parent as
+ * any timed-out collective does) on every rank that is waiting, and nothing it built is left behind.
+ * `null` (the default) means [effectiveCreationTimeout]'s default: the longer of [timeout] and
+ * [DEFAULT_CREATION_TIMEOUT] (5 minutes), since a creation waits for every process to start, load its
+ * libraries and reach the rendezvous, which takes seconds to minutes whatever a single operation
+ * takes (PyTorch gives its process groups' creation minutes too: `default_pg_nccl_timeout`, 10
+ * minutes, in `torch/distributed/constants.py`): a short [timeout] that detects a stalled collective
+ * quickly then does not fail a world whose ranks merely start a few seconds apart. Thread-safety and
+ * cancellation are the creating call's: a cancelled creation leaves at once, whatever this says.
+ * `TPCOMM_CREATION_TIMEOUT_SECONDS` sets it in [fromEnvironment].
  */
 public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,
@@ -55,12 +69,14 @@ public data class CommConfig @JvmOverloads constructor(
     public val options: Map<String, String> = emptyMap(),
     public val flightRecorderDir: String? = null,
     public val reproducibleReductions: Boolean = false,
+    public val creationTimeout: Duration? = null,
 ) {
     init {
         require(worldSize >= 1) { "worldSize must be >= 1, got $worldSize" }
         require(rank in 0 until worldSize) { "rank must be in 0 until $worldSize, got $rank" }
         require(localRank >= 0) { "localRank must be >= 0, got $localRank" }
         require(timeout.isPositive()) { "timeout must be positive, got $timeout" }
+        require(creationTimeout == null || creationTimeout.isPositive()) { "creationTimeout must be positive or null, got $creationTimeout" }
         require(flightRecorderSize >= 0) { "flightRecorderSize must be >= 0, got $flightRecorderSize" }
         require(flightRecorderDir == null || flightRecorderDir.isNotBlank()) { "flightRecorderDir must be a directory path or null, got a blank string" }
     }
@@ -70,6 +86,16 @@ public data class CommConfig @JvmOverloads constructor(
 
     /** A copy with [timeout] taken from a `java.time.Duration`. */
     public fun withTimeout(timeout: java.time.Duration): CommConfig = copy(timeout = timeout.toKotlinDuration())
+
+    /**
+     * The deadline every backend gives a creation ([creationTimeout]): [creationTimeout] when set,
+     * else the longer of [timeout] and [DEFAULT_CREATION_TIMEOUT].
+     */
+    public val effectiveCreationTimeout: Duration
+        get() = creationTimeout ?: maxOf(timeout, DEFAULT_CREATION_TIMEOUT)
+
+    /** [effectiveCreationTimeout] as a `java.time.Duration` (for Java callers). */
+    public val javaEffectiveCreationTimeout: java.time.Duration get() = effectiveCreationTimeout.toJavaDuration()
 
     /** A builder initialised with this configuration's values. */
     public fun toBuilder(): Builder = Builder(this)
@@ -87,6 +113,9 @@ public data class CommConfig @JvmOverloads constructor(
 
         /** Sets [CommConfig.timeout]. */
         public fun timeout(value: java.time.Duration): Builder = apply { config = config.copy(timeout = value.toKotlinDuration()) }
+
+        /** Sets [CommConfig.creationTimeout] (null: the default, see [CommConfig.effectiveCreationTimeout]). */
+        public fun creationTimeout(value: java.time.Duration?): Builder = apply { config = config.copy(creationTimeout = value?.toKotlinDuration()) }
 
         /** Sets [CommConfig.checkConsistency] (null: the backend's default). */
         public fun checkConsistency(value: Boolean?): Builder = apply { config = config.copy(checkConsistency = value) }
@@ -111,6 +140,12 @@ public data class CommConfig @JvmOverloads constructor(
     }
 
     public companion object {
+        /**
+         * The shortest creation deadline when [creationTimeout] is not set: 5 minutes (what a world
+         * of many ranks may need to start its processes and bootstrap), or [timeout] if longer.
+         */
+        public val DEFAULT_CREATION_TIMEOUT: Duration = 5.minutes
+
         private val TRUE_WORDS = setOf("true", "1", "yes", "on")
         private val FALSE_WORDS = setOf("false", "0", "no", "off")
 
@@ -132,8 +167,9 @@ public data class CommConfig @JvmOverloads constructor(
          * `RANK`/`WORLD_SIZE`/`LOCAL_RANK` (torchrun), `OMPI_COMM_WORLD_RANK`/`_SIZE`/`_LOCAL_RANK`
          * (Open MPI), `PMI_RANK`/`PMI_SIZE` (MPICH's hydra, Intel MPI), `PMIX_RANK` with
          * `OMPI_COMM_WORLD_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID` (srun). Also
-         * `TPCOMM_TIMEOUT_SECONDS`, `TPCOMM_CHECK_CONSISTENCY` and `TPCOMM_FLIGHT_RECORDER_DIR`
-         * ([flightRecorderDir]). Without any, a world of one.
+         * `TPCOMM_TIMEOUT_SECONDS`, `TPCOMM_CREATION_TIMEOUT_SECONDS` ([creationTimeout]),
+         * `TPCOMM_CHECK_CONSISTENCY` and `TPCOMM_FLIGHT_RECORDER_DIR` ([flightRecorderDir]). Without any,
+         * a world of one.
          *
          * `TPCOMM_CHECK_CONSISTENCY` takes `true`/`false`, `1`/`0`, `yes`/`no` or `on`/`off`, in any case.
          *
@@ -167,6 +203,10 @@ public data class CommConfig @JvmOverloads constructor(
             int("TPCOMM_TIMEOUT_SECONDS")?.let {
                 require(it > 0) { "TPCOMM_TIMEOUT_SECONDS must be positive, got $it" }
                 config = config.copy(timeout = kotlin.time.Duration.parse("${it}s"))
+            }
+            int("TPCOMM_CREATION_TIMEOUT_SECONDS")?.let {
+                require(it > 0) { "TPCOMM_CREATION_TIMEOUT_SECONDS must be positive, got $it" }
+                config = config.copy(creationTimeout = kotlin.time.Duration.parse("${it}s"))
             }
             env["TPCOMM_CHECK_CONSISTENCY"]?.let { config = config.copy(checkConsistency = boolean("TPCOMM_CHECK_CONSISTENCY", it)) }
             env["TPCOMM_REPRODUCIBLE"]?.let { config = config.copy(reproducibleReductions = boolean("TPCOMM_REPRODUCIBLE", it)) }

@@ -29,6 +29,19 @@ class CommConfigSpec : FunSpec({
         c.rendezvous shouldBe "file:///tmp/x"
     }
 
+    test("creationTimeout: the longer of timeout and 5 minutes unless set; TPCOMM_CREATION_TIMEOUT_SECONDS sets it; non-positive values are refused") {
+        CommConfig().effectiveCreationTimeout shouldBe kotlin.time.Duration.parse("10m")
+        CommConfig(timeout = 1.seconds).effectiveCreationTimeout shouldBe CommConfig.DEFAULT_CREATION_TIMEOUT
+        CommConfig(timeout = 1.seconds, creationTimeout = 30.seconds).effectiveCreationTimeout shouldBe 30.seconds
+        // Shorter than the operation timeout is the caller's choice, and kept.
+        CommConfig(creationTimeout = 2.seconds).effectiveCreationTimeout shouldBe 2.seconds
+        CommConfig.builder().creationTimeout(java.time.Duration.ofSeconds(7)).build().creationTimeout shouldBe 7.seconds
+        CommConfig.builder().timeout(java.time.Duration.ofSeconds(1)).build().javaEffectiveCreationTimeout shouldBe java.time.Duration.ofMinutes(5)
+        CommConfig.fromEnvironment(mapOf("TPCOMM_CREATION_TIMEOUT_SECONDS" to "90")).creationTimeout shouldBe 90.seconds
+        shouldThrow<IllegalArgumentException> { CommConfig.fromEnvironment(mapOf("TPCOMM_CREATION_TIMEOUT_SECONDS" to "0")) }.message shouldContain "TPCOMM_CREATION_TIMEOUT_SECONDS"
+        shouldThrow<IllegalArgumentException> { CommConfig(creationTimeout = kotlin.time.Duration.ZERO) }.message shouldContain "creationTimeout"
+    }
+
     test("TPCOMM_CHECK_CONSISTENCY accepts true/false/1/0/yes/no/on/off in any case and refuses anything else") {
         for (v in listOf("true", "TRUE", "1", "yes", "Yes", "on", "ON", " true ")) {
             CommConfig.fromEnvironment(mapOf("TPCOMM_CHECK_CONSISTENCY" to v)).checkConsistency shouldBe true

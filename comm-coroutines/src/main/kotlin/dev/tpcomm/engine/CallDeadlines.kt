@@ -7,7 +7,9 @@ import kotlin.time.Duration
 /**
  * The deadlines of one communicator's operations, from the moment of each call to its end: the
  * front [track]s every operation it records, and the core's [DeadlineWatchdog] thread ([scan])
- * hands each one still in flight past the communicator's timeout to the backend, once.
+ * hands each one still in flight past its timeout to the backend, once: the communicator's
+ * operation timeout, or its creation timeout (`CommConfig.creationTimeout`) for the operations that
+ * make a communicator (split, group, duplicate).
  *
  * An operation is "in flight" while its flight record is ([FlightRecorder.Entry.inFlight]): the
  * front completes or fails every record it starts, so an operation leaves this set by finishing,
@@ -24,24 +26,34 @@ import kotlin.time.Duration
  * mostly finish in call order) and from anywhere at each scan, so the queue holds about what is in
  * flight.
  */
-internal class CallDeadlines(timeout: Duration) {
-    /** False for an infinite (or non-positive) timeout: nothing is tracked. */
-    val enabled: Boolean = timeout.isFinite() && timeout.isPositive()
+internal class CallDeadlines(timeout: Duration, creationTimeout: Duration = timeout) {
+    private fun limited(d: Duration) = d.isFinite() && d.isPositive()
 
-    /** The watchdog period for this timeout, in milliseconds. */
-    val periodMillis: Long = if (enabled) DeadlineWatchdog.periodFor(timeout.inWholeMilliseconds) else 0L
+    /** False when neither timeout is finite and positive: nothing is tracked. */
+    val enabled: Boolean = limited(timeout) || limited(creationTimeout)
 
-    private val limitNanos: Long = if (enabled) timeout.inWholeNanoseconds else Long.MAX_VALUE
+    private val limitNanos: Long = if (limited(timeout)) timeout.inWholeNanoseconds else Long.MAX_VALUE
+
+    /** The limit of the operations that make a communicator ([track] with `creation`): `CommConfig.creationTimeout`. */
+    private val creationLimitNanos: Long = if (limited(creationTimeout)) creationTimeout.inWholeNanoseconds else Long.MAX_VALUE
+
+    /** The watchdog period for the shorter timeout, in milliseconds. */
+    val periodMillis: Long = if (enabled) DeadlineWatchdog.periodFor(minOf(limitNanos, creationLimitNanos) / 1_000_000L) else 0L
 
     private var entries = arrayOfNulls<FlightRecorder.Entry>(INITIAL)
     private var calls = arrayOfNulls<Any>(INITIAL)
     private var starts = LongArray(INITIAL)
+    private var limits = LongArray(INITIAL)
     private var head = 0
     private var size = 0
 
-    /** Starts timing [entry] (with the backend's [call], or null) from now. Under the owner's lock. */
-    fun track(entry: FlightRecorder.Entry, call: Any?) {
-        if (!enabled) return
+    /**
+     * Starts timing [entry] (with the backend's [call], or null) from now, against the creation
+     * timeout when [creation] (split, group, duplicate), else the operation timeout. Under the owner's lock.
+     */
+    fun track(entry: FlightRecorder.Entry, call: Any?, creation: Boolean = false) {
+        val limit = if (creation) creationLimitNanos else limitNanos
+        if (limit == Long.MAX_VALUE) return
         while (size > 0 && !entries[head]!!.inFlight) {
             entries[head] = null; calls[head] = null
             head = (head + 1) and (entries.size - 1)
@@ -53,6 +65,7 @@ internal class CallDeadlines(timeout: Duration) {
         entries[at] = entry
         calls[at] = call
         starts[at] = UNSTAMPED
+        limits[at] = limit
         size++
     }
 
@@ -74,17 +87,18 @@ internal class CallDeadlines(timeout: Duration) {
             val e = entries[from]!!
             val c = calls[from]
             var s = starts[from]
+            val l = limits[from]
             entries[from] = null; calls[from] = null
             if (!e.inFlight) continue
             if (expired != null) { // a scan: stamp what is new, move out what is past its timeout
                 if (s == UNSTAMPED) s = now
-                if (now - s > limitNanos) {
+                if (now - s > l) {
                     expired += e; expired += c
                     continue
                 }
             }
             val to = (head + kept) and mask
-            entries[to] = e; calls[to] = c; starts[to] = s
+            entries[to] = e; calls[to] = c; starts[to] = s; limits[to] = l
             kept++
         }
         size = kept
@@ -95,12 +109,13 @@ internal class CallDeadlines(timeout: Duration) {
         val e = arrayOfNulls<FlightRecorder.Entry>(n)
         val c = arrayOfNulls<Any>(n)
         val s = LongArray(n)
+        val l = LongArray(n)
         val mask = entries.size - 1
         for (i in 0 until size) {
             val from = (head + i) and mask
-            e[i] = entries[from]; c[i] = calls[from]; s[i] = starts[from]
+            e[i] = entries[from]; c[i] = calls[from]; s[i] = starts[from]; l[i] = limits[from]
         }
-        entries = e; calls = c; starts = s
+        entries = e; calls = c; starts = s; limits = l
         head = 0
     }
 

@@ -26,13 +26,13 @@ import kotlin.time.Duration
  * Thread-safe: every member may be called from any thread; the numbering runs under [lock].
  * Owned by its front, for as long as it lives.
  */
-internal class CallOrder(private val front: CommunicatorFront, private val recorder: FlightRecorder, timeout: Duration) {
+internal class CallOrder(private val front: CommunicatorFront, private val recorder: FlightRecorder, timeout: Duration, creationTimeout: Duration = timeout) {
     /** Guards the numbering, the deadline queue and the issue turn. */
     private val lock = Any()
     private var collectiveSeq = 0L
 
     /** The operations in flight, timed from their call (guarded by [lock]). */
-    private val deadlines = CallDeadlines(timeout)
+    private val deadlines = CallDeadlines(timeout, creationTimeout)
 
     /** How long any operation may take (messages of composite operations' deadlines). */
     private val callTimeout: Duration = timeout
@@ -112,7 +112,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
                 op, entry, ++collectiveSeq, input, output, sig, reduceOp, root, dim, sizes, outputSizes, extra,
                 reproducibleOp = if (extra === ExactReduction) reduceOp else null,
             )
-            deadlines.track(entry, call)
+            deadlines.track(entry, call, creation = op == CollectiveOp.Split || op == CollectiveOp.Group || op == CollectiveOp.Duplicate)
             return call
         }
         composite.expired?.let { e -> entry.fail(e); throw e }

@@ -26,7 +26,10 @@ public class CommunicatorCreation(
     public val rank: Int,
     /** The backend's name (`mpi`, `nccl`, `rccl`). */
     public val backendName: String,
-    /** How long the creation may take, from this object's construction ([kotlin.time.Duration.INFINITE]: no limit). */
+    /**
+     * How long the creation may take, from this object's construction ([kotlin.time.Duration.INFINITE]:
+     * no limit); backends pass `CommConfig.effectiveCreationTimeout`, never the operation timeout.
+     */
     public val timeout: Duration,
 ) {
     private val errors = CommunicationErrors(rank, backendName)

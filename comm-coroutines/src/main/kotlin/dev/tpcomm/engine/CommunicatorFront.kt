@@ -70,6 +70,12 @@ public abstract class CommunicatorFront(
     signatureCheck: SignatureCheck = SignatureCheck.ByDefault,
     /** `CommConfig.checkConsistency`: null when the user did not set it. */
     checkConsistency: Boolean? = null,
+    /**
+     * How long [split], [group] and [duplicateCollective] may take from their call
+     * (`CommConfig.effectiveCreationTimeout`; [kotlin.time.Duration.INFINITE]: no limit); [timeout]
+     * when the backend does not say.
+     */
+    creationTimeout: kotlin.time.Duration = timeout,
 ) : Communicator, FlightRecorded {
     final override val flightRecorder: FlightRecorder get() = recorder
 
@@ -84,7 +90,7 @@ public abstract class CommunicatorFront(
     protected val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
 
     /** Numbers, records and times this communicator's calls in call order ([CallOrder]). */
-    private val order = CallOrder(this, recorder, timeout)
+    private val order = CallOrder(this, recorder, timeout, creationTimeout)
 
     /** The path of every collective from its numbering to its release ([CollectiveIssue]). */
     private val issuePath = CollectiveIssue(this, order)

@@ -69,13 +69,13 @@ public fun interface BootstrapChannel {
                     val path = runCatching { Path.of(URI(rendezvous)) }.getOrElse {
                         throw IllegalArgumentException("rendezvous '$rendezvous' is not a file URI; use file:///absolute/path/on/a/shared/filesystem", it)
                     }
-                    FileStoreBootstrap(FileStore(path), config.worldSize, config.timeout) to null
+                    FileStoreBootstrap(FileStore(path), config.worldSize, config.effectiveCreationTimeout) to null
                 }
                 rendezvous != null && (rendezvous.startsWith("env:") || rendezvous.startsWith("tcp:")) ||
                     (rendezvous == null && ("MASTER_ADDR" in env || "PET_MASTER_ADDR" in env)) -> {
                     val address = StoreRendezvous.address(rendezvous ?: "env://", env)
-                    val store = StoreRendezvous.connect(address, config.rank, config.timeout)
-                    StoreBootstrap(store, config.worldSize, config.timeout) to store
+                    val store = StoreRendezvous.connect(address, config.rank, config.effectiveCreationTimeout)
+                    StoreBootstrap(store, config.worldSize, config.effectiveCreationTimeout) to store
                 }
                 rendezvous == null -> throw IllegalArgumentException(
                     "a world of ${config.worldSize} ranks needs a rendezvous to share NCCL's unique id: set CommConfig.rendezvous " +

@@ -52,7 +52,11 @@ internal class NcclCommHandle(
      * communicator is running and never before one (issue 35, finding 4: [CommCallGuard]; NVIDIA/nccl
      * `usage/communicators.rst`: "make sure no thread is calling any NCCL operations while calling
      * ncclCommAbort"). Every communicator is non-blocking, so a call on it returns and lets the
-     * abort in; calls after it never reach the library.
+     * abort in; calls after it never reach the library. The escalation retries at most
+     * [escalationBoundMillis] (the communicator's timeout, between 1 s and 60 s): a call that holds
+     * the communicator longer is stuck in the driver, so it stops there with an
+     * [dev.tpcomm.engine.AbortIncompleteException], logged and added to the communicator's failure as
+     * suppressed; its thread ends, and the abort queued on the native thread runs when that call returns.
      */
     fun aborted() {
         if (thread.dispatcher.isNativeThread) {
@@ -60,11 +64,14 @@ internal class NcclCommHandle(
             return
         }
         thread.runOnThread(Runnable { releaseAfterGroups() })
-        AbortEscalation.after("tpcomm-$backendName-abort", ABORT_GRACE_MS) {
-            while (!isReleased && !thread.dispatcher.isClosed) {
-                if (guard.releaseOnce(ABORT_GRACE_MS * 1_000_000) { it.commAbort(comm) }) break
-            }
-        }
+        AbortEscalation.retrying(
+            "tpcomm-$backendName-abort", ABORT_GRACE_MS, escalationBoundMillis(timeoutNanos),
+            what = "$backendName: ncclCommAbort from a second thread",
+            attempt = { isReleased || thread.dispatcher.isClosed || guard.releaseOnce(ABORT_GRACE_MS * 1_000_000) { it.commAbort(comm) } },
+            // The communicator's failure is recorded (its callers have their exception); the abort stays
+            // queued on the native thread, which runs it once the call holding the communicator returns.
+            gaveUp = { e -> failedWith()?.addSuppressed(e) },
+        )
     }
 
     /**
@@ -105,8 +112,11 @@ internal class NcclCommHandle(
         thread.reapOrphans(api)
     }
 
-    private companion object {
+    internal companion object {
         /** How long an abort from another thread waits for the native thread before calling `ncclCommAbort` itself. */
         const val ABORT_GRACE_MS = 100L
+
+        /** How long the forced abort retries: the communicator's timeout ([timeoutNanos]), at least 1 s and at most 60 s. */
+        fun escalationBoundMillis(timeoutNanos: Long): Long = (timeoutNanos / 1_000_000L).coerceIn(1_000L, 60_000L)
     }
 }

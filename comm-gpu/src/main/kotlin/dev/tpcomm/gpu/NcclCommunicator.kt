@@ -106,6 +106,8 @@ public class NcclCommunicator internal constructor(
     config.timeout,
     // The check's exchange waits for the stream: compared only when checkConsistency is set to true.
     SignatureCheck.OnRequest, config.checkConsistency,
+    // split and group: the creation's deadline, not an operation's.
+    config.effectiveCreationTimeout,
 ) {
     private val dispatcher: NativeDispatcher = thread.dispatcher
     private val deviceIndex = deviceIndex(device)
@@ -117,7 +119,7 @@ public class NcclCommunicator internal constructor(
     private val handle = NcclCommHandle(guard, comm, thread, backendName, timeoutNanos, { failure ?: if (isClosed) closedException() else null }, { abortWith(it) })
 
     /** The named exceptions of failures on the device. */
-    private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) })
+    private val failures = NcclFailures(api, runtime, comm, config.timeout, { f, op, seq -> exceptionOf(f, op, seq) }, { abortedMessage(it) }, config.effectiveCreationTimeout)
     /** Events, producer ordering, scratch and staging of [stream] (native thread only). */
     private val resources = StreamResources(runtime, stream, deviceIndex)
     /** The point-to-point window (an open group on the device's thread) of this communicator. */

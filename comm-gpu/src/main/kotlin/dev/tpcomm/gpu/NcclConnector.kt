@@ -27,8 +27,8 @@ public object NcclConnector {
      * and initialises a non-blocking communicator with `ncclCommInitRankConfig` on a thread of its
      * own (so that NCCL 2.18-2.26's and RCCL's thread-local group job never meets another call, and
      * no open group of the device's thread holds it: docs/nccl-semantics.md N10a, N3), polling
-     * `ncclCommGetAsyncError` until every rank has joined or [CommConfig.timeout] passes (then
-     * `ncclCommAbort` and [CommunicationTimeoutException]).
+     * `ncclCommGetAsyncError` until every rank has joined or [CommConfig.effectiveCreationTimeout]
+     * passes, counted from this call (then `ncclCommAbort` and [CommunicationTimeoutException]).
      *
      * @param onClose closed after the communicator (e.g. a bootstrap communicator it owns).
      * @throws IllegalArgumentException when [commConfig] asks for a blocking communicator (see
@@ -64,12 +64,12 @@ public object NcclConnector {
         require(!commConfig.blocking) {
             "NcclCommConfig(blocking = true) is not supported: a blocking ncclCommInitRankConfig or ncclCommSplit runs on the " +
                 "calling thread until every rank has joined (NVIDIA/nccl src/group.cc ncclAsyncLaunch), so a rank that never arrives " +
-                "could not be abandoned at the deadline (CommConfig.timeout); leave blocking = false (the default). " +
+                "could not be abandoned at the deadline (CommConfig.creationTimeout); leave blocking = false (the default). " +
                 "See docs/gpu.md, 'Blocking or non-blocking communicators'"
         }
         requireNonBlockingEnvironment(api)
         // The creation's deadline runs from here, the call; its failures are named by the core.
-        val creation = CommunicatorCreation(config.rank, backendName, config.timeout)
+        val creation = CommunicatorCreation(config.rank, backendName, config.effectiveCreationTimeout)
         val index = deviceIndex(device)
         // One native thread per device in this process (docs/nccl-semantics.md N17): a second world on
         // the same device shares the first one's thread.
@@ -134,7 +134,7 @@ public object NcclConnector {
             }
             "NCCL_COMM_BLOCKING=$value is set $where: ${api.libraryName} would then make every communicator " +
                 "blocking (NVIDIA/nccl src/init.cc envConfigOverride), and a rank that never arrives could not be abandoned at the " +
-                "deadline (CommConfig.timeout). Unset NCCL_COMM_BLOCKING (or set it to 0) for tpcomm's GPU backends; " +
+                "deadline (CommConfig.creationTimeout). Unset NCCL_COMM_BLOCKING (or set it to 0) for tpcomm's GPU backends; " +
                 "see docs/gpu.md, 'Blocking or non-blocking communicators'"
         }
     }
@@ -218,7 +218,7 @@ public object NcclConnector {
                 creation.deadlinePassed() -> {
                     api.commAbort(comm)
                     throw creation.timedOut(
-                        "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${config.timeout}; " +
+                        "ncclCommInitRankConfig: not every one of the ${config.worldSize} ranks joined within ${creation.timeout} (CommConfig.creationTimeout); " +
                             "check that all ranks started, use the same rendezvous, and can reach each other (NCCL_SOCKET_IFNAME)",
                     )
                 }

@@ -23,6 +23,8 @@ internal class NcclFailures(
     private val exceptionOf: (OperationFailure, String, Long) -> CommunicationException,
     /** The front's refusal message after a failure ([dev.tpcomm.engine.CommunicatorFront.abortedMessage]). */
     private val abortedMessage: (Throwable) -> String,
+    /** `CommConfig.effectiveCreationTimeout`: the deadline of split and group, which their timeout names. */
+    private val creationTimeout: Duration = timeout,
 ) {
     /** The named exception of [failure] in [operation] #[sequence]. */
     fun named(failure: OperationFailure, operation: String, sequence: Long): CommunicationException = exceptionOf(failure, operation, sequence)
@@ -58,12 +60,20 @@ internal class NcclFailures(
         "did not start within $timeout: the device's native thread was blocked in a library call the whole time " +
             "(another call of this device's communicators is stuck); the communicator was aborted with ncclCommAbort"
 
+    /** The deadline [operation] is timed against: the creation timeout for split and group, else the operation timeout. */
+    private fun limitOf(operation: String): String =
+        if (operation == dev.tpcomm.spi.CollectiveOp.Split.apiName || operation == dev.tpcomm.spi.CollectiveOp.Group.apiName) {
+            "$creationTimeout (CommConfig.creationTimeout)"
+        } else {
+            "$timeout"
+        }
+
     /** The operation of [entry] passed its deadline ([OperationFailure.TIMEOUT]), queued or [started]. */
     fun timeoutError(entry: FlightRecorder.Entry, started: Boolean): CommunicationException {
         val message = if (!started) {
             notStartedMessage()
         } else {
-            "did not complete within $timeout (a rank never arrived, or the device is stuck); " +
+            "did not complete within ${limitOf(entry.operation)} (a rank never arrived, or the device is stuck); " +
                 "the communicator was aborted with ncclCommAbort"
         }
         entry.fail(RuntimeException(message))

@@ -24,6 +24,20 @@ import dev.tpcomm.testkit.TensorPlacement
  * floating-point Avg, or nothing; docs/gpu.md).
  */
 public object GpuCheckConformance {
+    /**
+     * The creation deadline of the failure cases' scratch communicators (`CommConfig.creationTimeout`),
+     * whose operation timeout is the cases' short `ConformanceOptions.failureTimeout` (1 s): a real
+     * `ncclCommInitRankConfig` of two processes takes seconds (bootstrap, topology, connection setup),
+     * so the 1 s it used to get was flaky. 60 s is half the bundle's per-step limit
+     * (`TPCOMM_GPU_STEP_TIMEOUT`, 120 s), so a scratch creation that hangs is named by tpcomm's
+     * `CommunicationTimeoutException` before the step is killed.
+     */
+    public val SCRATCH_CREATION_TIMEOUT: kotlin.time.Duration = kotlin.time.Duration.parse("60s")
+
+    /** [config] for a failure case's scratch communicator: the case's short operation [timeout], [SCRATCH_CREATION_TIMEOUT] to create it. */
+    public fun scratchConfig(config: dev.tpcomm.CommConfig, timeout: kotlin.time.Duration): dev.tpcomm.CommConfig =
+        config.copy(timeout = timeout, creationTimeout = SCRATCH_CREATION_TIMEOUT)
+
     /** The options of [run]: what NCCL does, device placement through [copies]. */
     public fun options(copies: DeviceCopies): ConformanceOptions = ConformanceOptions(
         // NCCL has no int16; FP8 reductions need NCCL 2.24 and an sm90 (Hopper) or newer GPU.

@@ -28,7 +28,8 @@ import kotlin.time.Duration.Companion.seconds
 
 /**
  * Issue 35's findings 1-6 and 8 (finding 7 is the JavaCPP binding's: comm-nccl
- * `JavaCppAllocationsTest`), one case each, numbered as the issue numbers them. Each runs the real
+ * `JavaCppAllocationsTest`), one case each, numbered as the issue numbers them (finding 4 has a
+ * second case, "finding 4 (bound)": the forced abort's retries are bounded). Each runs the real
  * engine on the simulated platform, whose lifetime rules (thread-local group job before NCCL
  * 2.27.3, init inside an open group, an abort racing a call, launch order across communicators)
  * are `SimulatedLifetimes`' and docs/nccl-semantics.md's N3, N10a, N12a, N17a; every case fails on
@@ -139,10 +140,54 @@ class GpuLifetimesSpec : FunSpec({
         platform.assertNoMisuse()
     }
 
+    test("finding 4 (bound): a forced abort that never gets in stops at its bound with AbortIncompleteException logged; the caller has its exception; the queued abort runs once the call returns") {
+        val platform = SimulatedGpuPlatform()
+        val records = java.util.concurrent.CopyOnWriteArrayList<java.util.logging.LogRecord>()
+        val logger = java.util.logging.Logger.getLogger("dev.tpcomm.engine.AbortEscalation")
+        val handler = object : java.util.logging.Handler() {
+            override fun publish(record: java.util.logging.LogRecord) { records += record }
+            override fun flush() {}
+            override fun close() {}
+        }
+        logger.addHandler(handler)
+        try {
+            withContext(Dispatchers.Default) {
+                // Timeout 1 s: the escalation's bound (NcclCommHandle.escalationBoundMillis) is 1 s.
+                val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds, creationTimeout = 10.seconds))
+                val c = comms[0]
+                val inFlight = async(start = CoroutineStart.UNDISPATCHED) { runCatching { c.allReduce(platform.upload(ints(1), Device.Cuda(0))) } }
+                delay(100)
+                platform.slowAsyncErrorPollMillis = 4_000 // the device's thread is held inside one ncclCommGetAsyncError for 4 s
+                delay(200)
+                val start = System.nanoTime()
+                c.abort("finding 4, bound")
+                (inFlight.await().exceptionOrNull() is CommunicationException) shouldBe true
+                while (records.isEmpty() && System.nanoTime() - start < 3_000_000_000L) delay(20)
+                val ms = (System.nanoTime() - start) / 1_000_000
+                (ms < 2_500) shouldBe true // grace 100 ms + bound 1 s, while the call still holds the communicator
+                val thrown = records.single().thrown
+                (thrown is dev.tpcomm.engine.AbortIncompleteException) shouldBe true
+                thrown.message!! shouldContain "ncclCommAbort"
+                delay(200)
+                Thread.getAllStackTraces().keys.filter { it.name == "tpcomm-nccl-abort" && it.isAlive }.shouldBeEmpty()
+                platform.slowAsyncErrorPollMillis = 0
+                // The 4 s call returns at about 4.1 s; the abort queued on the device's thread then runs.
+                delay(2_800)
+                sim(platform).liveComms.filter { it.rank == 0 && it.device == 0 }.shouldBeEmpty()
+                comms.forEach { it.close() }
+            }
+        } finally {
+            logger.removeHandler(handler)
+        }
+        sim(platform).liveComms.shouldBeEmpty()
+        platform.misuse.filter { "inside another call" in it }.shouldBeEmpty()
+        platform.assertNoMisuse()
+    }
+
     test("finding 5: a split that timed out leaves no half-built child communicator behind") {
         val platform = SimulatedGpuPlatform()
         withContext(Dispatchers.Default) {
-            val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds))
+            val comms = SimulatedWorld(platform).connect(CommConfig(worldSize = 2, timeout = 1.seconds, creationTimeout = 1.seconds))
             // Rank 1 never splits: rank 0's split times out, and aborts its parent.
             shouldThrow<CommunicationException> { comms[0].split(color = 0, key = 0) }
             comms.forEach { it.close() }

@@ -94,13 +94,16 @@ class StoreRendezvousSimTest : FunSpec({
         platform.close()
     }
 
-    test("a rank whose rank 0 never comes fails within the timeout, naming MASTER_ADDR and the store") {
+    test("a rank whose rank 0 never comes fails within the creation timeout, naming MASTER_ADDR and the store") {
         val port = freePort()
         TcpStoreServer.start(port = port, host = "127.0.0.1").use { // a store up, but no rank 0 publishing into it
-            val cfg = CommConfig(worldSize = 2, rank = 1, localRank = 1, timeout = 500.milliseconds, rendezvous = "tcp://127.0.0.1:$port")
+            // The rendezvous is part of the creation: CommConfig.creationTimeout bounds it, not the operation timeout.
+            val cfg = CommConfig(worldSize = 2, rank = 1, localRank = 1, timeout = 30.seconds, creationTimeout = 500.milliseconds, rendezvous = "tcp://127.0.0.1:$port")
+            val start = System.nanoTime()
             val (channel, owned) = BootstrapChannel.fromConfig(cfg, env = emptyMap())
             val e = shouldThrow<IllegalStateException> { channel.shareUniqueId(1, null) }
             e.message shouldContain "MASTER_ADDR"
+            ((System.nanoTime() - start) / 1_000_000 < 10_000) shouldBe true // its 0.5 s, not the 30 s operation timeout
             owned?.close()
         }
     }

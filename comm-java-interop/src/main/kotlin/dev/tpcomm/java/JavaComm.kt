@@ -60,7 +60,7 @@ public object JavaComm {
             runBlocking { JavaCommunicator(Comm.create(backend, config)) }
         } catch (e: InterruptedException) {
             Thread.currentThread().interrupt()
-            throw CommunicatorCreation(config.rank, backend, config.timeout).interrupted("interrupted while creating the communicator", e)
+            throw CommunicatorCreation(config.rank, backend, config.effectiveCreationTimeout).interrupted("interrupted while creating the communicator", e)
         }
 
     /**

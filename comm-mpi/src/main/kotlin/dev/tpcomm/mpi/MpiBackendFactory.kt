@@ -107,7 +107,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * the store) died before the world formed.
      * @throws IllegalArgumentException when [config]'s worldSize/rank contradict MPI's, or an MPI
      * option is invalid.
-     * @throws CommunicationTimeoutException when MPI did not start within [CommConfig.timeout] (a
+     * @throws CommunicationTimeoutException when MPI did not start within [CommConfig.effectiveCreationTimeout] (a
      * rank of the job has not arrived); with [MpiConfig.abortOnTimeout] (the default) the process
      * instead prints it and ends with exit code 14, which makes the launcher end the job. Without a
      * launcher, a rank that never reached the store names that rank, a tenth of the timeout (at most
@@ -121,10 +121,10 @@ public class MpiBackendFactory @JvmOverloads constructor(
         // MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank of the job (Open
         // MPI's init ends in a PMIx fence, MPICH's in a PMI barrier): run them on a helper thread
         // and wait at most the timeout, so a rank that never starts cannot hold this one forever.
-        return CommunicatorCreation(rank, "mpi", config.timeout).onOwnThread(
+        return CommunicatorCreation(rank, "mpi", config.effectiveCreationTimeout).onOwnThread(
             "tpcomm-mpi-create",
             lateMessage = {
-                "MPI did not start within ${config.timeout}: MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
+                "MPI did not start within ${config.effectiveCreationTimeout} (CommConfig.creationTimeout): MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
                     "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
                     if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else ""
             },
@@ -150,11 +150,11 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * and [MpiConfig.abortOnTimeout] apply as under a launcher.
      */
     private suspend fun createFromStore(config: CommConfig, mpiConfig: MpiConfig, rendezvous: String): Communicator {
-        val creation = CommunicatorCreation(config.rank, "mpi", config.timeout)
+        val creation = CommunicatorCreation(config.rank, "mpi", config.effectiveCreationTimeout)
         return creation.onOwnThread(
             "tpcomm-mpi-create",
             lateMessage = {
-                "MPI did not form the world through the store ($rendezvous) within ${config.timeout}: a rank is blocked in " +
+                "MPI did not form the world through the store ($rendezvous) within ${config.effectiveCreationTimeout} (CommConfig.creationTimeout): a rank is blocked in " +
                     "MPI_Comm_accept/MPI_Comm_connect or MPI_Init_thread (a peer died or is stuck there)" +
                     if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE}" else ""
             },
@@ -196,7 +196,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
      * @throws IllegalArgumentException when [handle] is `MPI_COMM_NULL`.
      * @throws BackendUnavailableException when no MPI library can be opened.
      * @throws CommunicationTimeoutException when the duplicate was not made within
-     * [CommConfig.timeout] (a rank of [handle] did not call `wrap`); the process is not ended.
+     * [CommConfig.effectiveCreationTimeout] (a rank of [handle] did not call `wrap`); the process is not ended.
      * @throws IllegalStateException when MPI refuses the duplicate (e.g. [handle] is not a valid communicator).
      */
     @JvmOverloads
@@ -204,10 +204,10 @@ public class MpiBackendFactory @JvmOverloads constructor(
         val mpiConfig = MpiConfig.from(config.options, env)
         val abi = MpiLibrary.load(mpiConfig.library, env).abi
         require(handle != abi.commNull) { "wrap: the handle is MPI_COMM_NULL; pass a communicator this rank belongs to" }
-        return CommunicatorCreation(config.rank, "mpi", config.timeout).onOwnThread(
+        return CommunicatorCreation(config.rank, "mpi", config.effectiveCreationTimeout).onOwnThread(
             "tpcomm-mpi-wrap",
             lateMessage = {
-                "wrap: MPI_Comm_dup of the given communicator did not complete within ${config.timeout}: it is collective, and a rank of " +
+                "wrap: MPI_Comm_dup of the given communicator did not complete within ${config.effectiveCreationTimeout} (CommConfig.creationTimeout): it is collective, and a rank of " +
                     "that communicator has not called wrap (it starts late, is stuck, or died)"
             },
         ) {

@@ -124,6 +124,8 @@ public class MpiCommunicator internal constructor(
     config.timeout,
     // One small exchange per collective: compared unless checkConsistency is set to false.
     SignatureCheck.ByDefault, config.checkConsistency,
+    // split, group and duplicate: the creation's deadline, not an operation's.
+    config.effectiveCreationTimeout,
 ) {
     internal val abi: MpiAbi = binding.abi
     private val arena: Arena = Arena.ofShared()
@@ -140,7 +142,7 @@ public class MpiCommunicator internal constructor(
     // MPI calls, the consistency check, its requests in flight, where calls run, then the
     // operations themselves.
     private val notices = MpiAbortNotices(binding, controlHandle, rank, worldSize, arena, runtime::whileMpiOpen)
-    private val failures = MpiFailures(this, notices, runtime, binding, dispatcher, handle, config.timeout, mpiConfig.abortOnTimeout)
+    private val failures = MpiFailures(this, notices, runtime, binding, dispatcher, handle, config.timeout, mpiConfig.abortOnTimeout, config.effectiveCreationTimeout)
     private val calls = MpiNativeCalls(failures, arena, mpiConfig.profiling)
     private val blockingMode: Boolean = mpiConfig.effectiveProgress == MpiProgress.Blocking
 

@@ -31,6 +31,8 @@ internal class MpiFailures(
     private val handle: Long,
     private val timeout: Duration,
     private val abortOnTimeout: Boolean,
+    /** `CommConfig.effectiveCreationTimeout`: the deadline of split, group and duplicate, which their timeout names. */
+    private val creationTimeout: Duration = timeout,
 ) {
     private val rank = front.rank
     private val worldSize = front.worldSize
@@ -195,7 +197,7 @@ internal class MpiFailures(
         val e = front.exceptionOf(
             OperationFailure.TIMEOUT,
             operation, sequence,
-            "$operation did not complete within $timeout (a rank may have stalled, died, or called a different collective)" +
+            "$operation did not complete within ${if (operation in CREATIONS) "$creationTimeout (CommConfig.creationTimeout)" else "$timeout"} (a rank may have stalled, died, or called a different collective)" +
                 if (abortOnTimeout) "; calling MPI_Abort so that every rank of the job ends" else "",
         ) as CommunicationTimeoutException
         val dump = e.flightRecorderDump
@@ -224,6 +226,9 @@ internal class MpiFailures(
 
         /** Set in every detail of this backend's, so that none equals [CommunicatorFront.ABORT_FROM_FRONT]. */
         private const val DETAIL_SET: Int = 1 shl 10
+
+        /** The operations timed against the creation timeout (CommunicatorFront's creationTimeout). */
+        private val CREATIONS = setOf(dev.tpcomm.spi.CollectiveOp.Split.apiName, dev.tpcomm.spi.CollectiveOp.Group.apiName, dev.tpcomm.spi.CollectiveOp.Duplicate.apiName)
 
         /** The detail [markBroken] passes to the front's abort (and so to [aborting]). */
         fun abortDetail(notifyPeers: Boolean, reason: Int, now: Boolean): Int =

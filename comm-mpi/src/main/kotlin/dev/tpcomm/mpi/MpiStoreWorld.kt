@@ -49,7 +49,7 @@ internal class MpiStoreWorld(
     private val rank = config.rank
     private val size = config.worldSize
     private val started = System.nanoTime()
-    private val deadline = started + (config.timeout - margin(config.timeout)).inWholeNanoseconds
+    private val deadline = started + (creation.timeout - margin(creation.timeout)).inWholeNanoseconds
     private var where = rendezvous
 
     private fun left(): Duration = (deadline - System.nanoTime()).coerceAtLeast(1_000_000L).nanoseconds
@@ -193,7 +193,7 @@ internal class MpiStoreWorld(
     private fun timedOut(what: String, who: Int?, e: Exception): dev.tpcomm.CommunicationTimeoutException {
         val waited = ((System.nanoTime() - started) / 1_000_000).milliseconds
         return creation.timedOut(
-            "the world formed through the store ($rendezvous, $where) did not form within ${config.timeout}: $what, after $waited" +
+            "the world formed through the store ($rendezvous, $where) did not form within ${creation.timeout} (CommConfig.creationTimeout): $what, after $waited" +
                 (who?.let { "; rank $it never came (it did not start, is stuck, or died), or its store is elsewhere" } ?: "") +
                 ". Every rank of the $size must run Comm.create with the same MASTER_ADDR/MASTER_PORT (${e.message})",
         )

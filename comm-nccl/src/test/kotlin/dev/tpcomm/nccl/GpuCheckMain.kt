@@ -57,7 +57,7 @@ fun main(args: Array<String>) {
                 AllReduceSweep.run(comm, copies, impl = "tpcomm-javacpp", maxBytes = maxBytes)
                 0
             } else {
-                GpuCheckConformance.run(comm, copies) { _, timeout -> Comm.create(comm.backendName, config.copy(timeout = timeout)) }
+                GpuCheckConformance.run(comm, copies) { _, timeout -> Comm.create(comm.backendName, GpuCheckConformance.scratchConfig(config, timeout)) }
             }
         } finally {
             comm.close()

@@ -88,7 +88,7 @@ fun main(args: Array<String>) {
                 AllReduceSweep.run(comm, copies, impl = impl, maxBytes = maxBytes)
                 0
             } else {
-                GpuCheckConformance.run(comm, copies) { _, timeout -> open(config.copy(timeout = timeout)) }
+                GpuCheckConformance.run(comm, copies) { _, timeout -> open(GpuCheckConformance.scratchConfig(config, timeout)) }
             }
         } finally {
             comm.close()

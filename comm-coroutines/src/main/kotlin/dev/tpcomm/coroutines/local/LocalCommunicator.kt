@@ -48,6 +48,8 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     group.world.config.timeout,
     // The signatures meet in the slot with the data: compared always, at no cost.
     dev.tpcomm.engine.SignatureCheck.Always, group.world.config.checkConsistency,
+    // split and group: the creation's deadline, not an operation's.
+    group.world.config.effectiveCreationTimeout,
 ) {
     val world = group.world
 

@@ -144,7 +144,9 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      * ahead of the slowest rank). A slot whose data movement already runs is left to finish.
      */
     fun collectiveTimedOut(rank: Int, seq: Long, recorderSeq: Long, name: String, slot: OpSlot?) {
-        val timeout = world.config.timeout
+        // split and group are timed against the creation deadline (CommunicatorFront's creationTimeout).
+        val creating = name == dev.tpcomm.spi.CollectiveOp.Split.apiName || name == dev.tpcomm.spi.CollectiveOp.Group.apiName
+        val timeout = if (creating) "${world.config.effectiveCreationTimeout} (CommConfig.creationTimeout)" else "${world.config.timeout}"
         if (slot == null) {
             val older = ring.get(((seq - 1) % RING).toInt())
             val behind = if (older == null) emptyList() else (0 until size).filter { !older.present[it] }

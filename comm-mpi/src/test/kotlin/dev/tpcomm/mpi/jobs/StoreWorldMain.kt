@@ -11,7 +11,7 @@ import kotlin.time.Duration.Companion.seconds
 /**
  * One rank of a job that no MPI launcher started, with only torchrun's variables (`RANK`,
  * `WORLD_SIZE`, `MASTER_ADDR`, ...): `Comm.create(args[0], CommConfig.fromEnvironment())` with a
- * timeout of `args[1]` seconds, one `allReduce` of `rank + 1`, and one line for [StoreWorldJobsTest]:
+ * timeout and creation timeout of `args[1]` seconds, one `allReduce` of `rank + 1`, and one line for [StoreWorldJobsTest]:
  * `rank R of N backend B sum S create-ms T steps <step>=<ms since create>,...` or `failed <exception class>: <message>`.
  * `TPCOMM_TEST_HALT_AFTER_MS`: the process ends itself (`Runtime.halt(9)`) that long after it started,
  * as a rank that dies would.
@@ -31,7 +31,7 @@ object StoreWorldMain {
         val status = runBlocking {
             val started = System.nanoTime()
             val comm = try {
-                Comm.create(backend, CommConfig.fromEnvironment().copy(timeout = timeout))
+                Comm.create(backend, CommConfig.fromEnvironment().copy(timeout = timeout, creationTimeout = timeout))
             } catch (e: Exception) {
                 say("failed ${e::class.simpleName}: ${e.message?.lineSequence()?.first()} after ${(System.nanoTime() - started) / 1_000_000} ms")
                 return@runBlocking 3
