@@ -52,8 +52,9 @@ import kotlin.time.toKotlinDuration
  * `null` (the default) means [effectiveCreationTimeout]'s default: the longer of [timeout] and
  * [DEFAULT_CREATION_TIMEOUT] (5 minutes), since a creation waits for every process to start, load its
  * libraries and reach the rendezvous, which takes seconds to minutes whatever a single operation
- * takes (PyTorch gives its process groups' creation minutes too: `default_pg_nccl_timeout`, 10
- * minutes, in `torch/distributed/constants.py`): a short [timeout] that detects a stalled collective
+ * takes (PyTorch gives its process groups minutes too, creation included: `kProcessGroupNCCLDefaultTimeout`,
+ * 10 minutes, in `torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp`, surfaced as
+ * `torch.distributed.constants.default_pg_nccl_timeout`): a short [timeout] that detects a stalled collective
  * quickly then does not fail a world whose ranks merely start a few seconds apart. Thread-safety and
  * cancellation are the creating call's: a cancelled creation leaves at once, whatever this says.
  * `TPCOMM_CREATION_TIMEOUT_SECONDS` sets it in [fromEnvironment].
