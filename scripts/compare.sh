@@ -2,7 +2,7 @@
 # compare.sh -- one command: the peers (C/Open MPI, mpi4py, torch gloo, the C roofline, from
 # ../shared/bench/peers) and tpcomm (local backend; MPI backend under Open MPI and MPICH) measured in
 # the same session, on the same sizes (8 B .. 64 MiB per rank) and world sizes (2 and 4), float32;
-# then writes docs/BENCHMARKS.md (tables, ratios, targets, plots in docs/benchmarks/, machine, date,
+# then writes docs/benchmarks/comparison.md (tables, ratios, targets, plots in docs/benchmarks/, machine, date,
 # load, spread across repeats) and prints the targets and the headline table.
 #
 # Takes about 10-15 minutes (the peers wait for the machine to be quiet before each step).
@@ -90,7 +90,7 @@ done
 } > "$OUT/env.txt"
 
 NOTES=docs/benchmarks/NOTES.md
-java -cp "$CP" dev.tpcomm.bench.report.CompareMain --out docs/BENCHMARKS.md --plots docs/benchmarks \
+java -cp "$CP" dev.tpcomm.bench.report.CompareMain --out docs/benchmarks/comparison.md --plots docs/benchmarks \
   --results "$OUT/peers/results.csv,$OUT/tpcomm.csv" --repeats "$OUT/peers/repeats.csv,$OUT/tpcomm_repeats.csv" \
   --roofline "$OUT/peers/raw.txt" --env "$OUT/env.txt" --reasons "$NOTES"
 mkdir -p docs/benchmarks

@@ -7,7 +7,7 @@ import java.nio.file.Path
 import kotlin.system.exitProcess
 
 /**
- * `CompareMain --out docs/BENCHMARKS.md --plots docs/benchmarks --results a.csv,b.csv --repeats r1.csv,r2.csv
+ * `CompareMain --out docs/benchmarks/comparison.md --plots docs/benchmarks --results a.csv,b.csv --repeats r1.csv,r2.csv
  * [--roofline raw.txt] [--env env.txt] [--reasons reasons.md]`: writes the comparison document
  * (used by `scripts/compare.sh`) and prints the targets and the headline table to stdout.
  */
@@ -22,7 +22,7 @@ public fun main(args: Array<String>) {
         m[k.removePrefix("--")] = args[i + 1]
         i += 2
     }
-    val out = Path.of(m["out"] ?: "docs/BENCHMARKS.md")
+    val out = Path.of(m["out"] ?: "docs/benchmarks/comparison.md")
     val plots = Path.of(m["plots"] ?: "docs/benchmarks")
     fun paths(key: String) = m[key]?.split(',')?.filter { it.isNotBlank() }?.map { Path.of(it) } ?: emptyList()
     val env = m["env"]?.let { Path.of(it) }?.takeIf { Files.exists(it) }?.let { Files.readAllLines(it).filter { l -> l.isNotBlank() } } ?: emptyList()

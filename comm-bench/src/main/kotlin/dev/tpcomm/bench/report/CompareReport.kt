@@ -9,7 +9,7 @@ import java.util.Locale
 import kotlin.math.max
 
 /**
- * Builds `docs/BENCHMARKS.md` from one comparison session: the peers' CSVs (C MPI, mpi4py, torch
+ * Builds `docs/benchmarks/comparison.md` from one comparison session: the peers' CSVs (C MPI, mpi4py, torch
  * gloo, roofline) and tpcomm's, measured by `scripts/compare.sh` on the same sizes and world sizes.
  *
  * Pure function of its inputs apart from writing the plots; not thread-safe.
