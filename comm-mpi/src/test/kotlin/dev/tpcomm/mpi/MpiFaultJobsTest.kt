@@ -52,6 +52,9 @@ class MpiFaultJobsTest : FunSpec({
         Healthy("recvsize", 2, timeout, emptyList(), listOf("CAUGHT rank 1 dev.tpcomm.CommunicationException", "has 64 bytes but the receiving tensor (Float32[8]) has 32 bytes", "RECEIVED rank 1 16 floats")),
         // Issue 11 item 5: send 16 MiB to self, then receive it.
         Healthy("selfsend", 2, timeout, emptyList(), listOf("RECEIVED rank 0 16 MiB from itself", "RECEIVED rank 1 16 MiB from itself")),
+        // Issue 35: a rank 10 s late to Comm.create, past the 5 s operation timeout, joins within the
+        // default creation deadline (CommConfig.creationTimeout, 5 minutes).
+        Healthy("latejoin", 3, timeout, emptyList(), listOf("DONE rank 0", "DONE rank 1", "DONE rank 2")),
     )
     val timeoutName = "tpcomm-mpi: rank [01]: dev\\.tpcomm\\.CommunicationTimeoutException"
     val rank0TimedOut = "tpcomm-mpi: rank 0: dev\\.tpcomm\\.CommunicationTimeoutException"
@@ -63,7 +66,8 @@ class MpiFaultJobsTest : FunSpec({
         Fault("stuck", "(d) is stuck in computation", timeoutName),
         // Issue 20 item 3: the exception escapes main; the survivors learn it from the victim's notice.
         Fault("throw", "(f) throws inside a collective", "tpcomm-mpi: rank [01]: dev\\.tpcomm\\.CommunicatorAbortedException: .*rank 2 failed"),
-        Fault("late", "(g) is 30 s late to Comm.create", timeoutName),
+        // With the creation deadline set to the operation timeout (the default is 5 minutes: latejoin).
+        Fault("late", "(g) is 30 s late to Comm.create, creationTimeout 5 s", timeoutName),
         // On 2 ranks MPICH 4.0's MPI_Abort spun forever while the stuck peer made no MPI call
         // (issue 11 item 2), and an early-returning peer exited 0 (item 3).
         Fault("stuck", "(d) is stuck in computation", rank0TimedOut, np = 2),

@@ -29,7 +29,10 @@ import kotlin.time.Duration.Companion.seconds
  *   (default 12, more than the old fixed 10 s finalize wait), then close. A healthy job when the
  *   timeout is longer than that: it must complete with exit 0 on every rank.
  * - `throw`: the victim's second all-reduce throws inside the collective (a closed tensor).
- * - `late`: the victim sleeps 30 s before `Comm.create`.
+ * - `late`: the victim sleeps 30 s before `Comm.create`; the creation deadline is the operation
+ *   timeout (`CommConfig.creationTimeout`), as a user who wants a missing rank found fast sets it.
+ * - `latejoin`: the victim sleeps 10 s before `Comm.create`, longer than the operation timeout,
+ *   with the default creation deadline (5 minutes): a healthy job, every rank all-reduces and exits 0.
  * - `recvsize`: rank 0 sends 16 floats to rank 1, which receives into 8 (wrong size), then receives
  *   into 16; every rank then all-reduces, closes and exits 0.
  * - `selfsend`: every rank sends 16 MiB to itself, then receives it, checks it, and closes.
@@ -46,10 +49,11 @@ object MpiFaultMain {
         val sizeGuess = (System.getenv("OMPI_COMM_WORLD_SIZE") ?: System.getenv("PMI_SIZE"))?.toInt() ?: 1
         val victimGuess = rankGuess == sizeGuess - 1
         val config = CommConfig.fromEnvironment().copy(timeout = timeoutSeconds.seconds)
+            .let { if (mode == "late") it.copy(creationTimeout = timeoutSeconds.seconds) else it }
         runBlocking {
-            if (mode == "late") {
+            if (mode == "late" || mode == "latejoin") {
                 if (victimGuess) {
-                    Thread.sleep(30_000)
+                    Thread.sleep(if (mode == "late") 30_000 else 10_000)
                 } else {
                     say("FAULT ${System.currentTimeMillis()}")
                 }
@@ -101,7 +105,7 @@ object MpiFaultMain {
                         Thread.sleep(apartSeconds * 1000)
                     }
                 }
-                "late" -> comm.allReduce(t)
+                "late", "latejoin" -> comm.allReduce(t)
                 "recvsize" -> recvSize(comm)
                 "selfsend" -> selfSend(comm)
                 "monbar" -> {
