@@ -30,7 +30,7 @@ internal fun nativePart(
         CollectiveOp.AllReduce -> {
             val t = call.input!!
             val op = call.reduceOp!!
-            val red = redOp(op, t.dtype)
+            val red = redOp(op, t.dtype, ctx.worldSize)
             onDevice { withRedOp(op, t, red) { r -> nccl(api.allReduce(t.address, t.address, t.numel, dt(t), r, comm, stream), "ncclAllReduce") }; null }
         }
         CollectiveOp.Broadcast -> {
@@ -45,7 +45,7 @@ internal fun nativePart(
         CollectiveOp.Reduce -> {
             val t = call.input!!
             val op = call.reduceOp!!
-            val red = redOp(op, t.dtype)
+            val red = redOp(op, t.dtype, ctx.worldSize)
             val root = call.root
             onDevice { withRedOp(op, t, red) { r -> nccl(api.reduce(t.address, t.address, t.numel, dt(t), r, root, comm, stream), "ncclReduce") }; null }
         }
@@ -58,7 +58,7 @@ internal fun nativePart(
         CollectiveOp.ReduceScatter -> {
             val input = call.input!!
             val op = call.reduceOp!!
-            val red = redOp(op, input.dtype)
+            val red = redOp(op, input.dtype, ctx.worldSize)
             val out = call.output!!
             val dim = call.dim
             onDevice { withRedOp(op, input, red) { r -> issueReduceScatter(out, input, r, dim) }; null }
@@ -95,7 +95,7 @@ internal fun nativePart(
         CollectiveOp.ReduceScatterV -> {
             val input = call.input!!
             val op = call.reduceOp!!
-            val red = redOp(op, input.dtype)
+            val red = redOp(op, input.dtype, ctx.worldSize)
             val out = call.output!!
             val sizes = call.sizes!!
             onDevice { withRedOp(op, input, red) { r -> issueReduceScatterV(out, input, sizes, r) }; null }

@@ -68,6 +68,44 @@ class NcclDTypesSimTest : FunSpec({
         }
     }
 
+    // Found by the first GPU run (H200, NCCL 2.28.9, 2026-11-28): the conformance at a world of 1
+    // failed "allReduce #59 ncclAllReduce failed: ncclInvalidArgument", NCCL logging
+    // "enqueue.cc:2570 -> 4": ncclLaunchOneRank has no FP8 pre-multiplying kernel in host code
+    // (src/device/onerank.cu), and Avg on one rank is a PreMulSum by 1/1 (src/enqueue.cc hostToDevRedOp).
+    test("FP8 Avg on a communicator of one rank (a world of 1, a split of one) returns its input, bit for bit") {
+        val platform = SimulatedGpuPlatform()
+        val values = doubleArrayOf(16.0, -0.5, 0.0, 448.0, -2.0)
+        SimulatedWorld(platform).run(1, config) { c ->
+            val dev = Device.Cuda(c.rank)
+            for (dtype in listOf(DType.Float8E4M3, DType.Float8E5M2)) {
+                val input = Tensor.fromDoubles(dtype, values)
+                val t = platform.upload(input, dev)
+                c.allReduce(t, ReduceOp.Avg)
+                platform.download(t).contentEquals(input) shouldBe true
+                val r = platform.upload(input, dev)
+                c.reduce(r, 0, ReduceOp.Avg)
+                platform.download(r).contentEquals(input) shouldBe true
+                val rs = platform.download(c.reduceScatter(platform.upload(input, dev), ReduceOp.Avg))
+                rs.contentEquals(input) shouldBe true
+            }
+        }
+        SimulatedWorld(platform).run(2, config) { c ->
+            val dev = Device.Cuda(c.rank)
+            val alone = c.split(c.rank) ?: error("split returned null")
+            alone.use { one ->
+                val input = Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(3.0 + c.rank, -1.0))
+                val t = platform.upload(input, dev)
+                one.allReduce(t, ReduceOp.Avg)
+                platform.download(t).contentEquals(input) shouldBe true
+            }
+            // The parent of 2 still averages FP8 with NCCL's own Avg.
+            val both = platform.upload(Tensor.fromDoubles(DType.Float8E4M3, doubleArrayOf(if (c.rank == 0) 2.0 else 4.0)), dev)
+            c.allReduce(both, ReduceOp.Avg)
+            platform.download(both).toDoubleArray().toList() shouldBe listOf(3.0)
+        }
+        platform.assertNoMisuse()
+    }
+
     test("FP8 reduces natively from NCCL 2.24, rounding after every step as NCCL's kernels do (16 + 1 + 1 + 1 = 16)") {
         val platform = SimulatedGpuPlatform()
         SimulatedWorld(platform).run(4, config) { c ->

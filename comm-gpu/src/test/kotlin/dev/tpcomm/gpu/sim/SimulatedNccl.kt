@@ -632,8 +632,17 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
      * point runs a scaling kernel (a PreMulSum by 1/1, which leaves the data as it is).
      */
     private fun oneRank(sc: SimComm, st: SimStream, c: Contribution, bytes: Long): Int {
-        noteLaunch(sc, null)
         val scales = c.op == NcclRedOp.AVG && NcclDataType.toDType(c.dtype)?.isFloatingPoint == true
+        val preMultiplies = scales || (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather")
+        if (preMultiplies && (c.dtype == NcclDataType.FLOAT8E4M3 || c.dtype == NcclDataType.FLOAT8E5M2)) {
+            // ncclLaunchOneRank's FP8 cases sit under `#if ... && __CUDA_ARCH__ >= 900`, which host code
+            // never defines: FP8 reaches `default: return ncclInvalidArgument` before any launch
+            // (src/device/onerank.cu, v2.24.3-1 to v2.30.7-1; taskAppend returns it from ncclEnqueueCheck,
+            // src/enqueue.cc). Seen on an H200 with NCCL 2.28.9 ("enqueue.cc:2570 -> 4").
+            sc.lastError = "ncclLaunchOneRank has no pre-multiplying kernel for 8-bit floats in host code"
+            return NcclResult.INVALID_ARGUMENT
+        }
+        noteLaunch(sc, null)
         if (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather") {
             // PreMulSum on one rank: the scaling kernel, out = in * scalar.
             st.enqueue {
