@@ -20,8 +20,10 @@ import kotlin.time.Duration.Companion.seconds
  * barrier on the main communicator that lines the ranks up, then the soak
  * when the filter admits it. Every case runs under a guard timeout, so a hang fails the case
  * (cancelling its calls, which aborts the communicator) instead of hanging the process; a case that
- * throws or records a wrong result fails without stopping the run. Not thread-safe: one run per
- * communicator at a time.
+ * throws or records a wrong result fails without stopping the run; one that leaves the shared
+ * communicator aborted is followed by a fresh one from the [ScratchCommunicatorFactory], when there is
+ * one, so that later cases are not failed by it (reported as a failed result of its own; the
+ * returned list holds the cases' results only). Not thread-safe: one run per communicator at a time.
  */
 public object SpmdConformanceRunner {
     /** The default filter: every case but the soak. */
@@ -41,16 +43,47 @@ public object SpmdConformanceRunner {
     ): List<CaseResult> {
         val ordered = cases.filter(filter).sortedBy { it.kind.ordinal }
         val results = ArrayList<CaseResult>(ordered.size)
-        for (case in ordered) {
-            val result = if (case.kind == CaseKind.Failure && case.whyNotRun(options, comm.worldSize) == null) {
-                runOnScratch(case, comm, options, scratch)
-            } else {
-                runCase(case, comm, options)
+        var current = comm
+        try {
+            for (case in ordered) {
+                val result = if (case.kind == CaseKind.Failure && case.whyNotRun(options, current.worldSize) == null) {
+                    runOnScratch(case, current, options, scratch)
+                } else {
+                    runCase(case, current, options)
+                }
+                results += result
+                report(result)
+                if (current.isAborted && scratch != null) {
+                    current = replace(current, comm, case, options, scratch, report) ?: current
+                }
             }
-            results += result
-            report(result)
+        } finally {
+            if (current !== comm) runCatching { current.close() }
         }
         return results
+    }
+
+    /**
+     * A case failed so that it aborted the communicator the cases share (a defect of the backend,
+     * since a correct collective case never aborts it): every later case would fail only because of
+     * it. So that each defect shows on its own, the rest run on a fresh communicator from [scratch]
+     * created with the cases' timeout, and the replacement is reported as a failed result of its
+     * own naming the case. Returns null (the run goes on with the aborted one) when [scratch]
+     * cannot make one, e.g. [ScratchCommunicatorFactory.Split] of an aborted parent.
+     */
+    private suspend fun replace(aborted: Communicator, original: Communicator, case: ConformanceCase, options: ConformanceOptions,
+                                scratch: ScratchCommunicatorFactory, report: (CaseResult) -> Unit): Communicator? {
+        val fresh = try {
+            scratch.create(aborted, options.timeout)
+        } catch (e: Throwable) {
+            if (e is CancellationException && !currentCoroutineContext().isActive) throw e
+            null
+        }
+        if (aborted !== original) runCatching { aborted.close() }
+        report(CaseResult("(the shared communicator)", aborted.rank, aborted.worldSize, CaseResult.Status.Failed,
+            "case '${case.name}' left it aborted; " +
+                (if (fresh != null) "the cases after it run on a fresh communicator" else "no fresh communicator could be made, so the cases after it fail with it")))
+        return fresh
     }
 
     private suspend fun runOnScratch(case: ConformanceCase, comm: Communicator, options: ConformanceOptions, scratch: ScratchCommunicatorFactory?): CaseResult {

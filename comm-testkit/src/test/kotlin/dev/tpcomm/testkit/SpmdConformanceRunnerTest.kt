@@ -4,6 +4,7 @@ import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.coroutines.LocalWorld
 import dev.tpcomm.coroutines.runLocalWorld
+import io.kotest.assertions.throwables.shouldThrowAny
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
 import io.kotest.matchers.shouldBe
@@ -72,6 +73,36 @@ class SpmdConformanceRunnerTest : FunSpec({
             r.first().case shouldContain "barrier"
             r.first().status shouldBe CaseResult.Status.Passed
             r.drop(1).all { it.status == CaseResult.Status.Skipped && it.message!!.contains("ScratchCommunicatorFactory") } shouldBe true
+        }
+    }
+
+    // The first GPU run (2026-11-28) failed 38 cases for one defect: the case that hit it aborted
+    // the communicator every later collective case shares, so each of them failed on "aborted".
+    test("a case that aborts the shared communicator fails alone: the later cases run on a fresh one, which the run closes") {
+        val n = 2
+        val scratch = LocalScratch(n)
+        val used = ConcurrentHashMap<Int, MutableList<Communicator>>()
+        val reported = ConcurrentHashMap<Int, MutableList<CaseResult>>()
+        val cases = listOf(
+            ConformanceCase("aborts", CaseKind.Collective) { comm, _ -> used.getOrPut(comm.rank) { mutableListOf() } += comm; comm.barrier(); comm.abort("a defect") },
+            ConformanceCase("after it", CaseKind.Collective) { comm, _ -> used.getOrPut(comm.rank) { mutableListOf() } += comm; comm.barrier() },
+            ConformanceCase("after it too", CaseKind.Collective) { comm, _ -> used.getOrPut(comm.rank) { mutableListOf() } += comm; comm.barrier() },
+        )
+        val results = withContext(Dispatchers.Default) {
+            runLocalWorld(n, CommConfig(worldSize = n)) { comm ->
+                SpmdConformanceRunner.run(comm, report = { reported.getOrPut(comm.rank) { mutableListOf() } += it }, options = options, scratch = scratch, cases = cases)
+            }
+        }
+        for (r in 0 until n) {
+            results[r].map { it.case to it.status } shouldBe listOf(
+                "aborts" to CaseResult.Status.Passed, "after it" to CaseResult.Status.Passed, "after it too" to CaseResult.Status.Passed)
+            val note = reported[r]!!.single { it.case == "(the shared communicator)" }
+            note.status shouldBe CaseResult.Status.Failed
+            note.message!! shouldContain "case 'aborts' left it aborted; the cases after it run on a fresh communicator"
+            val comms = used[r]!!
+            comms[1] shouldBe comms[2]
+            (comms[0] === comms[1]) shouldBe false
+            shouldThrowAny { comms[1].barrier() }.message!! shouldContain "closed"
         }
     }
 
