@@ -18,6 +18,8 @@ import kotlinx.coroutines.runBlocking
  * - `conformance` runs the comm-testkit cases ([GpuCheckConformance]) on the real NCCL backend;
  * - `bench [--max-bytes N]` runs [AllReduceSweep] (8 B to 256 MiB by default, the protocol shared
  *   with the C and PyTorch programs of `scripts/gpu/`) as `tpcomm-javacpp`;
+ * - `allocations` runs [JavaCppAllocationsCheck] (issue 35 finding 7: nothing in an init, a split or
+ *   `ncclGetUniqueId` allocates through JavaCPP's accounting) and exits 1 when a check failed;
  * - `version` prints `nccl version <code> (<x.y.z>) via javacpp, <n> device(s)` and exits 0, or
  *   `nccl version unknown: <why>` and exits 2: the bundle reads it to choose the world (two ranks on
  *   one GPU need NCCL 2.30+).
@@ -40,6 +42,9 @@ fun main(args: Array<String>) {
         println("nccl version ${probe.libraryVersion} (${dev.tpcomm.gpu.NcclVersion.format(probe.libraryVersion)}) via javacpp, ${probe.deviceCount} device(s)" +
             (probe.reason?.let { "; unavailable: $it" } ?: ""))
         exitProcess(0)
+    }
+    if (mode == "allocations") {
+        exitProcess(if (JavaCppAllocationsCheck.run(CommConfig.fromEnvironment()) == 0) 0 else 1)
     }
     val maxBytes = args.indexOf("--max-bytes").takeIf { it >= 0 }?.let { args.getOrNull(it + 1)?.toLongOrNull() } ?: AllReduceSweep.MAX_BYTES
     val config = CommConfig.fromEnvironment()
