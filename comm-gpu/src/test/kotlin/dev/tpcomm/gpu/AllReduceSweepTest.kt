@@ -6,6 +6,7 @@ import dev.tpcomm.gpu.sim.SimulatedWorld
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldHaveSize
 import io.kotest.matchers.shouldBe
+import io.kotest.matchers.string.shouldContain
 import java.io.File
 import kotlin.time.Duration.Companion.seconds
 
@@ -36,4 +37,23 @@ class AllReduceSweepTest : FunSpec({
             File("target/sweep-sim.txt").writeText(lines.joinToString("\n", postfix = "\n"))
         }
     }
+
+    test("the latency loop prints one line per block on rank 0 and a summary of the first 20,000 calls against the steady state") {
+        SimulatedGpuPlatform(rejectSharedDevices = false).use { platform ->
+            val world = SimulatedWorld(platform) { dev.tpcomm.Device.Cuda(0) }
+            val printed = java.util.concurrent.ConcurrentHashMap<Int, MutableList<String>>()
+            world.run(2, CommConfig(timeout = 30.seconds)) { comm ->
+                AllReduceLatency.run(comm, DeviceCopies(platform.runtime, comm.device), impl = "tpcomm-sim", calls = 300, block = 100,
+                    out = { printed.getOrPut(comm.rank) { java.util.Collections.synchronizedList(mutableListOf()) } += it })
+            }
+            printed[1] shouldBe null
+            val lines = printed[0]!!
+            lines shouldHaveSize 4
+            lines.take(3).map { it.split(" ").subList(0, 5) } shouldBe listOf(
+                listOf("latency", "tpcomm-sim", "8", "1", "100"), listOf("latency", "tpcomm-sim", "8", "101", "200"), listOf("latency", "tpcomm-sim", "8", "201", "300"))
+            lines[3] shouldContain "latency tpcomm-sim 8 summary: first 20,000 calls "
+            platform.assertNoMisuse()
+        }
+    }
 })
+

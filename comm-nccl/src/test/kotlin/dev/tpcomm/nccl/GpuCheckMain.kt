@@ -2,6 +2,7 @@ package dev.tpcomm.nccl
 
 import dev.tpcomm.Comm
 import dev.tpcomm.CommConfig
+import dev.tpcomm.gpu.AllReduceLatency
 import dev.tpcomm.gpu.AllReduceSweep
 import dev.tpcomm.gpu.DeviceCopies
 import dev.tpcomm.gpu.GpuCheckConformance
@@ -18,6 +19,8 @@ import kotlinx.coroutines.runBlocking
  * - `conformance` runs the comm-testkit cases ([GpuCheckConformance]) on the real NCCL backend;
  * - `bench [--max-bytes N]` runs [AllReduceSweep] (8 B to 256 MiB by default, the protocol shared
  *   with the C and PyTorch programs of `scripts/gpu/`) as `tpcomm-javacpp`;
+ * - `latency` runs [AllReduceLatency] (200,000 awaited 8-byte all-reduces in blocks of 10,000: a
+ *   fresh JVM's first calls beside its steady state) as `tpcomm-javacpp`;
  * - `allocations` runs [JavaCppAllocationsCheck] (issue 35 finding 7: nothing in an init, a split or
  *   `ncclGetUniqueId` allocates through JavaCPP's accounting) and exits 1 when a check failed;
  * - `version` prints `nccl version <code> (<x.y.z>) via javacpp, <n> device(s)` and exits 0, or
@@ -57,7 +60,10 @@ fun main(args: Array<String>) {
         val comm = factory.create(config)
         val copies = DeviceCopies(JavaCppPlatform.runtime(), comm.device)
         try {
-            if (mode == "bench") {
+            if (mode == "latency") {
+                AllReduceLatency.run(comm, copies, impl = "tpcomm-javacpp")
+                0
+            } else if (mode == "bench") {
                 if (comm.rank == 0) println("# tpcomm-javacpp: world ${comm.worldSize}, rank 0 on ${comm.device}")
                 AllReduceSweep.run(comm, copies, impl = "tpcomm-javacpp", maxBytes = maxBytes)
                 0
