@@ -9,7 +9,7 @@
 #      launcher (one line, exit 2) and each launcher's --help naming it;
 #   2. scripts/gpu-bundle.sh into a temporary folder: under 60 MB, unpacked, its one command stops
 #      with "no GPU found" (exit 2) on a machine without an NVIDIA GPU, with no step named and with
-#      every step named (conformance conformance-ffm allocations probe sweep sanitizer), leaving only
+#      every step named (conformance conformance-ffm allocations mpi-staging probe sweep sanitizer), leaving only
 #      summary.txt and tpcomm-gpu-logs.tar.gz in its output folder, and refuses an unknown step
 #      (exit 2); its command runs end to end on stubs (scripts/gpu-bundle-dry-run.sh); its jlinked runtime starts both GpuCheckMains, which report NCCL unavailable
 #      (exit 2) rather than crashing (comm-nccl's JavaCPP one; comm-rccl's java.lang.foreign one,
@@ -144,7 +144,7 @@ else
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" 2>&1); rc=$?; set -e
   echo "$out"
   [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || fail "the bundle's command should say 'no GPU found' and exit 2 (got $rc)"
-  steps=(conformance conformance-ffm allocations probe sweep sanitizer)
+  steps=(conformance conformance-ffm allocations mpi-staging probe sweep sanitizer)
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" "${steps[@]}" 2>&1); rc=$?; set -e
   [ "$rc" = 2 ] && grep -q '^no GPU found' <<<"$out" || { echo "$out"; fail "tpcomm-gpu-check ${steps[*]} should say 'no GPU found' and exit 2 (got $rc)"; }
   echo "-- tpcomm-gpu-check ${steps[*]}: no GPU found, exit 2"
@@ -152,7 +152,7 @@ else
   got=$(cd "$work/tpcomm-gpu-out" && ls -A | sort | tr '\n' ' ')
   [ "$got" = "summary.txt tpcomm-gpu-logs.tar.gz " ] || fail "tpcomm-gpu-check left '$got' in its output folder, not only summary.txt and tpcomm-gpu-logs.tar.gz"
   set +e; out=$(env -u JAVA_HOME PATH=/usr/bin:/bin "$gpu/tpcomm-gpu-check" bandwidth 2>&1); rc=$?; set -e
-  [ "$rc" = 2 ] && grep -q '^usage:.*steps: conformance conformance-ffm allocations probe sweep sanitizer' <<<"$out" \
+  [ "$rc" = 2 ] && grep -q '^usage:.*steps: conformance conformance-ffm allocations mpi-staging probe sweep sanitizer' <<<"$out" \
     || { echo "$out"; fail "tpcomm-gpu-check with an unknown step should print its usage and exit 2 (got $rc)"; }
   # The mode the bundle reads NCCL's version with, on both bindings: unknown here, exit 2.
   for launcher in "gpu-check version" "gpu-check-ffm version --nvidia"; do

@@ -14,6 +14,8 @@
 #                    and libcudart.so (RCCL exports NCCL's API)
 #   allocations      with JavaCPP's allocation guard at one byte, ncclGetUniqueId, an init and a
 #                    split must not allocate through JavaCPP's accounting (issue 35 finding 7), world 1
+#   mpi-staging      when mpirun is on PATH: two MPI ranks on GPU 0, the mpi backend staging CUDA
+#                    tensors through comm-nccl's provider and the real CUDA runtime (gpu-check mpi-staging)
 #   probe            split_probe.cu (built there with nvcc): what a non-blocking ncclCommSplit
 #                    returns, *newcomm and the parent's state right after, when each changes
 #   sweep            the all-reduce sweep 8 B..256 MiB (comm-gpu AllReduceSweep's protocol) of C
@@ -92,7 +94,7 @@ cat >"$tree/tpcomm-gpu-check" <<'EOF'
 #!/usr/bin/env bash
 # The bundle's one command (made by scripts/gpu-bundle.sh): the tpcomm GPU check on GPU 0.
 #   tpcomm-gpu-check [--out DIR] [conformance] [conformance-ffm] [probe] [sweep] [sanitizer]
-# Default steps: conformance conformance-ffm allocations probe sweep, in this order, within one time budget
+# Default steps: conformance conformance-ffm allocations mpi-staging probe sweep, in this order, within one time budget
 # (TPCOMM_GPU_BUDGET seconds, default 500: under 9 minutes with the inventory); the sanitizer only
 # when named (the second, optional command: tpcomm-gpu-check --out DIR sanitizer).
 # Output: DIR (--out, else TPCOMM_GPU_OUT, else ./tpcomm-gpu-out) receives exactly two files:
@@ -117,7 +119,7 @@ cat >"$tree/tpcomm-gpu-check" <<'EOF'
 # TPCOMM_GPU_SANITIZER_TIMEOUT (seconds, default 300); TPCOMM_GPU_BUDGET (seconds, default 500).
 set -uo pipefail
 home="$(cd "$(dirname "$(readlink -f "$0")")" && pwd)"
-all=(conformance conformance-ffm allocations probe sweep sanitizer)
+all=(conformance conformance-ffm allocations mpi-staging probe sweep sanitizer)
 out="${TPCOMM_GPU_OUT:-}"
 steps=()
 while [ $# -gt 0 ]; do
@@ -127,7 +129,7 @@ while [ $# -gt 0 ]; do
     *) steps+=("$1"); shift ;;
   esac
 done
-[ ${#steps[@]} -gt 0 ] || steps=(conformance conformance-ffm allocations probe sweep)
+[ ${#steps[@]} -gt 0 ] || steps=(conformance conformance-ffm allocations mpi-staging probe sweep)
 for s in "${steps[@]}"; do
   case " ${all[*]} " in *" $s "*) ;; *) echo "usage: $0 [--out DIR] [STEP...]; steps: ${all[*]} (default: all but sanitizer, in this order)" >&2; exit 2 ;; esac
 done
@@ -361,6 +363,16 @@ probe() {
   return $rc
 }
 
+mpi_staging() { # two MPI ranks on GPU 0: the mpi backend staging CUDA tensors through the real CUDA runtime
+  local mpirun
+  mpirun=$(command -v mpirun || true)
+  if [ -z "$mpirun" ]; then skipped="no mpirun on PATH (Open MPI or MPICH)"; return 0; fi
+  "$mpirun" --version 2>&1 | head -1
+  local extra=()
+  "$mpirun" --version 2>&1 | grep -q 'Open MPI' && extra=(--allow-run-as-root --oversubscribe --bind-to none -x LD_LIBRARY_PATH -x TPCOMM_NCCL_LIBRARY)
+  timeout -k 5 "$step_timeout" "$mpirun" "${extra[@]}" -np 2 "$home/bin/gpu-check" mpi-staging 2>&1 | tee "$results/mpi-staging.log"
+}
+
 sweep_pass() { # $1 = pass number, then the implementations in the order to run them
   local pass="$1" impl c; shift
   for impl in "$@"; do
@@ -451,6 +463,7 @@ for s in "${steps[@]}"; do
     conformance) step "conformance, JavaCPP binding ($where)" run_if_loads gpu-check ranks conformance "$world" "$home/bin/gpu-check" conformance ;;
     conformance-ffm) step "conformance, java.lang.foreign binding on libnccl.so.2 ($where)" run_if_loads gpu-check-ffm ranks conformance-ffm "$world" "$home/bin/gpu-check-ffm" conformance --nvidia ;;
     allocations) step "JavaCPP's allocation guard at its tightest: ncclGetUniqueId, init, split (issue 35 finding 7, world of 1)" run_if_loads gpu-check ranks allocations 1 "$home/bin/gpu-check" allocations ;;
+    mpi-staging) step "mpi backend staging CUDA tensors through the CUDA runtime (2 MPI ranks on GPU 0)" run_if_loads gpu-check mpi_staging ;;
     probe) step "split probe: a non-blocking ncclCommSplit, seen from the caller (world of 1$([ "$world" -gt 1 ] && echo ", then $world"))" probe ;;
     sweep) step "all-reduce sweep: C/NCCL, tpcomm (both bindings), torch.distributed ($where)" sweep ;;
     sanitizer) step "compute-sanitizer memcheck: conformance, JavaCPP binding, world of 1" sanitizer ;;

@@ -21,6 +21,8 @@ import kotlinx.coroutines.runBlocking
  *   with the C and PyTorch programs of `scripts/gpu/`) as `tpcomm-javacpp`;
  * - `latency` runs [AllReduceLatency] (200,000 awaited 8-byte all-reduces in blocks of 10,000: a
  *   fresh JVM's first calls beside its steady state) as `tpcomm-javacpp`;
+ * - `mpi-staging` runs [CudaStagingCheck] under `mpirun` (the MPI backend staging CUDA tensors
+ *   through the real CUDA runtime) and exits 1 when a case failed;
  * - `allocations` runs [JavaCppAllocationsCheck] (issue 35 finding 7: nothing in an init, a split or
  *   `ncclGetUniqueId` allocates through JavaCPP's accounting) and exits 1 when a check failed;
  * - `version` prints `nccl version <code> (<x.y.z>) via javacpp, <n> device(s)` and exits 0, or
@@ -45,6 +47,9 @@ fun main(args: Array<String>) {
         println("nccl version ${probe.libraryVersion} (${dev.tpcomm.gpu.NcclVersion.format(probe.libraryVersion)}) via javacpp, ${probe.deviceCount} device(s)" +
             (probe.reason?.let { "; unavailable: $it" } ?: ""))
         exitProcess(0)
+    }
+    if (mode == "mpi-staging") {
+        exitProcess(if (runBlocking { CudaStagingCheck.run(CommConfig.fromEnvironment()) } == 0) 0 else 1)
     }
     if (mode == "allocations") {
         exitProcess(if (JavaCppAllocationsCheck.run(CommConfig.fromEnvironment()) == 0) 0 else 1)
