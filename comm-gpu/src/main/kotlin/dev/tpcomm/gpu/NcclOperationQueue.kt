@@ -303,6 +303,12 @@ internal class NcclOperationQueue(
      * operation no peer pairs with, [NcclOp.paired]).
      */
     suspend fun finish(o: NcclOp): Any? {
+        if (CALLER_SPIN_NANOS > 0 && !o.result.isCompleted) {
+            // Wait on this thread for a short operation rather than suspend and be woken (a cancellation
+            // is seen at the await below, at most CALLER_SPIN_NANOS later).
+            val until = System.nanoTime() + CALLER_SPIN_NANOS
+            while (!o.result.isCompleted && System.nanoTime() < until) Thread.onSpinWait()
+        }
         try {
             return o.result.await()
         } catch (e: CancellationException) {
@@ -439,3 +445,11 @@ internal class NcclOperationQueue(
     /** First failure wins: records it and aborts the communicator ([NcclCommHandle.abort]). */
     private fun abort(cause: CommunicationException) = handle.abort(cause)
 }
+
+/**
+ * How long a caller waits on its own thread for its operation to complete before it suspends
+ * (`TPCOMM_GPU_CALLER_SPIN_US`, microseconds, 0 to 10,000; default 20): a short operation then ends
+ * without the caller being suspended and woken, as `cudaStreamSynchronize` spins. A longer one costs
+ * the caller's thread at most this long. See [DeviceThreads.IDLE_SPIN_NANOS] for what it saves.
+ */
+internal val CALLER_SPIN_NANOS: Long = (System.getenv("TPCOMM_GPU_CALLER_SPIN_US")?.toLongOrNull()?.coerceIn(0L, 10_000L) ?: 20L) * 1_000L
