@@ -94,6 +94,26 @@ public class SimulatedGpuPlatform @JvmOverloads constructor(
     /** Streams made by `cudaStreamCreateWithFlags` and not destroyed yet (legacy default streams not counted). */
     public val liveStreams: Int get() = handles.values.count { it is SimulatedRuntime.SimStream }
 
+    /** [liveStreams] of [device] only. */
+    public fun liveStreams(device: Int): Int = handles.values.count { it is SimulatedRuntime.SimStream && it.device == device }
+
+    /**
+     * Waits until every stream of [device] (its legacy default stream included) has run all the work
+     * queued on it so far, so that every event recorded on them completed: what a test waits for before
+     * it asserts on what the engine does once a stream's work is done. Throws [IllegalStateException]
+     * after [timeoutMillis] (a held or stalled stream never gets idle).
+     */
+    @JvmOverloads
+    public fun awaitStreamsIdle(device: Int, timeoutMillis: Long = 10_000) {
+        val deadline = System.nanoTime() + timeoutMillis * 1_000_000
+        while (true) {
+            val busy = simRuntime.streams.filter { it.device == device && it.pending.get() > 0 }
+            if (busy.isEmpty()) return
+            check(System.nanoTime() < deadline) { "${busy.size} streams of simulated device $device still have work queued after $timeoutMillis ms" }
+            Thread.sleep(1)
+        }
+    }
+
     /** Names of the threads that called `cudaFreeHost` (it synchronises the device: never the device's shared native thread). */
     public val pinnedFreeThreads: List<String> get() = pinnedFreeLog.toList()
 
