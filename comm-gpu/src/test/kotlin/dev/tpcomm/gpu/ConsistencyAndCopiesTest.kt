@@ -48,6 +48,8 @@ class ConsistencyAndCopiesTest : FunSpec({
         }
         verify(exactly = 0) { p.runtime.free(any()) }
         c.close()
+        // The staging buffer is freed after the stream's last work, on the thread close started for it.
+        verify(timeout = 5_000) { p.runtime.freeHost(any()) }
         // Rank 0's slot left as zeros: a mismatch naming rank 1 and the differing fields, and the communicator aborts.
         val m = MockPlatform()
         val mc = NcclConnector.connect(

@@ -55,6 +55,9 @@ class MockPlatform(val version: Int = 23007) {
         every { runtime.eventDestroy(any()) } returns 0
         every { runtime.eventRecord(any(), any()) } returns 0
         every { runtime.eventQuery(any()) } returns 0
+        // The close of a communicator that staged through page-locked memory waits for its stream's last event on a
+        // short-lived thread, then frees the memory there (StreamResources.freeHostAfterStream): every event is complete.
+        every { runtime.eventSynchronize(any()) } returns 0
         every { runtime.malloc(any(), any()) } answers { firstArg<LongArray>()[0] = nextPtr.getAndAdd(0x10000); 0 }
         every { runtime.free(any()) } returns 0
         every { runtime.getDevice(any()) } answers { firstArg<IntArray>()[0] = 0; 0 }
