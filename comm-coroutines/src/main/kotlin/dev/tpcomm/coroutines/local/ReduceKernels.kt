@@ -55,6 +55,9 @@ internal object ReduceKernels {
 
     private val scratch = ThreadLocal.withInitial { Scratch() }
 
+    /** Fewer elements than this are reduced by the scalar loop, never by the vector kernels (see [reduce]). */
+    const val VECTOR_MIN_COUNT: Long = 64
+
     /**
      * Reduces with [op]; for [ReduceOp.PreMulSum], [factors] holds each rank's factor already in the
      * dtype ([ReduceOp.PreMulSum.factorIn]), index = input, since ranks may pass different factors.
@@ -69,6 +72,15 @@ internal object ReduceKernels {
         if (count <= 0) return
         if (op is ReduceOp.PreMulSum) {
             preMulSum(scratch.get(), dtype, requireNotNull(factors) { "PreMulSum needs every rank's factor" }, w, ins, inOff, outs, nOuts, outOff, count)
+            return
+        }
+        if (count < VECTOR_MIN_COUNT) {
+            // A few elements: the scalar loop (the same bits: each element is combined in the same
+            // order). The vector kernels then see only counts their vector loops run on: a kernel
+            // compiled while it saw only short counts has its vector loop compiled as an uncommon trap,
+            // and the first large call deoptimised it (unstable_if), running the Vector API in the
+            // interpreter for hundreds of milliseconds (SizeSwitchDeoptTest).
+            reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
         if (dtype == DType.Float32 && vectorAvailable) {
