@@ -36,16 +36,4 @@ class SizeSwitchDeoptTest : FunSpec({
             log.delete()
         }
     }
-
-    test("the first large calls ask for their vector kernel, which compiles on a thread of its own and is then marked warm") {
-        val (code, out) = ChildJvm.run(
-            "dev.tpcomm.coroutines.SizeSwitchProgram",
-            listOf("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Dtpcomm.jmx=false"),
-            listOf("0", "warm"),
-            limitSeconds = 180,
-        )
-        code shouldBe 0
-        out shouldContain "kernel_warm=true warmed_by=tpcomm-kernel-warmup"
-    }
 })
-

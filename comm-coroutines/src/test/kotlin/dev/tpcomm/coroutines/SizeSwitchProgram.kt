@@ -8,8 +8,7 @@ import kotlinx.coroutines.runBlocking
  * Test aid, run in a child JVM by [SizeSwitchDeoptTest]: what a training loop does when it moves
  * from small all-reduces (a loss, a count) to large ones (gradients): 4 in-process ranks, `small`
  * 8-byte float32 all-reduces, then 3 of 1 MiB, each from fresh tensors. Prints the milliseconds of
- * each large call on rank 0 (`large_ms=<a>,<b>,<c>`), for reading beside the JIT's log; with the
- * argument `warm`, then waits for the vector kernels' warm-up and prints `kernel_warm=<true|false>`.
+ * each large call on rank 0 (`large_ms=<a>,<b>,<c>`), for reading beside the JIT's log.
  */
 internal object SizeSwitchProgram {
     @JvmStatic
@@ -28,11 +27,6 @@ internal object SizeSwitchProgram {
                     }
                 }
                 if (comm.rank == 0) println("large_ms=${times.joinToString(",")}")
-                if (comm.rank == 0 && "warm" in args) {
-                    // The kernel the large calls asked for compiles off their thread; then it is used.
-                    val warmAfter = dev.tpcomm.coroutines.local.VectorWarmup.awaitIdle(30_000)
-                    println("kernel_warm=$warmAfter warmed_by=${dev.tpcomm.coroutines.local.VectorWarmup.warmedBy}")
-                }
             }
         }
     }

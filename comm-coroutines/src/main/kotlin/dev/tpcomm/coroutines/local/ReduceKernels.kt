@@ -83,27 +83,18 @@ internal object ReduceKernels {
             reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
-        // A vector kernel is used once it is compiled (VectorWarmup); until then the scalar kernel, same bits.
-        if (vectorAvailable && hasVectorKernel(dtype, op) && VectorWarmup.isWarm(dtype, op)) {
-            vectorReduce(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
+        if (dtype == DType.Float32 && vectorAvailable) {
+            VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
             return
         }
+        if (vectorAvailable) {
+            val kernel = sameBits(dtype, op)
+            if (VectorKernels.supports(kernel, op)) {
+                VectorKernels.other(kernel, op, w, ins, inOff, outs, nOuts, outOff, count)
+                return
+            }
+        }
         reduceScalar(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
-    }
-
-    /** Whether a vector kernel reduces [dtype] with [op] (not PreMulSum). */
-    fun hasVectorKernel(dtype: DType, op: ReduceOp): Boolean =
-        dtype == DType.Float32 || VectorKernels.supports(sameBits(dtype, op), op)
-
-    /** The vector kernel of [dtype] and [op] ([hasVectorKernel]), whether compiled yet or not. */
-    fun vectorReduce(
-        dtype: DType, op: ReduceOp, w: Int,
-        ins: Array<MemorySegment?>, inOff: Long,
-        outs: Array<MemorySegment?>, nOuts: Int, outOff: Long,
-        count: Long,
-    ) {
-        if (dtype == DType.Float32) VectorKernels.float32(op, w, ins, inOff, outs, nOuts, outOff, count)
-        else VectorKernels.other(sameBits(dtype, op), op, w, ins, inOff, outs, nOuts, outOff, count)
     }
 
     /** The signed dtype whose kernel gives the same bits: UInt32/UInt64 under Sum, Product and the bitwise ops (wrapping arithmetic is sign-agnostic). */

@@ -118,7 +118,7 @@ class ReduceKernelsSpec : FunSpec({
             val b = List(w) { Tensor.zeros(DType.Float32, n) }
             val inSegs = Array<java.lang.foreign.MemorySegment?>(w) { ins[it].segment }
             // offsets exercise unaligned starts; w outputs use the unrolled 4-rank path when w == 4
-            vectorKernel(DType.Float32, op, w, inSegs, 3, Array(w) { a[it].segment }, w, 1, n - 3L)
+            ReduceKernels.reduce(DType.Float32, op, w, inSegs, 3, Array(w) { a[it].segment }, w, 1, n - 3L)
             ReduceKernels.reduceScalar(DType.Float32, op, w, inSegs, 3, Array(w) { b[it].segment }, w, 1, n - 3L)
             for (r in 0 until w) a[r].contentEquals(b[r]) shouldBe true
         }
@@ -134,7 +134,7 @@ class ReduceKernelsSpec : FunSpec({
                 val a = List(w) { Tensor.zeros(dtype, n) }
                 val b = List(w) { Tensor.zeros(dtype, n) }
                 val inSegs = Array<java.lang.foreign.MemorySegment?>(w) { ins[it].segment }
-                vectorKernel(dtype, op, w, inSegs, 2, Array(w) { a[it].segment }, w, 0, n - 2L)
+                ReduceKernels.reduce(dtype, op, w, inSegs, 2, Array(w) { a[it].segment }, w, 0, n - 2L)
                 ReduceKernels.reduceScalar(dtype, op, w, inSegs, 2, Array(w) { b[it].segment }, w, 0, n - 2L)
                 for (r in 0 until w) a[r].contentEquals(b[r]) shouldBe true
             }
@@ -152,7 +152,7 @@ class ReduceKernelsSpec : FunSpec({
                 val a = List(w) { Tensor.zeros(dtype, n) }
                 val b = List(w) { Tensor.zeros(dtype, n) }
                 val inSegs = Array<java.lang.foreign.MemorySegment?>(w) { ins[it].segment }
-                vectorKernel(dtype, op, w, inSegs, 3, Array(w) { a[it].segment }, w, 1, n - 3L)
+                ReduceKernels.reduce(dtype, op, w, inSegs, 3, Array(w) { a[it].segment }, w, 1, n - 3L)
                 ReduceKernels.reduceScalar(dtype, op, w, inSegs, 3, Array(w) { b[it].segment }, w, 1, n - 3L)
                 for (r in 0 until w) a[r].contentEquals(b[r]) shouldBe true
             }
@@ -212,17 +212,3 @@ class ReduceKernelsSpec : FunSpec({
         }
     }
 })
-
-/**
- * The vector kernel of [dtype] and [op] where there is one, called directly: `ReduceKernels.reduce`
- * takes the scalar kernel until the vector one is compiled ([VectorWarmup]), so comparing through it
- * could compare the scalar kernel with itself.
- */
-private fun vectorKernel(
-    dtype: DType, op: ReduceOp, w: Int, ins: Array<java.lang.foreign.MemorySegment?>, inOff: Long,
-    outs: Array<java.lang.foreign.MemorySegment?>, nOuts: Int, outOff: Long, count: Long,
-) {
-    if (ReduceKernels.hasVectorKernel(dtype, op)) ReduceKernels.vectorReduce(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
-    else ReduceKernels.reduce(dtype, op, w, ins, inOff, outs, nOuts, outOff, count)
-}
-
