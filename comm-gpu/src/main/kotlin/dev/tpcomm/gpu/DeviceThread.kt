@@ -242,8 +242,8 @@ internal class DeviceThreads {
          * How long a device thread stays awake after its last task (`TPCOMM_GPU_IDLE_SPIN_US`,
          * microseconds, 0 to 10,000; default 50), spinning then yielding: a call issued meanwhile is
          * taken without waking the thread. On an H200 at a world of 1 (docs/gpu.md, "The first GPU
-         * run"), with the caller's spin ([CALLER_SPIN_NANOS]), an awaited 8-byte all-reduce took
-         * 5.7 µs instead of 19.5-24.9 µs with neither.
+         * run", runs 6 and 7), with the caller's spin ([CALLER_SPIN_NANOS]), an awaited 8-byte
+         * all-reduce took 5.7-7.9 µs instead of 19.5-24.9 µs with neither.
          */
         val IDLE_SPIN_NANOS: Long = (System.getenv("TPCOMM_GPU_IDLE_SPIN_US")?.toLongOrNull()?.coerceIn(0L, 10_000L) ?: 50L) * 1_000L
     }
