@@ -633,8 +633,8 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
      */
     private fun oneRank(sc: SimComm, st: SimStream, c: Contribution, bytes: Long): Int {
         val scales = c.op == NcclRedOp.AVG && NcclDataType.toDType(c.dtype)?.isFloatingPoint == true
-        val preMultiplies = scales || (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather")
-        if (preMultiplies && (c.dtype == NcclDataType.FLOAT8E4M3 || c.dtype == NcclDataType.FLOAT8E5M2)) {
+        val userPreMulSum = c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather"
+        if ((scales || userPreMulSum) && (c.dtype == NcclDataType.FLOAT8E4M3 || c.dtype == NcclDataType.FLOAT8E5M2)) {
             // ncclLaunchOneRank's FP8 cases sit under `#if ... && __CUDA_ARCH__ >= 900`, which host code
             // never defines: FP8 reaches `default: return ncclInvalidArgument` before any launch
             // (src/device/onerank.cu, v2.24.3-1 to v2.30.7-1; taskAppend returns it from ncclEnqueueCheck,
@@ -643,7 +643,7 @@ internal class SimulatedNccl(private val platform: SimulatedGpuPlatform) : NcclA
             return NcclResult.INVALID_ARGUMENT
         }
         noteLaunch(sc, null)
-        if (c.op == NcclRedOp.NUM_OPS && c.kind != "broadcast" && c.kind != "allGather") {
+        if (userPreMulSum) {
             // PreMulSum on one rank: the scaling kernel, out = in * scalar.
             st.enqueue {
                 val result = results.reduce(listOf(memory.resolve(c.send, bytes)), c.dtype, c.op, c.count, listOf(c))
