@@ -52,7 +52,7 @@ fun main(args: Array<String>) {
         exitProcess(if (runBlocking { CudaStagingCheck.run(CommConfig.fromEnvironment()) } == 0) 0 else 1)
     }
     if (mode == "allocations") {
-        exitProcess(if (JavaCppAllocationsCheck.run(CommConfig.fromEnvironment()) == 0) 0 else 1)
+        exitProcess(if (runBlocking { JavaCppAllocationsCheck.run(CommConfig.fromEnvironment()) } == 0) 0 else 1)
     }
     val maxBytes = args.indexOf("--max-bytes").takeIf { it >= 0 }?.let { args.getOrNull(it + 1)?.toLongOrNull() } ?: AllReduceSweep.MAX_BYTES
     val config = CommConfig.fromEnvironment()

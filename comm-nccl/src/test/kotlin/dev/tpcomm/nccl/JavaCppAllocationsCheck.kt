@@ -24,13 +24,13 @@ import org.bytedeco.javacpp.Pointer
  */
 @OptIn(dev.tpcomm.InternalTpcommApi::class)
 internal object JavaCppAllocationsCheck {
-    fun run(config: CommConfig): Int {
+    suspend fun run(config: CommConfig): Int {
         System.setProperty("org.bytedeco.javacpp.maxBytes", "1")
         System.setProperty("org.bytedeco.javacpp.maxPhysicalBytes", "1")
         System.setProperty("org.bytedeco.javacpp.maxRetries", "0")
         println("allocations: JavaCPP maxBytes ${Pointer.maxBytes()}, maxPhysicalBytes ${Pointer.maxPhysicalBytes()}, totalBytes ${Pointer.totalBytes()} at the start")
         var failed = 0
-        fun check(name: String, body: () -> String) {
+        suspend fun check(name: String, body: suspend () -> String) {
             val before = Pointer.totalBytes()
             val line = try {
                 val what = body()
@@ -49,29 +49,25 @@ internal object JavaCppAllocationsCheck {
             repeat(100) { check(api.getUniqueId(id) == 0) { "ncclGetUniqueId failed" } }
             "100 ids"
         }
-        kotlinx.coroutines.runBlocking {
-            var comm: dev.tpcomm.Communicator? = null
-            check("Comm.create(\"nccl\") (ncclCommInitRankConfig)") {
-                comm = kotlinx.coroutines.runBlocking { Comm.create("nccl", config) }
-                "rank ${comm!!.rank} of ${comm!!.worldSize} on ${comm!!.device}"
-            }
-            val parent = comm
-            if (parent != null) {
-                check("split(0) (ncclCommSplit) and an all-reduce on the child") {
-                    kotlinx.coroutines.runBlocking {
-                        val child = parent.split(0, parent.rank) ?: error("split(0) returned null")
-                        child.use {
-                            val copies = DeviceCopies(JavaCppPlatform.runtime(), it.device)
-                            val t = copies.upload(Tensor.of(floatArrayOf(1f, 2f)))
-                            it.allReduce(t, ReduceOp.Sum)
-                            val r = copies.download(t).toFloatArray().toList()
-                            check(r == listOf(1f * it.worldSize, 2f * it.worldSize)) { "all-reduce gave $r" }
-                            "child of ${it.worldSize}, all-reduce gave $r"
-                        }
-                    }
+        var comm: dev.tpcomm.Communicator? = null
+        check("Comm.create(\"nccl\") (ncclCommInitRankConfig)") {
+            comm = Comm.create("nccl", config)
+            "rank ${comm!!.rank} of ${comm!!.worldSize} on ${comm!!.device}"
+        }
+        val parent = comm
+        if (parent != null) {
+            check("split(0) (ncclCommSplit) and an all-reduce on the child") {
+                val child = parent.split(0, parent.rank) ?: error("split(0) returned null")
+                child.use {
+                    val copies = DeviceCopies(JavaCppPlatform.runtime(), it.device)
+                    val t = copies.upload(Tensor.of(floatArrayOf(1f, 2f)))
+                    it.allReduce(t, ReduceOp.Sum)
+                    val r = copies.download(t).toFloatArray().toList()
+                    check(r == listOf(1f * it.worldSize, 2f * it.worldSize)) { "all-reduce gave $r" }
+                    "child of ${it.worldSize}, all-reduce gave $r"
                 }
-                check("close") { parent.close(); "closed" }
             }
+            check("close") { parent.close(); "closed" }
         }
         println("allocations: ${if (failed == 0) "passed" else "$failed check(s) FAILED"}")
         return failed
