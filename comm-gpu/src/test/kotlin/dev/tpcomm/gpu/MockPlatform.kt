@@ -71,9 +71,9 @@ class MockPlatform(val version: Int = 23007) {
         every { runtime.getErrorString(any()) } answers { "cuda error ${firstArg<Int>()}" }
     }
 
-    suspend fun connect(worldSize: Int = 1, rank: Int = 0, timeout: Duration = 5.seconds): NcclCommunicator =
+    suspend fun connect(worldSize: Int = 1, rank: Int = 0, timeout: Duration = 5.seconds, creationTimeout: Duration? = null): NcclCommunicator =
         NcclConnector.connect(
-            api, runtime, Device.Cuda(0), CommConfig(worldSize = worldSize, rank = rank, timeout = timeout),
+            api, runtime, Device.Cuda(0), CommConfig(worldSize = worldSize, rank = rank, timeout = timeout, creationTimeout = creationTimeout),
             { _, id -> id ?: ByteArray(NcclConnector.UNIQUE_ID_BYTES) }, "nccl",
         )
 

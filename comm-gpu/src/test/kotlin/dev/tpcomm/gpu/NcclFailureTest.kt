@@ -126,7 +126,8 @@ class NcclFailureTest : FunSpec({
         val p = MockPlatform()
         every { p.api.commInitRankConfig(any(), any(), any(), any(), any()) } answers { firstArg<java.lang.foreign.MemorySegment>().set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, COMM); NcclResult.IN_PROGRESS }
         every { p.api.commGetAsyncError(COMM, any()) } answers { secondArg<IntArray>()[0] = NcclResult.IN_PROGRESS; 0 }
-        val e = shouldThrow<CommunicationTimeoutException> { p.connect(worldSize = 2, rank = 1, timeout = 200.milliseconds) }
+        // Creation has its own deadline (CommConfig.creationTimeout, by default at least 5 minutes): the test sets it.
+        val e = shouldThrow<CommunicationTimeoutException> { p.connect(worldSize = 2, rank = 1, timeout = 200.milliseconds, creationTimeout = 200.milliseconds) }
         e.message shouldContain "ncclCommInitRankConfig"
         verify { p.api.commAbort(COMM) }
         verify { p.runtime.streamDestroy(any()) }
