@@ -51,6 +51,30 @@ public class Backoff(
         @PublishedApi internal const val SPIN: Long = -1
         @PublishedApi internal const val YIELD: Long = -2
 
+        /** Polls with [Thread.onSpinWait] before [spinFor] starts yielding. */
+        @PublishedApi internal const val SHORT_SPINS: Int = 200
+
+        /**
+         * Waits on this thread for at most [nanos] until [done] (polls with [Thread.onSpinWait], then
+         * with [Thread.yield] so that the thread finishing the work can run where cores are scarce);
+         * returns [done]'s last answer. The library's one "spin before suspending": a caller whose
+         * work is about to complete on another thread (a task handed to a native thread,
+         * [NativeDispatcher.handOff]; an operation on the GPU engine's device thread) waits this long
+         * rather than be suspended and woken. [nanos] <= 0 polls once.
+         */
+        public inline fun spinFor(nanos: Long, done: () -> Boolean): Boolean {
+            if (done()) return true
+            if (nanos <= 0) return false
+            val end = System.nanoTime() + nanos
+            var spins = 0
+            while (!done()) {
+                if (spins < SHORT_SPINS) { spins++; Thread.onSpinWait(); continue }
+                if (System.nanoTime() - end >= 0) return false
+                Thread.yield()
+            }
+            return true
+        }
+
         /**
          * For a thread waiting on a host thread the library started (a non-blocking `ncclGroupEnd`,
          * init, split, finalize): a short spin, then up to 4096 yields before parking. Measured with

@@ -386,17 +386,7 @@ private class SpinningTask<T>(private val block: () -> T) : Runnable {
     }
 
     /** Waits up to [spinNanos] for the result; true when it is there. */
-    fun awaitSpinning(spinNanos: Long): Boolean {
-        if (spinNanos <= 0) return state.get() is Result<*>
-        val end = System.nanoTime() + spinNanos
-        var spins = 0
-        while (state.get() == null) {
-            if (spins < HANDOFF_SPINS) { spins++; Thread.onSpinWait(); continue }
-            if (System.nanoTime() - end >= 0) return false
-            Thread.yield()
-        }
-        return true
-    }
+    fun awaitSpinning(spinNanos: Long): Boolean = Backoff.spinFor(spinNanos) { state.get() is Result<*> }
 
     @Suppress("UNCHECKED_CAST")
     fun result(): T = (state.get() as Result<T>).getOrThrow()
@@ -409,6 +399,3 @@ private class SpinningTask<T>(private val block: () -> T) : Runnable {
         }
     }
 }
-
-/** Polls with `onSpinWait` before a caller waiting in [NativeDispatcher.handOff] starts yielding. */
-private const val HANDOFF_SPINS = 200

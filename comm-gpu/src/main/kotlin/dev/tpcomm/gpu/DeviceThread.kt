@@ -245,7 +245,7 @@ internal class DeviceThreads {
          * run", runs 6 and 7), with the caller's spin ([CALLER_SPIN_NANOS]), an awaited 8-byte
          * all-reduce took 5.7-7.9 µs instead of 19.5-24.9 µs with neither.
          */
-        val IDLE_SPIN_NANOS: Long = (System.getenv("TPCOMM_GPU_IDLE_SPIN_US")?.toLongOrNull()?.coerceIn(0L, 10_000L) ?: 50L) * 1_000L
+        val IDLE_SPIN_NANOS: Long = dev.tpcomm.engine.SpinSetting.fromEnvironment("TPCOMM_GPU_IDLE_SPIN_US", defaultMicros = 50L)
     }
 }
 

@@ -139,7 +139,7 @@ internal class MpiRuntime(
      * killed. Past it the job is failing (a peer stalled, died, or works longer than the timeout
      * allows): unless a communicator of this process was aborted earlier (then MPI may never
      * finalize, and the process leaves it unfinalized with the program's own exit status), the rank
-     * says so and ends itself with exit code [MpiCommunicator.ABORT_CODE]
+     * says so and ends itself with exit code [MpiBackend.ABORT_CODE]
      * (`MPI_Abort` is not allowed once `MPI_Finalize` started), which makes the launcher end the
      * other ranks: never exit 0.
      */
@@ -234,11 +234,11 @@ internal class MpiRuntime(
                 System.err.println(
                     "tpcomm-mpi: rank $worldRank: MPI_Finalize did not complete within ${waitNanos.nanoseconds} (the communicator timeout plus ${FINALIZE_MARGIN_NANOS.nanoseconds}): " +
                         "another rank of the job has not finished (it stalled, died, or works longer than the timeout allows); " +
-                        "ending this process with exit code ${MpiCommunicator.ABORT_CODE}, which ends the job",
+                        "ending this process with exit code ${MpiBackend.ABORT_CODE}, which ends the job",
                 )
                 // MPI_Abort is not allowed once MPI_Finalize started (MPICH 4.0 answers "Invalid
                 // communicator" and exits 5): end the process; the launcher ends the other ranks.
-                haltNow(MpiCommunicator.ABORT_CODE, "MPI_Finalize timed out")
+                haltNow(MpiBackend.ABORT_CODE, "MPI_Finalize timed out")
             }
         }
     }
@@ -314,7 +314,7 @@ internal class MpiRuntime(
      * The JVM is shutting down (`main` returned, `System.exit`, or a signal such as the launcher's
      * SIGTERM after a peer died). With an operation still in progress this rank cannot finish it
      * and `MPI_Finalize` would wait for it: say so, naming the operation, and end the process with
-     * exit code [MpiCommunicator.ABORT_CODE]. A signal (SIGINT, SIGTERM, SIGHUP:
+     * exit code [MpiBackend.ABORT_CODE]. A signal (SIGINT, SIGTERM, SIGHUP:
      * [MpiProgramFailure.signalStatus]) between operations ends the job the same way a failed program
      * does ([programFailed]: the peers are told, then `MPI_Abort`): the program was interrupted, its
      * peers may be waiting for it in a collective, and `MPI_Finalize` would hold them until their
@@ -333,9 +333,9 @@ internal class MpiRuntime(
             System.err.println(
                 "tpcomm-mpi: rank $worldRank: dev.tpcomm.CommunicatorAbortedException: the process is shutting down (System.exit, or a " +
                     "signal from the launcher after another rank failed) while ${busy.joinToString()} is in progress; " +
-                    "ending with exit code ${MpiCommunicator.ABORT_CODE}",
+                    "ending with exit code ${MpiBackend.ABORT_CODE}",
             )
-            haltNow(MpiCommunicator.ABORT_CODE, "shut down during an MPI operation")
+            haltNow(MpiBackend.ABORT_CODE, "shut down during an MPI operation")
             return
         }
         val signal = MpiProgramFailure.signalStatus
@@ -533,5 +533,5 @@ internal class MpiRuntime(
     }
 }
 
-/** Experiment: the spinning hand-off (`TPCOMM_MPI_HANDOFF_SPIN_US`, microseconds; unset or 0: off). */
-internal val HANDOFF_SPIN_NANOS: Long = (System.getenv("TPCOMM_MPI_HANDOFF_SPIN_US")?.toLongOrNull() ?: 0L) * 1_000L
+/** Experiment: the spinning hand-off (`TPCOMM_MPI_HANDOFF_SPIN_US`, microseconds, 0 to 10,000; unset or 0: off). */
+internal val HANDOFF_SPIN_NANOS: Long = dev.tpcomm.engine.SpinSetting.fromEnvironment("TPCOMM_MPI_HANDOFF_SPIN_US", defaultMicros = 0L)
