@@ -4,6 +4,7 @@ import dev.tpcomm.Communicator
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.frontOrNull
 import dev.tpcomm.engine.ReproducibleReductions
 import dev.tpcomm.spi.CollectiveValidator
 import kotlinx.coroutines.withContext
@@ -58,7 +59,7 @@ public fun Communicator.reproducible(enabled: Boolean = true): Communicator {
  * as the interface's defaults do), so a third party's backend gets them too.
  */
 private class ReproducibleCommunicator(val base: Communicator, val mode: Reproducible) : Communicator by base {
-    private val front = base as? CommunicatorFront
+    private val front = base.frontOrNull
     private val checks by lazy { CollectiveValidator(base.worldSize, base.device, nativeMemory = false) }
 
     /** Whether a call on a communicator other than a front is composed here. */

@@ -2,7 +2,8 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
-import dev.tpcomm.coroutines.local.LocalCommunicator
+import dev.tpcomm.coroutines.local.LocalBackend
+import dev.tpcomm.engine.CommunicatorFront
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.CompletableDeferred
 import kotlinx.coroutines.CoroutineStart
@@ -55,7 +56,7 @@ public suspend fun <R> runLocalWorld(
                     try {
                         block(comm).also {
                             // A rank that is done can no longer take part: peers that wait for it fail at once.
-                            (comm as? LocalCommunicator)?.closeTree()
+                            ((comm as? CommunicatorFront)?.backend as? LocalBackend)?.closeTree()
                         }
                     } catch (t: Throwable) {
                         if (first.compareAndSet(null, t)) {

@@ -97,12 +97,12 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
         sizes: List<Int>?, outputSizes: List<Int>?, extra: Any?, composite: CompositeOperation?,
     ): OperationCall {
         val entry = if (composite != null) {
-            recorder.step(composite.entry, queued = front.queued)
+            recorder.step(composite.entry, queued = front.backend.queuesCalls)
         } else {
             recorder.start(
                 op.apiName, sig?.dtype, sig?.shape, sig?.byteSize ?: 0L,
                 root = if (root >= 0) root else FlightRecorder.NONE, reduceOp = reduceOp,
-                dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = front.queued,
+                dim = if (op.hasDim) dim else FlightRecorder.NONE, queued = front.backend.queuesCalls,
             )
         }
         val name = entry.operation
@@ -128,7 +128,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
     fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int, composite: CompositeOperation?): FlightRecorder.Entry {
         synchronized(lock) {
             if (composite != null) return step(composite, collective = false)
-            val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = front.queued)
+            val entry = recorder.start(name, tensor?.dtype, tensor?.shape, tensor?.byteSize ?: 0L, peer = peer, tag = tag, queued = front.backend.queuesCalls)
             front.refuseUnusable(name, entry, false)
             deadlines.track(entry, null)
             return entry
@@ -155,7 +155,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
 
     /** Under the issue lock: [beginOwnCollective]'s record, refusal and deadline. */
     fun startOwn(name: String, root: Int): FlightRecorder.Entry {
-        val entry = recorder.start(name, root = root, queued = front.queued)
+        val entry = recorder.start(name, root = root, queued = front.backend.queuesCalls)
         front.refuseUnusable(name, entry, true)
         deadlines.track(entry, null)
         return entry
@@ -163,7 +163,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
 
     /** Under the issue lock: a backend's own step of [composite] (a staged collective or a message), recorded under it. */
     fun step(composite: CompositeOperation, collective: Boolean): FlightRecorder.Entry {
-        val entry = recorder.step(composite.entry, queued = front.queued)
+        val entry = recorder.step(composite.entry, queued = front.backend.queuesCalls)
         val name = entry.operation
         front.refuseUnusable(name, entry, collective)
         composite.expired?.let { e -> entry.fail(e); throw e }
@@ -220,9 +220,9 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
      */
     fun startComposite(op: CollectiveOp, root: Int, peer: Int, tag: Int, waiter: IssueTurn.Waiter?): CompositeOperation {
         val name = op.apiName
-        val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = front.queued)
+        val entry = recorder.start(name, root = root, peer = if (op.isPointToPoint) peer else FlightRecorder.NONE, tag = tag, queued = front.backend.queuesCalls)
         front.refuseUnusable(name, entry, !op.isPointToPoint)
-        val c = CompositeOperation(front, op, entry, ObjectProtocol.Naming(front.errorsOf, entry.sequence), if (root >= 0) root else -1)
+        val c = CompositeOperation(front, op, entry, ObjectProtocol.Naming(front.errors, entry.sequence), if (root >= 0) root else -1)
         if (!op.isPointToPoint) {
             turn.takeOver(waiter, c)
         }
@@ -238,13 +238,13 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
     fun compositeDeadline(entry: FlightRecorder.Entry, c: CompositeOperation) {
         val step = c.stepEntry
         if (step != null && step.inFlight) {
-            front.passDeadline(step, c.stepCall)
+            front.backend.deadlinePassed(step, c.stepCall)
             return
         }
-        val e = front.errorsOf.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
+        val e = front.errors.timeout(entry.operation, entry.sequence, "${entry.operation} did not complete within $callTimeout")
         c.expired = e
         front.expire(entry, e)
-        front.passDeadline(entry, null)
+        front.backend.deadlinePassed(entry, null)
     }
 
     // ------------------------------------------------------------------ deadlines
@@ -260,7 +260,7 @@ internal class CallOrder(private val front: CommunicatorFront, private val recor
             if (!entry.inFlight) { i += 2; continue }
             try {
                 val target = expired[i + 1]
-                if (target is CompositeOperation) compositeDeadline(entry, target) else front.passDeadline(entry, target as OperationCall?)
+                if (target is CompositeOperation) compositeDeadline(entry, target) else front.backend.deadlinePassed(entry, target as OperationCall?)
             } catch (t: Throwable) {
                 // A bug in a backend's abort must not go unnoticed, nor leave the call waiting.
                 entry.fail(t)

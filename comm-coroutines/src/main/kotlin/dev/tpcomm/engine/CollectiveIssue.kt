@@ -11,7 +11,7 @@ import kotlin.coroutines.CoroutineContext
  * The front's path of one collective, from its number to its release, in the order docs/ARCHITECTURE.md
  * draws: numbered, recorded and timed in call order ([CallOrder], waiting for the issue turn while a
  * composite operation holds it), the output allocated (allocating forms), the tensors retained, issued
- * on the backend ([CommunicatorFront.issue], then [CommunicatorFront.await] when pending), completed or
+ * on the backend ([CommunicatorBackend.issue], then [CommunicatorBackend.await] when pending), completed or
  * failed with the named exception, the tensors released (unless the backend took them over). A call
  * given up before its issue goes to the front's rule ([CommunicatorFront.abortNotIssued]).
  *
@@ -20,8 +20,8 @@ import kotlin.coroutines.CoroutineContext
 internal class CollectiveIssue(private val front: CommunicatorFront, private val order: CallOrder) {
     /**
      * Validates nothing (the operation methods did), then: usable, sequence and record under the
-     * lock; retain; [CommunicatorFront.issue]; complete or fail; release. The common case (the backend completed in
-     * [CommunicatorFront.issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
+     * lock; retain; [CommunicatorBackend.issue]; complete or fail; release. The common case (the backend completed in
+     * [CommunicatorBackend.issue]) runs without a coroutine state machine: [issueBegun] and [finishPending] are tail calls.
      */
     suspend fun <T> collective(
         op: CollectiveOp, input: Tensor?, output: Tensor?, sig: Tensor?, reduceOp: ReduceOp?, root: Int, dim: Int,
@@ -38,7 +38,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
 
     /**
      * [collective] of a caller that must first wait for the issue turn (a composite operation is
-     * issuing): it holds the turn until the backend took the call ([CommunicatorFront.issue] returned), so that the
+     * issuing): it holds the turn until the backend took the call ([CommunicatorBackend.issue] returned), so that the
      * next caller's call cannot reach a backend that orders calls as they reach it (the GPU engine's
      * device thread) before this one.
      */
@@ -54,7 +54,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
 
     /**
      * An allocating collective: as [collective], but its output (of [shape], [input]'s dtype) is
-     * allocated once the call is numbered, recorded and timed ([CommunicatorFront.allocate] with the call), so that an
+     * allocated once the call is numbered, recorded and timed ([CommunicatorBackend.allocate] with the call), so that an
      * allocation that waits is within the call's deadline. A failed (or cancelled) allocation fails
      * the recorded call and issues nothing. Returns the output.
      */
@@ -69,7 +69,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
             ?: order.turn.await().let { w -> turn = w; order.numberInTurn(w, op, input, null, input, reduceOp, root, dim, sizes, outputSizes, null) }
         call.context = context
         val output = try {
-            front.allocateOnBackend(call, input.dtype, shape)
+            front.backend.allocate(call, input.dtype, shape)
         } catch (t: Throwable) {
             turn?.let { order.turn.pass(it) }
             val e = front.failure(call.entry, t)
@@ -81,8 +81,8 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
     }
 
     /**
-     * Retain, [CommunicatorFront.issue], complete or fail, release, for a [call] already begun (and its output
-     * allocated); [turn], when the caller waited for the issue turn, is passed on once [CommunicatorFront.issue] returned.
+     * Retain, [CommunicatorBackend.issue], complete or fail, release, for a [call] already begun (and its output
+     * allocated); [turn], when the caller waited for the issue turn, is passed on once [CommunicatorBackend.issue] returned.
      */
     private suspend fun <T> issueBegun(call: OperationCall, ret: T, turn: IssueTurn.Waiter?): T {
         val input = call.input
@@ -97,7 +97,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
             throw t
         }
         val r = try {
-            front.issueOnBackend(call)
+            front.backend.issue(call)
         } catch (t: Throwable) {
             if (turn != null) order.turn.pass(turn)
             if (!call.entry.tensorsHandedOver) release(input, output, heldOutput)
@@ -113,7 +113,7 @@ internal class CollectiveIssue(private val front: CommunicatorFront, private val
 
     private suspend fun <T> finishPending(call: OperationCall, ret: T, heldOutput: Boolean): T {
         try {
-            val r = front.awaitOnBackend(call)
+            val r = front.backend.await(call)
             call.entry.complete()
             @Suppress("UNCHECKED_CAST")
             return (r ?: ret) as T

@@ -28,42 +28,43 @@ import kotlinx.serialization.KSerializer
 /**
  * The front of a communicator: the one place that owns, in one order, what every operation does
  * around the backend's data movement (PyTorch c10d's `ProcessGroup` in front of its `Backend`,
- * torchcomms' `TorchComm` in front of `TorchCommBackend`). docs/ARCHITECTURE.md draws the order:
+ * torchcomms' `TorchComm` in front of `TorchCommBackend`). The backend is composed into it
+ * ([backend], a [CommunicatorBackend]), never a subclass of it: this class is final. docs/ARCHITECTURE.md draws the order:
  * **validate** ([CollectiveValidator], before anything is recorded or moved), wait for the **issue
  * turn** while another caller's composite operation holds it, **record**, **ensure usable** (the
- * front's closed and failed checks, then the backend's [refusal]) and **number** under one lock
+ * front's closed and failed checks, then the backend's [CommunicatorBackend.refusal]) and **number** under one lock
  * ([CallOrder]: issue order is call order, also for concurrent callers), start the **deadline**,
- * **allocate** an allocating collective's output ([allocate]), **retain** the tensors, **issue**
- * ([issue], then [await]; the backend moves the call's signature, [OperationCall.encodeSignature]),
+ * **allocate** an allocating collective's output ([CommunicatorBackend.allocate]), **retain** the tensors, **issue**
+ * ([CommunicatorBackend.issue], then [CommunicatorBackend.await]; the backend moves the call's signature, [OperationCall.encodeSignature]),
  * **complete or fail** with the named exception ([exceptionOf]), **release** the tensors. The paths
  * are [CollectiveIssue] and [PointToPointIssue]; composite operations (the object operations,
  * [monitoredBarrier]) are one operation each, with their steps recorded and signed under them.
  *
  * **Deadlines** run from the call to its end for every operation recorded here; the core's
- * `DeadlineWatchdog` thread hands one still in flight past the timeout to [deadlinePassed] once
+ * `DeadlineWatchdog` thread hands one still in flight past the timeout to [CommunicatorBackend.deadlinePassed] once
  * (never before the timeout, at most about two watchdog periods after it), where the backend names
  * the timeout and the front's [expire] aborts the communicator. **Failure** (one state per
  * communicator and rank, the first wins: [failure], [abortWith]) and **close** (one flag, a final
- * idempotent [close], then the backend's [shutdown]) are the front's.
+ * idempotent [close], then the backend's [CommunicatorBackend.shutdown]) are the front's.
  *
- * Every public operation is `final`: a backend supplies only what differs ([issue], [await], the
- * point-to-point moves, [refusal], [aborting], [deadlinePassed], [shutdown], its capabilities).
+ * A backend supplies only what differs ([CommunicatorBackend]: issue and await an operation, the
+ * point-to-point moves, its refusals, abort, the deadline's action, shutdown, its capabilities).
  *
  * Thread-safe: operations may be called from any thread or coroutine; collectives are issued in
- * call order. Cancellation: a caller cancelled before [issue] issues nothing; one cancelled while
+ * call order. Cancellation: a caller cancelled before [CommunicatorBackend.issue] issues nothing; one cancelled while
  * the backend waits aborts the communicator (docs/semantics.md, "Semantics every backend keeps":
  * peers get a named exception, no tensor is written afterwards).
  */
 @InternalTpcommApi
-public abstract class CommunicatorFront(
+public class CommunicatorFront(
     final override val rank: Int,
     final override val worldSize: Int,
     final override val device: Device,
     final override val backendName: String,
     /** This communicator's flight recorder. */
-    protected val recorder: FlightRecorder,
+    public val recorder: FlightRecorder,
     /** The core's argument checks, built from the backend's capabilities. */
-    protected val validator: CollectiveValidator,
+    public val validator: CollectiveValidator,
     /** How long any operation may take from its call to its end ([kotlin.time.Duration.INFINITE]: no limit). */
     timeout: kotlin.time.Duration,
     /** What comparing signatures costs the backend ([SignatureCheck]): with [checkConsistency], decides [checksSignatures]. */
@@ -76,7 +77,13 @@ public abstract class CommunicatorFront(
      * when the backend does not say.
      */
     creationTimeout: kotlin.time.Duration = timeout,
+    /** What this communicator's operations do on the library ([CommunicatorBackend]), composed into this front. */
+    public val backend: CommunicatorBackend,
 ) : Communicator, FlightRecorded {
+    init {
+        backend.attach(this)
+    }
+
     final override val flightRecorder: FlightRecorder get() = recorder
 
     /**
@@ -84,10 +91,10 @@ public abstract class CommunicatorFront(
      * data ([OperationCall.encodeSignature], [compareSignatures]): decided here once, from the backend's
      * [SignatureCheck] and `CommConfig.checkConsistency`; the backend moves the words when true.
      */
-    protected val checksSignatures: Boolean = signatureCheck.enabled(checkConsistency, worldSize)
+    public val checksSignatures: Boolean = signatureCheck.enabled(checkConsistency, worldSize)
 
     /** The one builder of this communicator's exceptions (rank, backend, operation, sequence, flight-recorder dump). */
-    protected val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
+    public val errors: CommunicationErrors = CommunicationErrors(rank, backendName) { recorder.dumpJson() }
 
     /** Numbers, records and times this communicator's calls in call order ([CallOrder]). */
     private val order = CallOrder(this, recorder, timeout, creationTimeout)
@@ -97,103 +104,6 @@ public abstract class CommunicatorFront(
 
     /** The path of every point-to-point call from its record to its release ([PointToPointIssue]). */
     private val p2pPath = PointToPointIssue(this)
-
-    // ------------------------------------------------------------------ what a backend supplies
-
-    /**
-     * Why this communicator cannot start [operation] now ([collective]: a collective, which also
-     * needs every peer still open), or null when it can: the backend's own reasons beyond the
-     * front's (a peer that closed its communicator). The front refuses a closed or failed
-     * communicator itself, first. Called under the issue lock; must not block. None by default.
-     */
-    protected open fun refusal(operation: String, collective: Boolean): OperationFailure? = null
-
-    /**
-     * Issues [call] and returns its result when it completed without waiting (null: the operation's
-     * own return value), or [PENDING] when the caller must [await] it. Never suspends. Throws an
-     * [OperationFailedSignal] (or the caller's `CancellationException`) when it failed.
-     */
-    protected abstract fun issue(call: OperationCall): Any?
-
-    /** Waits for a [call] that [issue] left [PENDING] and returns its result as [issue] does. */
-    protected abstract suspend fun await(call: OperationCall): Any?
-
-    /** Sends [tensor] (retained by the front) to [dst]; returns once its buffer may be reused. */
-    protected abstract suspend fun issueSend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int)
-
-    /** Receives into [tensor] (retained by the front) from [src]. */
-    protected abstract suspend fun issueRecv(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo
-
-    /** Waits for a message from [src] with [tag] without receiving it. */
-    protected abstract suspend fun issueProbe(entry: FlightRecorder.Entry, src: Int, tag: Int): MessageInfo
-
-    /** A new tensor for an output the front allocates (host memory by default; a device backend allocates on its device). */
-    protected open suspend fun allocate(dtype: DType, shape: List<Int>): Tensor = Tensor.zeros(dtype, shape)
-
-    /**
-     * A new tensor for the output of the allocating collective [call]: what the front calls, after it
-     * recorded the call and started its deadline, before it retains the tensors and [issue]s it (the
-     * call's [OperationCall.output] is still null). By default [allocate]; a backend whose allocation can fail
-     * or wait (device memory, allocated on a device thread) overrides this one, may keep what it
-     * prepared in [OperationCall.state] (which [deadlinePassed], [notIssued] and [issue] then see), and names
-     * [call] in its exception. When it throws, the front fails the call's record with it, issues
-     * nothing, and tells the backend with [notIssued] (its peers cannot complete that number).
-     */
-    protected open suspend fun allocate(call: OperationCall, dtype: DType, shape: List<Int>): Tensor = allocate(dtype, shape)
-
-    /**
-     * True when this backend issues a [sendRecv] batch as one operation of its library (NCCL's
-     * group): the front then records the batch once (`sendRecv`), retains every tensor and calls
-     * [issueGroupedBatch]. False by default: each element is its own send or receive, recorded as
-     * [send] and [recv] record them, all issued at once ([PointToPointBatch]).
-     */
-    protected open val groupsBatches: Boolean get() = false
-
-    /**
-     * Issues [ops] (every element checked, every tensor retained by the front) as one operation of
-     * the library, recorded as [entry]; returns once all completed. Called only when [groupsBatches].
-     */
-    protected open suspend fun issueGroupedBatch(entry: FlightRecorder.Entry, ops: List<PointToPoint>): List<MessageInfo> =
-        throw UnsupportedOperationException("$backendName does not group batches")
-
-    /**
-     * True when a call may wait in the backend's queue before it starts (a device thread shared by
-     * communicators): the front records it as queued, and the backend marks the start with
-     * [FlightRecorder.Entry.begin].
-     */
-    protected open val queuesCalls: Boolean get() = false
-
-    /**
-     * Called when the front gives up on [call] after it was numbered and recorded, before [issue],
-     * because of [cause]: its output could not be allocated, or its tensors could not be retained. A
-     * backend that prepared something for it ([allocate]) lets it go (perhaps a second time:
-     * idempotent). The front then aborts the communicator ([abortNotIssued]): its peers could never
-     * complete that number. Must not block.
-     */
-    protected open fun notIssued(call: OperationCall, cause: Throwable) {}
-
-    /**
-     * The communicator failed with [cause], its first failure ([abortWith]; [detail] is what the
-     * backend passed there, [ABORT_FROM_FRONT] when the front aborted: a numbered call given up, a
-     * caller's cancellation, [abort]): end on the library what is still in flight and tell the peers
-     * what they must know (an abort notice, `ncclCommAbort`). Called once, after the failure is
-     * recorded, on the thread that aborted: possibly the watchdog's, while this communicator's own
-     * thread is blocked in a library call. Must not block.
-     */
-    protected abstract fun aborting(cause: Throwable, detail: Int)
-
-    /** Called with each communicator [split] or [group] returned on this rank. */
-    protected open fun adopted(child: Communicator) {}
-
-    /**
-     * The operation recorded as [entry] ([call]: the collective's call; null for a point-to-point
-     * call or the backend's own operation) is still in flight past the communicator's timeout: end
-     * it with a [dev.tpcomm.CommunicationTimeoutException] that says what it waited for, and abort
-     * what the backend must abort so that its peers end too (docs/semantics.md).
-     * Called once per operation, on the watchdog's thread, while the caller may be blocked inside a
-     * library call: must not block and must not call into a library that could wait on that call.
-     */
-    protected abstract fun deadlinePassed(entry: FlightRecorder.Entry, call: OperationCall?)
 
     // ------------------------------------------------------------------ lifecycle
 
@@ -206,7 +116,7 @@ public abstract class CommunicatorFront(
     /**
      * Closes this communicator on this rank, once (later calls do nothing): from here every call is
      * refused with [dev.tpcomm.CommunicatorAbortedException] ("the communicator was closed; create a
-     * new one"), the flight recorder closes, the deadlines stop, then the backend's [shutdown]
+     * new one"), the flight recorder closes, the deadlines stop, then the backend's [CommunicatorBackend.shutdown]
      * releases what it holds and fails what is still in flight, and the reproducible reductions'
      * staging buffers go back to the host pool. Thread-safe; never throws for a
      * communicator already closed.
@@ -215,16 +125,9 @@ public abstract class CommunicatorFront(
         if (!closedFlag.compareAndSet(false, true)) return
         recorder.close()
         stopDeadlines()
-        shutdown()
+        backend.shutdown()
         ReproducibleReductions.release(this)
     }
-
-    /**
-     * The backend's part of [close], called once, after the front marked the communicator closed and
-     * stopped its deadlines: fail what is still in flight, release native resources, tell peers
-     * what they must know.
-     */
-    protected abstract fun shutdown()
 
     /** Throws (after failing [entry] with it) the named exception when [operation] is refused now ([refused]); under [CallOrder]'s lock. */
     internal fun refuseUnusable(operation: String, entry: FlightRecorder.Entry, collective: Boolean) {
@@ -233,31 +136,6 @@ public abstract class CommunicatorFront(
         entry.fail(e)
         throw e
     }
-
-    /** [queuesCalls], for [CallOrder]. */
-    internal val queued: Boolean get() = queuesCalls
-
-    /** [errors], for [CallOrder]. */
-    internal val errorsOf: CommunicationErrors get() = errors
-
-    /** [deadlinePassed], for [CallOrder]'s deadline scan. */
-    internal fun passDeadline(entry: FlightRecorder.Entry, call: OperationCall?) = deadlinePassed(entry, call)
-
-    /** [issue], [await] and [allocate], for [CollectiveIssue]. */
-    internal fun issueOnBackend(call: OperationCall): Any? = issue(call)
-
-    internal suspend fun awaitOnBackend(call: OperationCall): Any? = await(call)
-
-    internal suspend fun allocateOnBackend(call: OperationCall, dtype: DType, shape: List<Int>): Tensor = allocate(call, dtype, shape)
-
-    /** [beginPointToPoint], [issueSend], [issueRecv] and [issueGroupedBatch], for [PointToPointIssue]. */
-    internal suspend fun beginMessage(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry = beginPointToPoint(name, tensor, peer, tag)
-
-    internal suspend fun sendOnBackend(entry: FlightRecorder.Entry, tensor: Tensor, dst: Int, tag: Int) = issueSend(entry, tensor, dst, tag)
-
-    internal suspend fun recvOnBackend(entry: FlightRecorder.Entry, tensor: Tensor, src: Int, tag: Int): MessageInfo = issueRecv(entry, tensor, src, tag)
-
-    internal suspend fun batchOnBackend(entry: FlightRecorder.Entry, ops: List<PointToPoint>): List<MessageInfo> = issueGroupedBatch(entry, ops)
 
     /**
      * The exception a call of [operation] (sequence [sequence]) ends with now because this
@@ -271,35 +149,35 @@ public abstract class CommunicatorFront(
         return exceptionOf(refused(operation, collective = false) ?: return null, operation, sequence)
     }
 
-    /** Why [operation] is refused now: closed, failed (the front's one wording each), or the backend's [refusal]. */
+    /** Why [operation] is refused now: closed, failed (the front's one wording each), or the backend's [CommunicatorBackend.refusal]. */
     private fun refused(operation: String, collective: Boolean): OperationFailure? {
         if (closedFlag.get()) {
             val closed = closedException()
             return OperationFailure(OperationFailure.ABORTED, abortedMessage(closed), closed)
         }
         failures.cause?.let { return abortedFailure(it) }
-        return refusal(operation, collective)
+        return backend.refusal(operation, collective)
     }
 
     // ------------------------------------------------------------------ failure, abort and the exceptions ([FrontFailure])
 
     /** This communicator's one failure state and exception factory. */
-    private val failures = FrontFailure(errors, recorder, rank, worldSize, backendName, { isClosed }) { cause, detail -> aborting(cause, detail) }
+    private val failures = FrontFailure(errors, recorder, rank, worldSize, backendName, { isClosed }) { cause, detail -> backend.aborting(cause, detail) }
 
     /** The first failure of this communicator on this rank, or null while it is usable ([FrontFailure.cause]). Thread-safe. */
     public val failure: Throwable? get() = failures.cause
 
     final override val isAborted: Boolean get() = failures.isAborted
 
-    /** See [Communicator.abort]: the front records the failure, then the backend ends what is in flight ([aborting]). */
+    /** See [Communicator.abort]: the front records the failure, then the backend ends what is in flight ([CommunicatorBackend.aborting]). */
     final override fun abort(reason: String): Boolean =
         abortWith(errors.aborted(ABORT, CommunicationErrors.NO_SEQUENCE, "rank $rank aborted the communicator: $reason"), ABORT_FROM_FRONT)
 
-    /** Records [cause] as the failure unless one came first, then the backend's [aborting] ([FrontFailure.abortWith]). Never blocks. */
+    /** Records [cause] as the failure unless one came first, then the backend's [CommunicatorBackend.aborting] ([FrontFailure.abortWith]). Never blocks. */
     @InternalTpcommApi
     public fun abortWith(cause: Throwable, detail: Int = ABORT_FROM_FRONT): Boolean = failures.abortWith(cause, detail)
 
-    /** The deadline of [entry] passed and the backend named it [timeout] ([FrontFailure.expire]); called from [deadlinePassed]. */
+    /** The deadline of [entry] passed and the backend named it [timeout] ([FrontFailure.expire]); called from [CommunicatorBackend.deadlinePassed]. */
     @InternalTpcommApi
     public fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException, detail: Int = ABORT_FROM_FRONT): Boolean =
         failures.expire(entry, timeout, detail)
@@ -308,10 +186,10 @@ public abstract class CommunicatorFront(
     @InternalTpcommApi
     public fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException? = failures.abortNotIssued(operation, sequence, cause)
 
-    /** [notIssued], then the front's rule ([abortNotIssued]) for [call], given up before [issue] because of [cause]. */
+    /** [CommunicatorBackend.notIssued], then the front's rule ([abortNotIssued]) for [call], given up before [CommunicatorBackend.issue] because of [cause]. */
     internal fun gaveUp(call: OperationCall, cause: Throwable) {
         try {
-            notIssued(call, cause)
+            backend.notIssued(call, cause)
         } finally {
             abortNotIssued(call.entry.operation, call.entry.sequence, cause)
         }
@@ -321,7 +199,7 @@ public abstract class CommunicatorFront(
      * Stops timing this communicator's operations (idempotent). [close] calls it; a backend may call
      * it earlier when it ends every operation itself.
      */
-    protected fun stopDeadlines() {
+    public fun stopDeadlines() {
         order.stopDeadlines()
     }
 
@@ -337,7 +215,7 @@ public abstract class CommunicatorFront(
         failures.exceptionOf(OperationFailure(kind, message, cause), operation, sequence)
 
     /** The exception of a communicator its user closed ([FrontFailure.closed]), which later calls name. */
-    protected fun closedException(): CommunicationException = failures.closed
+    public fun closedException(): CommunicationException = failures.closed
 
     /** The message of a call refused because of an earlier failure [cause] (or the user's close). */
     public fun abortedMessage(cause: Throwable): String = errors.abortedMessage(cause)
@@ -347,10 +225,10 @@ public abstract class CommunicatorFront(
         failures.cancellationReason(operation, sequence, cause, where)
 
     /** Why a call is refused once the communicator failed with [cause] ([FrontFailure.abortedFailure]). */
-    protected fun abortedFailure(cause: Throwable): OperationFailure = failures.abortedFailure(cause)
+    public fun abortedFailure(cause: Throwable): OperationFailure = failures.abortedFailure(cause)
 
     /** The mismatch among every rank's signatures of collective [sequence], or null ([FrontFailure.compareSignatures]). */
-    protected fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure? = failures.compareSignatures(all, sequence, description)
+    public fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure? = failures.compareSignatures(all, sequence, description)
 
     // ------------------------------------------------------------------ collectives
 
@@ -453,22 +331,22 @@ public abstract class CommunicatorFront(
     final override suspend fun split(color: Int?, key: Int): Communicator? {
         validator.split(color)
         val extra = intArrayOf(if (color == null) 0 else 1, color ?: 0, key)
-        return (issuePath.collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { adopted(it) }
+        return (issuePath.collective<Any?>(CollectiveOp.Split, null, null, null, null, -1, 0, null, null, extra, null) as Communicator?)?.also { backend.adopted(it) }
     }
 
     final override suspend fun group(ranks: List<Int>): Communicator? {
         validator.group(ranks)
-        return (issuePath.collective<Any?>(CollectiveOp.Group, null, null, null, null, -1, 0, null, null, ranks.toList(), null) as Communicator?)?.also { adopted(it) }
+        return (issuePath.collective<Any?>(CollectiveOp.Group, null, null, null, null, -1, 0, null, null, ranks.toList(), null) as Communicator?)?.also { backend.adopted(it) }
     }
 
     /**
      * A collective of the backend's own that makes a new communicator over the same ranks (MPI's
      * `duplicate`): issued as [split] and [group] are ([CollectiveOp.Duplicate], numbered, recorded,
      * signed, timed, completed or failed here; [extra], the backend's settings for it, is the call's
-     * [OperationCall.extra]) and [adopted]. The backend's [await] makes the communicator.
+     * [OperationCall.extra]) and [CommunicatorBackend.adopted]. The backend's [CommunicatorBackend.await] makes the communicator.
      */
-    protected suspend fun duplicateCollective(extra: Any?): Communicator =
-        (issuePath.collective<Any?>(CollectiveOp.Duplicate, null, null, null, null, -1, 0, null, null, extra, null) as Communicator).also { adopted(it) }
+    public suspend fun duplicateCollective(extra: Any?): Communicator =
+        (issuePath.collective<Any?>(CollectiveOp.Duplicate, null, null, null, null, -1, 0, null, null, extra, null) as Communicator).also { backend.adopted(it) }
 
     /**
      * Hands the tensors the front retained for the operation recorded as [entry] (a collective's
@@ -478,8 +356,8 @@ public abstract class CommunicatorFront(
      * the library may still touch them (after a native operation that failed or was abandoned in
      * flight: they then stay retained). For a backend whose operation may outlive its caller (a
      * caller released at its deadline or by its cancellation while a non-blocking MPI operation is
-     * still in flight). Call it on the caller's thread, before the call can return ([await],
-     * [issueSend], [issueRecv]); one retain, the front's, is what keeps the memory alive.
+     * still in flight). Call it on the caller's thread, before the call can return ([CommunicatorBackend.await],
+     * [CommunicatorBackend.issueSend], [CommunicatorBackend.issueRecv]); one retain, the front's, is what keeps the memory alive.
      */
     @InternalTpcommApi
     public fun handOverTensors(entry: FlightRecorder.Entry) {
@@ -531,7 +409,7 @@ public abstract class CommunicatorFront(
     final override suspend fun probe(src: Int, tag: Int): MessageInfo {
         validator.probe(src, tag)
         val entry = beginPointToPoint("probe", null, src, tag)
-        return recorded(entry) { issueProbe(entry, src, tag) }
+        return recorded(entry) { backend.issueProbe(entry, src, tag) }
     }
 
     /**
@@ -551,13 +429,13 @@ public abstract class CommunicatorFront(
 
     /**
      * Every element checked first; then each as its own send or receive ([PointToPointBatch]), or,
-     * when the backend [groupsBatches], the batch as one operation: recorded once, every tensor
+     * when the backend [CommunicatorBackend.groupsBatches], the batch as one operation: recorded once, every tensor
      * retained until it ends, the numbered-but-never-issued rule if a tensor was closed meanwhile.
      */
     final override suspend fun sendRecv(ops: List<PointToPoint>): List<MessageInfo> {
         validator.sendRecv(ops)
         if (ops.isEmpty()) return emptyList()
-        if (!groupsBatches) return PointToPointBatch.run(ops, { o -> p2pPath.send(o.tensor, o.peer, o.tag) }, { o -> p2pPath.recv(o.tensor, o.peer, o.tag) })
+        if (!backend.groupsBatches) return PointToPointBatch.run(ops, { o -> p2pPath.send(o.tensor, o.peer, o.tag) }, { o -> p2pPath.recv(o.tensor, o.peer, o.tag) })
         return p2pPath.groupedBatch(ops)
     }
 
@@ -567,18 +445,18 @@ public abstract class CommunicatorFront(
      * composite operation of this communicator (an object message, a monitored barrier), the
      * message is recorded as a step of it, under its name and number.
      */
-    protected suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry =
+    public suspend fun beginPointToPoint(name: String, tensor: Tensor?, peer: Int, tag: Int): FlightRecorder.Entry =
         order.beginPointToPoint(name, tensor, peer, tag, currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this })
 
     /**
-     * Records a collective the backend runs itself, outside [issue] (its staged object collectives,
+     * Records a collective the backend runs itself, outside [CommunicatorBackend.issue] (its staged object collectives,
      * say): as [beginPointToPoint], with [root] (or [FlightRecorder.NONE]) and a collective sequence
      * number, refused when the communicator cannot start a collective, and numbered in call order
      * with the front's own collectives (it waits for the issue turn as they do, and then holds it until
      * the operation's record completes or fails). Within a composite
      * operation of this communicator it is a step of it. Its outcome is the caller's to record ([recorded]).
      */
-    protected suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry =
+    public suspend fun beginOwnCollective(name: String, root: Int = FlightRecorder.NONE): FlightRecorder.Entry =
         order.beginOwnCollective(name, root, currentCoroutineContext()[CompositeOperation]?.takeIf { it.front === this })
 
     /**
@@ -587,7 +465,7 @@ public abstract class CommunicatorFront(
      * writes a step's: the composite's operation and root, no tensor, the step's index. Returns false
      * (writing nothing) when [entry] is not such a step.
      */
-    protected fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
+    public fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean {
         val c = entry.composite as? CompositeOperation ?: return false
         CollectiveSignature.encode(dst, at, c.op, null, null, root = if (c.op.hasRoot) c.root else -1, extra = entry.stepIndex.toLong())
         c.reproducibleOp?.let { dst[at + 3] = CollectiveSignature.reproducibleOpWord(it) }
@@ -595,9 +473,6 @@ public abstract class CommunicatorFront(
     }
 
     // ------------------------------------------------------------------ composite operations
-
-    /** Whether this communicator reduces floating-point sums reproducibly by default (`CommConfig.reproducibleReductions`). */
-    public open val reproducibleReductions: Boolean get() = false
 
     /**
      * [ReproducibleReductions]' composite operation [op] reducing with [reduceOp]: one operation of
@@ -607,30 +482,12 @@ public abstract class CommunicatorFront(
         composite(op, root) { c -> c.reproducibleOp = reduceOp; block() }
 
     /**
-     * Whether this backend reduces an all-reduce or reduce issued with [ExactReduction] itself, as
-     * [ExactSum] does (the in-process backend: its ranks share memory); [ReproducibleReductions] then
-     * issues one collective in place of its composite.
-     */
-    internal open val reducesExactly: Boolean get() = false
-
-    /**
      * [op] (all-reduce, or reduce to [root]) of [tensor] with [reduceOp] (`Sum` or `Avg`) reduced
-     * by the backend exactly ([reducesExactly], [ExactReduction]): one collective, its signature's
-     * `op` word the reproducible one.
+     * by the backend exactly ([CommunicatorBackend.reducesExactly], [ExactReduction]): one
+     * collective, its signature's `op` word the reproducible one.
      */
     internal suspend fun exactReduction(op: CollectiveOp, tensor: Tensor, reduceOp: ReduceOp, root: Int): Tensor =
         issuePath.collective(op, tensor, tensor, tensor, reduceOp, root, 0, null, null, ExactReduction, tensor)
-
-    /** How [ReproducibleReductions] moves the bytes of tensors the host cannot read (the object operations' transport). */
-    internal val reproducibleTransport: ObjectTransport get() = objectTransport
-
-    /**
-     * Copies [tensor]'s bytes to [host] ([toHost]) or back, after the work issued on [tensor]: a step of the
-     * composite operation in flight, made on every rank. Host tensors: a plain copy; the GPU engine copies on its stream.
-     */
-    public open suspend fun hostCopy(tensor: Tensor, host: java.lang.foreign.MemorySegment, toHost: Boolean) {
-        if (toHost) java.lang.foreign.MemorySegment.copy(tensor.segment, 0, host, 0, tensor.byteSize) else java.lang.foreign.MemorySegment.copy(host, 0, tensor.segment, 0, tensor.byteSize)
-    }
 
     /** [CallOrder.composite]: [block], the steps of [op], as one operation of this communicator. */
     private suspend fun <R> composite(
@@ -639,71 +496,58 @@ public abstract class CommunicatorFront(
     ): R = order.composite(op, root, peer, tag, block)
 
     /**
-     * How this backend moves the object operations' bytes: by default host tensors through its own
-     * collectives and messages ([ObjectTransport.host]); a backend that refuses host tensors stages
-     * them (the GPU engine). Its operations run as steps of the object operation.
-     */
-    protected open val objectTransport: ObjectTransport get() = ObjectTransport.host(this)
-
-    /**
-     * The channel of this backend's [monitoredBarrier] messages: one no user receive can match, with
-     * the backend's abort. By default none: the front then uses [MonitoredBarrier.taggedChannel].
-     */
-    protected open val monitoredBarrierChannel: MonitoredBarrierChannel? get() = null
-
-    /**
      * One operation, as the user called it: recorded once, issued in call order (its length exchange and
      * payload are steps that no other call of this rank interleaves with), failing with exceptions
      * that name it and its sequence number. See [Communicator.allGatherObject].
      */
     final override suspend fun <T> allGatherObject(value: T, serializer: KSerializer<T>): List<T> =
-        composite(CollectiveOp.AllGatherObject) { c -> ObjectProtocol.allGather(this, objectTransport, value, serializer, c.naming) }
+        composite(CollectiveOp.AllGatherObject) { c -> ObjectProtocol.allGather(this, backend.objectTransport, value, serializer, c.naming) }
 
     /** As [allGatherObject]; a null [value] on the root fails there and names the root on every other rank at once. */
     final override suspend fun <T> broadcastObject(value: T?, root: Int, serializer: KSerializer<T>): T {
         dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.BroadcastObject.apiName)
-        return composite(CollectiveOp.BroadcastObject, root) { c -> ObjectProtocol.broadcast(this, objectTransport, value, root, serializer, c.naming) }
+        return composite(CollectiveOp.BroadcastObject, root) { c -> ObjectProtocol.broadcast(this, backend.objectTransport, value, root, serializer, c.naming) }
     }
 
     /** As [allGatherObject]. */
     final override suspend fun <T> gatherObject(value: T, root: Int, serializer: KSerializer<T>): List<T>? {
         dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.GatherObject.apiName)
-        return composite(CollectiveOp.GatherObject, root) { c -> ObjectProtocol.gather(this, objectTransport, value, root, serializer, c.naming) }
+        return composite(CollectiveOp.GatherObject, root) { c -> ObjectProtocol.gather(this, backend.objectTransport, value, root, serializer, c.naming) }
     }
 
     /** As [allGatherObject]. */
     final override suspend fun <T> scatterObject(values: List<T>?, root: Int, serializer: KSerializer<T>): T {
         dev.tpcomm.spi.CollectiveChecks.root(root, worldSize, CollectiveOp.ScatterObject.apiName)
-        return composite(CollectiveOp.ScatterObject, root) { c -> ObjectProtocol.scatter(this, objectTransport, values, root, serializer, c.naming) }
+        return composite(CollectiveOp.ScatterObject, root) { c -> ObjectProtocol.scatter(this, backend.objectTransport, values, root, serializer, c.naming) }
     }
 
     /** One point-to-point operation of two messages (length, bytes), recorded once; see [Communicator.sendObject]. */
     final override suspend fun <T> sendObject(value: T, dst: Int, tag: Int, serializer: KSerializer<T>) {
         validator.sendObject(dst, tag)
-        composite(CollectiveOp.SendObject, peer = dst, tag = tag) { c -> ObjectProtocol.send(this, objectTransport, validator, value, dst, tag, serializer, c.naming) }
+        composite(CollectiveOp.SendObject, peer = dst, tag = tag) { c -> ObjectProtocol.send(this, backend.objectTransport, validator, value, dst, tag, serializer, c.naming) }
     }
 
     /** One point-to-point operation of two messages (length, bytes), recorded once; see [Communicator.recvObject]. */
     final override suspend fun <T> recvObject(src: Int, tag: Int, serializer: KSerializer<T>): T {
         validator.recvObject(src, tag)
-        return composite(CollectiveOp.RecvObject, peer = src, tag = tag) { c -> ObjectProtocol.recv(this, objectTransport, validator, src, tag, serializer, c.naming) }
+        return composite(CollectiveOp.RecvObject, peer = src, tag = tag) { c -> ObjectProtocol.recv(this, backend.objectTransport, validator, src, tag, serializer, c.naming) }
     }
 
     /**
-     * One collective operation over the backend's [monitoredBarrierChannel], recorded once as
+     * One collective operation over the backend's [CommunicatorBackend.monitoredBarrierChannel], recorded once as
      * `monitoredBarrier` and issued in call order; see [Communicator.monitoredBarrier].
      */
     final override suspend fun monitoredBarrier(timeout: kotlin.time.Duration, waitAllRanks: Boolean) {
-        val channel = monitoredBarrierChannel ?: MonitoredBarrier.taggedChannel(this)
+        val channel = backend.monitoredBarrierChannel ?: MonitoredBarrier.taggedChannel(this)
         MonitoredBarrier.checkTimeout(timeout, channel)
         composite(CollectiveOp.MonitoredBarrier) { MonitoredBarrier.run(this, channel, timeout, waitAllRanks) }
     }
 
     public companion object {
-        /** [issue]'s answer when the caller must [await] the call. */
+        /** [CommunicatorBackend.issue]'s answer when the caller must [CommunicatorBackend.await] the call. */
         @JvmField public val PENDING: Any = Any()
 
-        /** [aborting]'s detail when the front aborted (a backend passes its own values to [abortWith]). */
+        /** [CommunicatorBackend.aborting]'s detail when the front aborted (a backend passes its own values to [abortWith]). */
         public const val ABORT_FROM_FRONT: Int = 0
 
         /** The operation named by [abort]'s exception. */

@@ -22,7 +22,7 @@ internal class FrontFailure(
     private val worldSize: Int,
     private val backendName: String,
     private val isClosed: () -> Boolean,
-    /** The backend's [CommunicatorFront.aborting]. */
+    /** The backend's [CommunicatorBackend.aborting]. */
     private val aborting: (Throwable, Int) -> Unit,
 ) {
     private val state = FailureState(errors)

@@ -14,7 +14,7 @@ private const val ROW_DIM0 = 8
 /**
  * One issued collective: what the backend needs to run it. [sequence] counts this
  * communicator's collectives from 1 (the same number on every rank for the same call);
- * [entry] is its flight record. [state] is the backend's own (set in [CommunicatorFront.allocate] or [CommunicatorFront.issue], read in [CommunicatorFront.await]).
+ * [entry] is its flight record. [state] is the backend's own (set in [CommunicatorBackend.allocate] or [CommunicatorBackend.issue], read in [CommunicatorBackend.await]).
  */
 @InternalTpcommApi
 public class OperationCall internal constructor(
@@ -57,12 +57,12 @@ public class OperationCall internal constructor(
 ) {
     /**
      * The tensor the result goes to (the input for in-place calls; null where none). For an
-     * allocating collective, set by the front once [CommunicatorFront.allocate] returned it, before [CommunicatorFront.issue].
+     * allocating collective, set by the front once [CommunicatorBackend.allocate] returned it, before [CommunicatorBackend.issue].
      */
     public var output: Tensor? = output
         internal set
 
-    /** The backend's own state of this call (set from [CommunicatorFront.allocate] or [CommunicatorFront.issue] on). */
+    /** The backend's own state of this call (set from [CommunicatorBackend.allocate] or [CommunicatorBackend.issue] on). */
     @JvmField public var state: Any? = null
 
     /** Whether the front retained [output] besides the input (not null, not the input): what [CommunicatorFront.releaseHandedOver] releases. */

@@ -14,37 +14,37 @@ import dev.tpcomm.coroutines.FlightRecorder
  * One per communicator, owned by its [front]; thread-safe.
  */
 internal class PointToPointIssue(private val front: CommunicatorFront) {
-    /** [CommunicatorFront.send] of arguments the validator already accepted: record, retain, [CommunicatorFront.issueSend], complete or fail, release. */
+    /** [CommunicatorFront.send] of arguments the validator already accepted: record, retain, [CommunicatorBackend.issueSend], complete or fail, release. */
     suspend fun send(tensor: Tensor, dst: Int, tag: Int) {
-        val entry = front.beginMessage("send", tensor, dst, tag)
+        val entry = front.beginPointToPoint("send", tensor, dst, tag)
         tensor.retain("send")
         try {
-            front.recorded(entry) { front.sendOnBackend(entry, tensor, dst, tag) }
+            front.recorded(entry) { front.backend.issueSend(entry, tensor, dst, tag) }
         } finally {
             if (!entry.tensorsHandedOver) tensor.release()
         }
     }
 
-    /** [CommunicatorFront.recv] of arguments the validator already accepted: record, retain, [CommunicatorFront.issueRecv], complete or fail, release. */
+    /** [CommunicatorFront.recv] of arguments the validator already accepted: record, retain, [CommunicatorBackend.issueRecv], complete or fail, release. */
     suspend fun recv(tensor: Tensor, src: Int, tag: Int): MessageInfo {
-        val entry = front.beginMessage("recv", tensor, src, tag)
+        val entry = front.beginPointToPoint("recv", tensor, src, tag)
         // A receive buffer closed while the receive is posted stays allocated until it completes or is withdrawn.
         tensor.retain("recv")
         try {
-            return front.recorded(entry) { front.recvOnBackend(entry, tensor, src, tag) }
+            return front.recorded(entry) { front.backend.issueRecv(entry, tensor, src, tag) }
         } finally {
             if (!entry.tensorsHandedOver) tensor.release()
         }
     }
 
     /**
-     * A batch the backend issues as one operation ([CommunicatorFront.groupsBatches], NCCL's group): recorded
+     * A batch the backend issues as one operation ([CommunicatorBackend.groupsBatches], NCCL's group): recorded
      * once, every tensor retained until it ends, the numbered-but-never-issued rule if a tensor was
      * closed before it was issued.
      */
     suspend fun groupedBatch(ops: List<PointToPoint>): List<MessageInfo> {
         val first = ops.first()
-        val entry = front.beginMessage("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
+        val entry = front.beginPointToPoint("sendRecv", first.tensor, first.peer, FlightRecorder.NONE)
         var held = 0
         try {
             for (o in ops) { o.tensor.retain("sendRecv"); held++ }
@@ -56,7 +56,7 @@ internal class PointToPointIssue(private val front: CommunicatorFront) {
             throw t
         }
         try {
-            return front.recorded(entry) { front.batchOnBackend(entry, ops) }
+            return front.recorded(entry) { front.backend.issueGroupedBatch(entry, ops) }
         } finally {
             if (!entry.tensorsHandedOver) for (o in ops) o.tensor.release()
         }

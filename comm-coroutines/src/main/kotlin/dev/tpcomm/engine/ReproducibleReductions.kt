@@ -23,7 +23,7 @@ import java.lang.foreign.MemorySegment
  *   sums of its chunk, `allGather` of the chunks: `2 (n-1)/n` of the tensor sent and received per
  *   rank, what a ring all-reduce moves.
  * - reduce: as all-reduce with `gather` to the root in place of the last (or only) step.
- * - on a backend that [CommunicatorFront.reducesExactly] (in-process), all-reduce and reduce of
+ * - on a backend that [CommunicatorBackend.reducesExactly] (in-process), all-reduce and reduce of
  *   `Sum` and `Avg` are one collective the backend reduces with [ExactSum] ([ExactReduction]),
  *   reading every rank's input once: no staging, the same bits.
  * - reduce-scatter (dim 0 or any dim), reduce-scatter-v: one `allToAll`/`allToAllV`, then the
@@ -51,10 +51,10 @@ internal object ReproducibleReductions {
 
     /**
      * Whether [front] reduces [tensor] with [op] in one collective of its own ([ExactReduction]):
-     * a backend that [CommunicatorFront.reducesExactly], a host tensor, `Sum` or `Avg`, more than one rank.
+     * a backend that [CommunicatorBackend.reducesExactly], a host tensor, `Sum` or `Avg`, more than one rank.
      */
     private fun direct(front: Communicator, tensor: Tensor, op: ReduceOp): Boolean =
-        front is CommunicatorFront && front.reducesExactly && front.worldSize > 1 && !tensor.device.isGpu &&
+        front is CommunicatorFront && front.backend.reducesExactly && front.worldSize > 1 && !tensor.device.isGpu &&
             (op == ReduceOp.Sum || op == ReduceOp.Avg)
 
     suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor {
@@ -205,7 +205,7 @@ internal object ReproducibleReductions {
 
     /**
      * The path of tensors the host cannot read (the GPU engine's): each rank copies its input to the
-     * host ([CommunicatorFront.hostCopy], on the backend's stream), the inputs are all-gathered through
+     * host ([CommunicatorBackend.hostCopy], on the backend's stream), the inputs are all-gathered through
      * the backend's object transport (staged device buffers on the GPU engine), every rank sums what
      * it needs exactly, and copies its result back. n times the tensor received per rank (not the
      * 2 (n-1)/n of the host path): correctness first, on a backend whose own reductions are the fast path.
@@ -218,7 +218,7 @@ internal object ReproducibleReductions {
         val host = Tensor.zeros(tensor.dtype, Math.toIntExact(count))
         val result = Tensor.zeros(tensor.dtype, Math.toIntExact(count))
         try {
-            front.hostCopy(tensor, host.segment, toHost = true)
+            front.backend.hostCopy(tensor, host.segment, toHost = true)
             if (op is ReduceOp.PreMulSum) ExactSum.scaleInto(tensor.dtype, op, host.segment, result.segment, count)
             else MemorySegment.copy(host.segment, 0, result.segment, 0, host.byteSize)
             val rows = gatherRows(front, result, 0L, host.byteSize, if (root < 0) CollectiveOp.AllReduce else CollectiveOp.Reduce)
@@ -228,7 +228,7 @@ internal object ReproducibleReductions {
             } finally {
                 rows.close()
             }
-            front.hostCopy(tensor, result.segment, toHost = false)
+            front.backend.hostCopy(tensor, result.segment, toHost = false)
         } finally {
             host.close()
             result.close()
@@ -242,7 +242,7 @@ internal object ReproducibleReductions {
         val host = Tensor.zeros(input.dtype, input.shape)
         val owned = arrayListOf(host)
         try {
-            front.hostCopy(input, host.segment, toHost = true)
+            front.backend.hostCopy(input, host.segment, toHost = true)
             // Rank-major parts: along dim (copies for dim > 0), or sizes' rows.
             val staged = if (dim == 0) host else Tensor.concat(host.chunk(n, dim).also { owned += it }, 0).also { owned += it }
             if (op is ReduceOp.PreMulSum) ExactSum.scaleInto(input.dtype, op, staged.segment, staged.segment, staged.numel)
@@ -251,7 +251,7 @@ internal object ReproducibleReductions {
             val rows = gatherRows(front, staged, from, output.numel * es, if (sizes == null) CollectiveOp.ReduceScatter else CollectiveOp.ReduceScatterV).also { owned += it }
             val out = Tensor.zeros(output.dtype, output.shape).also { owned += it }
             if (output.numel > 0) ExactSum.reduceRows(output.dtype, op == ReduceOp.Avg, n, rows.segment, output.numel, 0, output.numel, out.segment, 0)
-            front.hostCopy(output, out.segment, toHost = false)
+            front.backend.hostCopy(output, out.segment, toHost = false)
         } finally {
             owned.forEach { it.close() }
         }
@@ -266,7 +266,7 @@ internal object ReproducibleReductions {
      * bytes from byte [from] (this rank's part): rank j's at row j.
      */
     private suspend fun gatherRows(front: CommunicatorFront, staged: Tensor, from: Long, length: Long, op: CollectiveOp): Tensor {
-        val all = front.reproducibleTransport.allGather(op.apiName, staged.segment.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE))
+        val all = front.backend.objectTransport.allGather(op.apiName, staged.segment.toArray(java.lang.foreign.ValueLayout.JAVA_BYTE))
         val rows = Tensor.zeros(staged.dtype, Math.toIntExact(front.worldSize * length / staged.dtype.byteSize))
         for ((j, b) in all.withIndex()) MemorySegment.copy(b, from.toInt(), rows.segment, java.lang.foreign.ValueLayout.JAVA_BYTE, j * length, length.toInt())
         return rows
@@ -348,5 +348,5 @@ internal object ReproducibleReductions {
 internal suspend inline fun ReproducibleReductions.selected(front: CommunicatorFront, dtype: dev.tpcomm.DType, op: ReduceOp): Boolean {
     if (!applies(dtype, op)) return false
     val mode = kotlinx.coroutines.currentCoroutineContext()[Reproducible]
-    return mode?.enabled ?: front.reproducibleReductions
+    return mode?.enabled ?: front.backend.reproducibleReductions
 }

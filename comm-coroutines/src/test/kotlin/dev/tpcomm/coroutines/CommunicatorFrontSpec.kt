@@ -11,6 +11,7 @@ import dev.tpcomm.MessageInfo
 import dev.tpcomm.NativeLibraryException
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.CommunicatorBackend
 import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
@@ -44,7 +45,10 @@ class CommunicatorFrontSpec : FunSpec({
         var refuse: OperationFailure? = null,
         timeout: Duration = 1.minutes,
         validator: CollectiveValidator = CollectiveValidator(2, Device.Host, nativeMemory = true),
-    ) : CommunicatorFront(0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), validator, timeout) {
+    ) : CommunicatorBackend() {
+        /** The front this backend is composed into: what the tests call. */
+        val comm = CommunicatorFront(0, 2, Device.Host, "scripted", FlightRecorder(16, 0, "scripted"), validator, timeout, backend = this)
+
         /** What [deadlinePassed] was called with, and from which thread. */
         val deadlines = java.util.concurrent.CopyOnWriteArrayList<String>()
         var onDeadline: (FlightRecorder.Entry, OperationCall?) -> Unit = { _, _ -> }
@@ -55,7 +59,7 @@ class CommunicatorFrontSpec : FunSpec({
             onDeadline(entry, call)
         }
 
-        val tracked: Int get() = trackedDeadlines
+        val tracked: Int get() = comm.trackedDeadlines
 
         val log = ArrayList<String>()
         var script: (OperationCall) -> Any? = { null }
@@ -64,7 +68,7 @@ class CommunicatorFrontSpec : FunSpec({
         /** When set, an allocation waits for it (a backend whose allocation waits for a device thread). */
         var allocGate: CompletableDeferred<Unit>? = null
 
-        override suspend fun allocate(dtype: DType, shape: List<Int>): Tensor {
+        override suspend fun allocate(call: OperationCall, dtype: DType, shape: List<Int>): Tensor {
             allocGate?.await()
             return Tensor.zeros(dtype, shape).also { onAllocate() }
         }
@@ -109,10 +113,10 @@ class CommunicatorFrontSpec : FunSpec({
     test("a bad argument is refused before anything is recorded or issued") {
         val b = Scripted()
         val heap = Tensor.wrap(java.lang.foreign.MemorySegment.ofArray(FloatArray(2)), DType.Float32, 2)
-        val e = shouldThrow<IllegalArgumentException> { runBlocking { b.allReduce(heap) } }
+        val e = shouldThrow<IllegalArgumentException> { runBlocking { b.comm.allReduce(heap) } }
         e.message shouldContain "Java heap array"
         b.log.shouldBeEmpty()
-        b.flightRecorder.snapshot().shouldBeEmpty()
+        b.comm.flightRecorder.snapshot().shouldBeEmpty()
     }
 
     test("a sendRecv batch is checked once: its elements are issued without a second check, each recorded as its own send or recv") {
@@ -121,24 +125,24 @@ class CommunicatorFrontSpec : FunSpec({
         val b = Scripted(validator = CollectiveValidator(2, Device.Host, nativeMemory = true, dtypeRefusal = { checks.incrementAndGet(); null }))
         val out = Tensor.zeros(DType.Float32, 2)
         val into = Tensor.zeros(DType.Float32, 2)
-        val infos = runBlocking { b.sendRecv(listOf(dev.tpcomm.PointToPoint.send(out, 1, 5), dev.tpcomm.PointToPoint.recv(into, 1, 5))) }
+        val infos = runBlocking { b.comm.sendRecv(listOf(dev.tpcomm.PointToPoint.send(out, 1, 5), dev.tpcomm.PointToPoint.recv(into, 1, 5))) }
         checks.get() shouldBe 2
         infos shouldBe listOf(MessageInfo(1, 5, 8), MessageInfo(1, 5, 8))
         b.log shouldBe listOf("send to 1")
-        b.flightRecorder.snapshot().map { it.operation to it.state } shouldBe
+        b.comm.flightRecorder.snapshot().map { it.operation to it.state } shouldBe
             listOf("send" to FlightRecorder.State.Completed, "recv" to FlightRecorder.State.Completed)
     }
 
     test("an unusable communicator refuses the call by name, records it failed, and never issues it") {
         val cause = IllegalStateException("earlier failure")
         val b = Scripted(refuse = OperationFailure(OperationFailure.ABORTED, "the communicator was aborted: earlier failure", cause))
-        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }
         e.operation shouldBe "allReduce"
         e.rank shouldBe 0
         e.backend shouldBe "scripted"
         e.cause shouldBe cause
         b.log.shouldBeEmpty()
-        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        b.comm.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
     }
 
     test("the backend gets the call recorded and in flight, numbered from 1 in call order, and the signature the core encodes") {
@@ -147,12 +151,12 @@ class CommunicatorFrontSpec : FunSpec({
         b.script = { c -> if (c.op == CollectiveOp.Broadcast) sig = b.signatureOf(c); null }
         val t = Tensor.zeros(DType.Float32, 3)
         runBlocking {
-            b.allReduce(t, ReduceOp.Max) shouldBe t
-            b.broadcast(t, 1) shouldBe t
+            b.comm.allReduce(t, ReduceOp.Max) shouldBe t
+            b.comm.broadcast(t, 1) shouldBe t
         }
         b.log shouldBe listOf("issue allReduce #1 record=1 inFlight=true", "issue broadcast #2 record=2 inFlight=true")
         sig!!.toList() shouldBe CollectiveSignature.of(CollectiveOp.Broadcast, t, root = 1).toList()
-        b.flightRecorder.snapshot().map { it.state } shouldBe listOf(FlightRecorder.State.Completed, FlightRecorder.State.Completed)
+        b.comm.flightRecorder.snapshot().map { it.state } shouldBe listOf(FlightRecorder.State.Completed, FlightRecorder.State.Completed)
     }
 
     test("a failure the backend reports becomes its named exception, with rank, backend, operation and sequence") {
@@ -165,14 +169,14 @@ class CommunicatorFrontSpec : FunSpec({
         for ((f, type) in cases) {
             val b = Scripted()
             b.script = { throw OperationFailedSignal(f) }
-            val e = runCatching { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }.exceptionOrNull()!!
+            val e = runCatching { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }.exceptionOrNull()!!
             e::class shouldBe type
             e.message!! shouldContain f.message
             e.message!! shouldContain "allReduce"
             (e as dev.tpcomm.CommunicationException).sequenceNumber shouldBe 1L
             if (e is NativeLibraryException) e.result shouldBe 3
             if (e is CollectiveMismatchException) e.ranks shouldBe listOf(1)
-            b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+            b.comm.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
         }
     }
 
@@ -182,7 +186,7 @@ class CommunicatorFrontSpec : FunSpec({
         b.pending = CompletableDeferred()
         val t = Tensor.zeros(DType.Float32, 2)
         runBlocking {
-            val running = async { b.allReduce(t) }
+            val running = async { b.comm.allReduce(t) }
             while (b.log.size < 2) yield()
             t.close()
             t.isClosed shouldBe true
@@ -199,38 +203,38 @@ class CommunicatorFrontSpec : FunSpec({
         val b = Scripted()
         var seen: Tensor? = null
         b.script = { c -> seen = c.output; null }
-        val out = runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2, 3), dim = -1) }
+        val out = runBlocking { b.comm.allGather(Tensor.zeros(DType.Float32, 2, 3), dim = -1) }
         out.shape shouldBe listOf(2, 6)
         seen shouldBe out
-        shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(Tensor.zeros(DType.Float32, 2), dim = 3) } }
+        shouldThrow<IllegalArgumentException> { runBlocking { b.comm.allGather(Tensor.zeros(DType.Float32, 2), dim = 3) } }
         b.log.size shouldBe 1
     }
     test("a tensor closed after the check but before the front retains it: the numbered call is failed and the backend told, never issued") {
         val b = Scripted()
         val input = Tensor.zeros(DType.Float32, 2)
         b.onAllocate = { input.close() } // another thread's close, between the check and the retain
-        shouldThrow<IllegalArgumentException> { runBlocking { b.allGather(input) } }.message shouldContain "closed"
+        shouldThrow<IllegalArgumentException> { runBlocking { b.comm.allGather(input) } }.message shouldContain "closed"
         // The backend lets go of what it prepared; the front's rule then aborts: the peers could never complete #1.
         b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
-        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
-        b.isAborted shouldBe true
-        b.failure!!.message shouldContain "rank 0 gave up allGather #1 before issuing it"
-        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        b.comm.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        b.comm.isAborted shouldBe true
+        b.comm.failure!!.message shouldContain "rank 0 gave up allGather #1 before issuing it"
+        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }
         next.message shouldContain "gave up allGather #1"
     }
     test("abort: the first failure wins, the backend is told once, later calls are refused naming it, and close still runs") {
         val b = Scripted()
-        b.abort("the user's own watchdog fired") shouldBe true
-        b.abort("again") shouldBe false
+        b.comm.abort("the user's own watchdog fired") shouldBe true
+        b.comm.abort("again") shouldBe false
         b.log shouldBe listOf("aborting detail=0: abort")
-        b.isAborted shouldBe true
-        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        b.comm.isAborted shouldBe true
+        val e = shouldThrow<CommunicatorAbortedException> { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }
         e.message shouldContain "the user's own watchdog fired"
         e.operation shouldBe "allReduce"
-        shouldThrow<CommunicatorAbortedException> { runBlocking { b.send(Tensor.zeros(DType.Float32, 2), 1) } }
-        b.flightRecorder.snapshot().last().state shouldBe FlightRecorder.State.Failed
-        b.close()
-        b.isClosed shouldBe true
+        shouldThrow<CommunicatorAbortedException> { runBlocking { b.comm.send(Tensor.zeros(DType.Float32, 2), 1) } }
+        b.comm.flightRecorder.snapshot().last().state shouldBe FlightRecorder.State.Failed
+        b.comm.close()
+        b.comm.isClosed shouldBe true
         b.log.size shouldBe 1
     }
 
@@ -244,7 +248,7 @@ class CommunicatorFrontSpec : FunSpec({
             call shouldBe call
         }
         val began = TimeSource.Monotonic.markNow()
-        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }
         val took = began.elapsedNow()
         e.operation shouldBe "allReduce"
         e.sequenceNumber shouldBe 1L
@@ -253,7 +257,7 @@ class CommunicatorFrontSpec : FunSpec({
         (took < 1_500.milliseconds) shouldBe true
         b.deadlines.size shouldBe 1
         b.deadlines.single() shouldContain "allReduce record=1 call=1 on tpcomm-watchdog"
-        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        b.comm.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
     }
 
     test("deadlines cover point-to-point calls too, and a call that finished in time is never reported") {
@@ -261,9 +265,9 @@ class CommunicatorFrontSpec : FunSpec({
         b.recvGate = CompletableDeferred()
         b.onDeadline = { _, _ -> b.recvGate!!.completeExceptionally(OperationFailedSignal(OperationFailure(OperationFailure.TIMEOUT, "no message"))) }
         runBlocking {
-            b.send(Tensor.zeros(DType.Float32, 2), 1) // completes at once
-            b.allReduce(Tensor.zeros(DType.Float32, 2)) // completes in issue
-            val e = shouldThrow<CommunicationTimeoutException> { b.recv(Tensor.zeros(DType.Float32, 2), 1) }
+            b.comm.send(Tensor.zeros(DType.Float32, 2), 1) // completes at once
+            b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) // completes in issue
+            val e = shouldThrow<CommunicationTimeoutException> { b.comm.recv(Tensor.zeros(DType.Float32, 2), 1) }
             e.operation shouldBe "recv"
         }
         b.deadlines.size shouldBe 1
@@ -273,7 +277,7 @@ class CommunicatorFrontSpec : FunSpec({
     test("deadlines keep no finished call: a million calls leave the queue about empty") {
         val b = Scripted(timeout = 1.minutes)
         val t = Tensor.zeros(DType.Float32, 1)
-        runBlocking { repeat(1_000_000) { b.allReduce(t) } }
+        runBlocking { repeat(1_000_000) { b.comm.allReduce(t) } }
         (b.tracked <= 1) shouldBe true
     }
 
@@ -287,7 +291,7 @@ class CommunicatorFrontSpec : FunSpec({
         }
         val began = TimeSource.Monotonic.markNow()
         // Bounded: a front that allocates before it records never times the allocation.
-        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.allGather(Tensor.zeros(DType.Float32, 2)) } } }
+        val e = shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.comm.allGather(Tensor.zeros(DType.Float32, 2)) } } }
         val took = began.elapsedNow()
         e.operation shouldBe "allGather"
         e.sequenceNumber shouldBe 1L
@@ -298,10 +302,10 @@ class CommunicatorFrontSpec : FunSpec({
         b.deadlines.single() shouldContain "allGather record=1 call=1 on tpcomm-watchdog"
         // Nothing issued; the backend is told the numbered call was given up (its peers cannot complete it).
         b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
-        b.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
+        b.comm.flightRecorder.snapshot().single().state shouldBe FlightRecorder.State.Failed
         // The communicator aborted (the front's rule): the next collective is refused, naming allGather #1.
         b.allocGate = null
-        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.allReduce(Tensor.zeros(DType.Float32, 2)) } }
+        val next = shouldThrow<CommunicatorAbortedException> { runBlocking { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) } }
         next.message shouldContain "allGather #1"
         b.log shouldBe listOf("not issued allGather #1", "aborting detail=0: allGather")
     }
@@ -319,10 +323,10 @@ class CommunicatorFrontSpec : FunSpec({
                 }
                 Thread.sleep(37L * i) // calls at different phases of the slow scans
                 val began = TimeSource.Monotonic.markNow()
-                shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.allGather(Tensor.zeros(DType.Float32, 2)) } } }
+                shouldThrow<CommunicationTimeoutException> { runBlocking { withTimeout(5_000) { b.comm.allGather(Tensor.zeros(DType.Float32, 2)) } } }
                 val took = began.elapsedNow()
                 withClue("call $i timed out after $took") { (took >= 200.milliseconds) shouldBe true }
-                b.close()
+                b.comm.close()
             }
         } finally {
             slow.close()
@@ -334,7 +338,7 @@ class CommunicatorFrontSpec : FunSpec({
         b.script = { CommunicatorFront.PENDING }
         b.pending = CompletableDeferred()
         runBlocking {
-            val running = async { b.allReduce(Tensor.zeros(DType.Float32, 2)) }
+            val running = async { b.comm.allReduce(Tensor.zeros(DType.Float32, 2)) }
             while (b.log.size < 2) yield()
             b.tracked shouldBe 0
             b.pending!!.complete(null)

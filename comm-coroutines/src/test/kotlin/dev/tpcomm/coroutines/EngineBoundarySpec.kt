@@ -5,6 +5,7 @@ import dev.tpcomm.engine.DeadlineWatchdog
 import dev.tpcomm.engine.RankOrderReduction
 import io.kotest.core.spec.style.FunSpec
 import io.kotest.matchers.collections.shouldBeEmpty
+import io.kotest.matchers.shouldBe
 import java.io.File
 
 /**
@@ -53,6 +54,15 @@ class EngineBoundarySpec : FunSpec({
         uses(backends, Regex("""CollectiveSignature\.(encode|encodeShape|of|compare)\b""")).shouldBeEmpty()
         uses(backends, Regex("""DeadlineWatchdog\.register|:\s*DeadlineWatchdog\.Watched""")).shouldBeEmpty()
         uses(backends + others, Regex("""interface\s+\w*Watched\b""")).shouldBeEmpty()
+    }
+
+    test("a backend is composed into the front, never a subclass of it; the handles users hold forward to a front") {
+        // issue 32: the front is final (no backend can override an operation, a failure path or close),
+        // and MpiCommunicator/NcclCommunicator are handles (Communicator by front), not subclasses of it.
+        java.lang.reflect.Modifier.isFinal(dev.tpcomm.engine.CommunicatorFront::class.java.modifiers) shouldBe true
+        uses(backends + others + engine, Regex(""":\s*CommunicatorFront\(""")).shouldBeEmpty()
+        uses(backends, Regex(""":\s*CommunicatorBackend\(\)""")).size shouldBe 3
+        uses(backends, Regex("""\)\s*:\s*Communicator by front,""")).size shouldBe 2
     }
 
     test("exceptions come from the front's factory; CommunicationErrors is built directly only where no communicator exists yet") {

@@ -6,6 +6,7 @@ import dev.tpcomm.DType
 import dev.tpcomm.Device
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.Backoff
 import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.engine.NativeRequest
 import dev.tpcomm.engine.OperationCall
@@ -49,33 +50,9 @@ internal class NcclOperationQueue(
     private val deviceIndex: Int,
     /** Whether collectives compare the ranks' signatures first (checkConsistency set to true, more than one rank). */
     private val checkConsistency: Boolean,
-    /** What the front ([dev.tpcomm.engine.CommunicatorFront]) knows, passed in by the communicator. */
-    private val front: Front,
+    /** The front the engine is composed into: its failure state, deadlines' action, signatures and the rule for calls never issued. */
+    private val front: dev.tpcomm.engine.CommunicatorFront,
 ) {
-    /**
-     * The front's members the queue needs (protected there, so the communicator passes them in):
-     * see [dev.tpcomm.engine.CommunicatorFront]'s members of the same names.
-     */
-    interface Front {
-        /** Whether the communicator was closed. */
-        val isClosed: Boolean
-
-        /** The caller's deadline (`withTimeout`) as a [CommunicationTimeoutException] that says where it was. */
-        fun cancellationReason(operation: String, sequence: Long, cause: Throwable?, where: String): CommunicationException
-
-        /** The mismatch of every rank's signature of collective [sequence], or null when all agree. */
-        fun compareSignatures(all: LongArray, sequence: Long, description: String): OperationFailure?
-
-        /** The signature of a composite's step [entry] into [dst] at [at]; false when it is not one. */
-        fun encodeStepSignature(entry: FlightRecorder.Entry, dst: LongArray, at: Int): Boolean
-
-        /** The deadline's action: [entry] carries [timeout], fails with it, and the communicator aborts with it. */
-        fun expire(entry: FlightRecorder.Entry, timeout: CommunicationTimeoutException)
-
-        /** The front's rule for a numbered call given up before its issue: the communicator aborts. */
-        fun abortNotIssued(operation: String, sequence: Long, cause: Throwable): CommunicationException?
-    }
-
     private val runtime: DeviceRuntime get() = ctx.runtime
     private val thread: DeviceThread get() = ctx.thread
     private val stream: Long get() = ctx.stream
@@ -303,12 +280,9 @@ internal class NcclOperationQueue(
      * operation no peer pairs with, [NcclOp.paired]).
      */
     suspend fun finish(o: NcclOp): Any? {
-        if (CALLER_SPIN_NANOS > 0 && !o.result.isCompleted) {
-            // Wait on this thread for a short operation rather than suspend and be woken (a cancellation
-            // is seen at the await below, at most CALLER_SPIN_NANOS later).
-            val until = System.nanoTime() + CALLER_SPIN_NANOS
-            while (!o.result.isCompleted && System.nanoTime() < until) Thread.onSpinWait()
-        }
+        // Wait on this thread for a short operation rather than suspend and be woken (a cancellation
+        // is seen at the await below, at most CALLER_SPIN_NANOS later).
+        Backoff.spinFor(CALLER_SPIN_NANOS) { o.result.isCompleted }
         try {
             return o.result.await()
         } catch (e: CancellationException) {
@@ -452,4 +426,4 @@ internal class NcclOperationQueue(
  * without the caller being suspended and woken, as `cudaStreamSynchronize` spins. A longer one costs
  * the caller's thread at most this long. See [DeviceThreads.IDLE_SPIN_NANOS] for what it saves.
  */
-internal val CALLER_SPIN_NANOS: Long = (System.getenv("TPCOMM_GPU_CALLER_SPIN_US")?.toLongOrNull()?.coerceIn(0L, 10_000L) ?: 20L) * 1_000L
+internal val CALLER_SPIN_NANOS: Long = dev.tpcomm.engine.SpinSetting.fromEnvironment("TPCOMM_GPU_CALLER_SPIN_US", defaultMicros = 20L)

@@ -126,7 +126,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
             lateMessage = {
                 "MPI did not start within ${config.effectiveCreationTimeout} (CommConfig.creationTimeout): MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD) wait for every rank " +
                     "of the job, and a rank has not arrived (it starts late, is stuck, or died)" +
-                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE} so that the launcher ends the job" else ""
+                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiBackend.ABORT_CODE} so that the launcher ends the job" else ""
             },
             beforeThrow = { e ->
                 System.err.println("tpcomm-mpi: rank $rank: ${e.javaClass.name}: ${e.message}")
@@ -135,7 +135,7 @@ public class MpiBackendFactory @JvmOverloads constructor(
                     // MPI is not (fully) initialised, so MPI_Abort is not allowed: end the process; the
                     // launcher sees a rank exit non-zero and ends the others (Open MPI and MPICH alike).
                     System.out.flush()
-                    haltProcess(MpiCommunicator.ABORT_CODE)
+                    haltProcess(MpiBackend.ABORT_CODE)
                 }
             },
         ) {
@@ -156,14 +156,14 @@ public class MpiBackendFactory @JvmOverloads constructor(
             lateMessage = {
                 "MPI did not form the world through the store ($rendezvous) within ${config.effectiveCreationTimeout} (CommConfig.creationTimeout): a rank is blocked in " +
                     "MPI_Comm_accept/MPI_Comm_connect or MPI_Init_thread (a peer died or is stuck there)" +
-                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiCommunicator.ABORT_CODE}" else ""
+                    if (mpiConfig.abortOnTimeout) "; ending this process with exit code ${MpiBackend.ABORT_CODE}" else ""
             },
             beforeThrow = { e ->
                 System.err.println("tpcomm-mpi: rank ${config.rank}: ${e.javaClass.name}: ${e.message}")
                 System.err.flush()
                 if (mpiConfig.abortOnTimeout) {
                     System.out.flush()
-                    haltProcess(MpiCommunicator.ABORT_CODE)
+                    haltProcess(MpiBackend.ABORT_CODE)
                 }
             },
         ) {

@@ -83,7 +83,7 @@ internal class MpiFailures(
     }
 
     /**
-     * The front recorded the communicator's failure ([CommunicatorFront.aborting] with [detail]):
+     * The front recorded the communicator's failure ([CommunicatorBackend.aborting] with [detail]):
      * the process's MPI counts as broken, and the peers are told with an abort notice ([markBroken]'s
      * detail: whether, why, and whether at once; an abort of the front's own tells them, as a failure).
      */

@@ -58,7 +58,7 @@ class MpiCommunicatorEngineTest : FunSpec({
             all.set(ValueLayout.JAVA_LONG, SLOT + 8, all.get(ValueLayout.JAVA_LONG, SLOT + 8) and MpiSignatureProtocol.DETACHED.inv())
             peer(all)
         }
-        val n = MpiCommunicator.SLOT_LONGS
+        val n = MpiBackend.SLOT_LONGS
         every { b.iallgather(any(), n, any(), any(), n, any(), any(), any()) } answers { gather(firstArg(), arg(3)); requests += arg<Long>(7); 0 }
         if (!polling) {
             every { b.allgather(any(), n, any(), any(), n, any(), any()) } answers { gather(firstArg(), arg(3)); 0 }
@@ -156,7 +156,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         every { b.abort(any(), any()) } answers { release.countDown(); 0 }
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0, timeout = 200.milliseconds, checkConsistency = false))
         comm.barrier() // returns once the watchdog's MPI_Abort released the mocked barrier
-        verify { b.abort(0x44000001L, MpiCommunicator.ABORT_CODE) }
+        verify { b.abort(0x44000001L, MpiBackend.ABORT_CODE) }
         comm.isAborted shouldBe true
         comm.close()
     }
@@ -165,12 +165,12 @@ class MpiCommunicatorEngineTest : FunSpec({
         val b = binding()
         // The slot all-gather: rank 1's digest differs from this rank's, and rank 1 carried its part.
         slotExchange(b) { all -> all.set(ValueLayout.JAVA_LONG, SLOT, all.get(ValueLayout.JAVA_LONG, 0) xor 1L) }
-        every { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), MpiCommunicator.SIG_LEN, any(), any()) } answers {
-            val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(8L * MpiCommunicator.SIG_LEN)
-            val all = MemorySegment.ofAddress(arg<Long>(3)).reinterpret(16L * MpiCommunicator.SIG_LEN)
-            MemorySegment.copy(mine, 0, all, 0, 8L * MpiCommunicator.SIG_LEN)
-            MemorySegment.copy(mine, 0, all, 8L * MpiCommunicator.SIG_LEN, 8L * MpiCommunicator.SIG_LEN)
-            all.setAtIndex(ValueLayout.JAVA_LONG, MpiCommunicator.SIG_LEN + 2L, DType.Int32.ordinal.toLong()) // rank 1's dtype
+        every { b.allgather(any(), MpiBackend.SIG_LEN, any(), any(), MpiBackend.SIG_LEN, any(), any()) } answers {
+            val mine = MemorySegment.ofAddress(firstArg<Long>()).reinterpret(8L * MpiBackend.SIG_LEN)
+            val all = MemorySegment.ofAddress(arg<Long>(3)).reinterpret(16L * MpiBackend.SIG_LEN)
+            MemorySegment.copy(mine, 0, all, 0, 8L * MpiBackend.SIG_LEN)
+            MemorySegment.copy(mine, 0, all, 8L * MpiBackend.SIG_LEN, 8L * MpiBackend.SIG_LEN)
+            all.setAtIndex(ValueLayout.JAVA_LONG, MpiBackend.SIG_LEN + 2L, DType.Int32.ordinal.toLong()) // rank 1's dtype
             0
         }
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0)) // the default: checked
@@ -192,7 +192,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         val small = Tensor.of(floatArrayOf(1f, 2f, 3f))
         comm.allReduce(small)
         (0 until 3).map { small.getDouble(it.toLong()) } shouldBe listOf(11.0, 22.0, 33.0)
-        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        verify(exactly = 1) { b.allgather(any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any()) }
         verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
         comm.allReduce(small, ReduceOp.Avg)
         (0 until 3).map { small.getDouble(it.toLong()) } shouldBe listOf(10.5, 21.0, 31.5) // (11 + 10) / 2, ...
@@ -205,11 +205,11 @@ class MpiCommunicatorEngineTest : FunSpec({
         verify(exactly = 0) { b.allreduce(any(), any(), any(), any(), any(), any()) }
         verify(exactly = 0) { b.bcast(any(), any(), any(), any(), any()) }
         verify(exactly = 0) { b.barrier(any()) }
-        verify(exactly = 0) { b.allgather(any(), MpiCommunicator.SIG_LEN, any(), any(), any(), any(), any()) }
+        verify(exactly = 0) { b.allgather(any(), MpiBackend.SIG_LEN, any(), any(), any(), any(), any()) }
         // 13 floats (52 bytes) do not fit in a slot's 48: the all-reduce follows the check.
         comm.allReduce(Tensor.zeros(DType.Float32, 13))
         io.mockk.verifyOrder {
-            b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any())
+            b.allgather(any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any())
             b.allreduce(-1L, any(), 13, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any())
         }
         // PreMulSum scales each rank's input: MPI reduces it, after the check.
@@ -242,12 +242,12 @@ class MpiCommunicatorEngineTest : FunSpec({
         }
         val comm = communicator(b, CommConfig(worldSize = 2, rank = 0))
         comm.allReduce(Tensor.of(floatArrayOf(1f)))
-        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        verify(exactly = 1) { b.allgather(any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any()) }
         val e = shouldThrow<CommunicatorAbortedException> { comm.allReduce(Tensor.of(floatArrayOf(1f))) }
         e.message shouldContain "rank 1 aborted the communicator"
         // The second check was the polled MPI_Iallgather, not a second blocking MPI_Allgather rank 1 never joins.
-        verify(exactly = 1) { b.iallgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), any()) }
-        verify(exactly = 1) { b.allgather(any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any(), MpiCommunicator.SLOT_LONGS, MpichAbi.int64Type, any()) }
+        verify(exactly = 1) { b.iallgather(any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), any()) }
+        verify(exactly = 1) { b.allgather(any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any(), MpiBackend.SLOT_LONGS, MpichAbi.int64Type, any()) }
         comm.isAborted shouldBe true
         comm.close()
     }
@@ -277,7 +277,7 @@ class MpiCommunicatorEngineTest : FunSpec({
         comm.allReduce(t)
         t.getDouble(0) shouldBe 1.0 // the (mocked) MPI call's result: nothing reduced from the slots
         io.mockk.verifyOrder {
-            b.iallgather(any(), MpiCommunicator.SLOT_LONGS, any(), any(), MpiCommunicator.SLOT_LONGS, any(), any(), any())
+            b.iallgather(any(), MpiBackend.SLOT_LONGS, any(), any(), MpiBackend.SLOT_LONGS, any(), any(), any())
             b.iallreduce(-1L, any(), 1, MpichAbi.datatype(DType.Float32), MpichAbi.op(ReduceOp.Sum), any(), any())
         }
         comm.close()

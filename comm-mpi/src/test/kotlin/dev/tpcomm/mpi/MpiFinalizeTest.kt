@@ -82,7 +82,7 @@ class MpiFinalizeTest : FunSpec({
         val start = TimeSource.Monotonic.markNow()
         val err = stderrOf { r.release() }
         start.elapsedNow() shouldBeLessThan 6.seconds
-        halts shouldBe listOf(MpiCommunicator.ABORT_CODE)
+        halts shouldBe listOf(MpiBackend.ABORT_CODE)
         err shouldContain "another rank of the job has not finished"
         Thread.sleep(100)
         b.finalizes.get() shouldBe 0 // MPI_Finalize is never entered while a peer may still be working

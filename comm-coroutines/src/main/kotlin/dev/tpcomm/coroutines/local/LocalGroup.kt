@@ -20,7 +20,10 @@ import java.util.concurrent.atomic.AtomicReferenceArray
 internal class LocalGroup(val world: LocalWorldState, val size: Int, val description: String) {
     private val ring = AtomicReferenceArray<OpSlot?>(RING)
     val mailboxes: Array<Mailbox> = Array(size) { Mailbox(this, it) }
-    val communicators: Array<LocalCommunicator> = Array(size) { LocalCommunicator(this, it) }
+    val backends: Array<LocalBackend> = Array(size) { LocalBackend(this, it) }
+
+    /** Each rank's communicator: its backend composed into a front. */
+    val communicators: Array<CommunicatorFront> = Array(size) { backends[it].compose() }
     private val closedCount = AtomicInteger()
     @Volatile var firstClosedRank: Int = -1
 
@@ -49,8 +52,8 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         if (!aborted.compareAndSet(null, reason)) return false
         // Each rank's front records the failure first (its own abort, if it came first, already
         // holds it: the first cause wins there too), so a rank woken below finds its front aborted.
-        for (c in communicators) c.abortWith(reason, LocalCommunicator.FROM_GROUP)
-        failPending(failure, communicators[0].abortedBy(reason), timedOut)
+        for (c in communicators) c.abortWith(reason, LocalBackend.FROM_GROUP)
+        failPending(failure, backends[0].abortedBy(reason), timedOut)
         return true
     }
 
@@ -94,7 +97,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
         val closedNow = closedCount.incrementAndGet()
         if (closedNow == 1) firstClosedRank = rank
         if (closedNow == size && world.rootGroup === this) {
-            world.close(communicators[rank].closeFailure("every rank closed its communicator"))
+            world.close(backends[rank].closeFailure("every rank closed its communicator"))
             return
         }
         // Somebody already waiting for this rank can never finish: abort rather than let them time out.
@@ -102,20 +105,20 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
             val s = ring.get(i) ?: continue
             if (s.state.get() == OpSlot.PENDING && s.arrived.get() > 0 && !s.present[rank]) {
                 abort(
-                    communicators[rank].closeFailure("rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}"),
+                    backends[rank].closeFailure("rank $rank of $description closed its communicator while other ranks waited for it in ${OpKind.name(s.kinds.firstPresent(s))}"),
                 )
                 return
             }
         }
         if (mailboxes[rank].hasWaitingSend()) {
             abort(
-                communicators[rank].closeFailure("rank $rank of $description closed its communicator while a send to it waited for its receive"),
+                backends[rank].closeFailure("rank $rank of $description closed its communicator while a send to it waited for its receive"),
             )
             return
         }
         for (m in mailboxes) if (m.hasWaiterFor(rank)) {
             abort(
-                communicators[rank].closeFailure("rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it"),
+                backends[rank].closeFailure("rank $rank of $description closed its communicator while rank ${m.owner} waited to receive from it"),
             )
             return
         }
@@ -171,7 +174,7 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      */
     fun pointToPointTimedOut(rank: Int, recorderSeq: Long) {
         mailboxes[rank].postedReceive(recorderSeq)?.let { late ->
-            val from = communicators[rank].peerName(late.source)
+            val from = backends[rank].peerName(late.source)
             val tag = if (late.tag == dev.tpcomm.Communicator.ANY_TAG) "any tag" else "tag ${late.tag}"
             val msg = "${late.operation} timed out after ${world.config.timeout}: rank $rank of $description waited for a message from $from with $tag"
             timedOut(rank, late.operation, recorderSeq, msg, late)

@@ -8,7 +8,7 @@ import java.util.concurrent.atomic.AtomicReference
 
 /**
  * State shared by a world and every group split from it: its configuration, its groups, and the
- * abort of the world as a whole. Deadlines are each rank's front's ([LocalCommunicator.deadlinePassed]).
+ * abort of the world as a whole. Deadlines are each rank's front's ([LocalBackend.deadlinePassed]).
  *
  * A failure of one communicator (a mismatch, a missed deadline, a cancelled in-flight call, a rank
  * closing while others wait for it) aborts that communicator's [LocalGroup] alone, as MPI and NCCL
@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicReference
  */
 internal class LocalWorldState(val config: CommConfig) {
     /** The world's failure state (rank -1: the world, not one rank): the first cause wins. */
-    val errors = CommunicationErrors(-1, LocalCommunicator.BACKEND) { null }
+    val errors = CommunicationErrors(-1, LocalBackend.BACKEND) { null }
 
     /** Why the whole world (every group, present and future) was aborted: the first cause wins. */
     private val worldAbort = AtomicReference<Throwable?>(null)

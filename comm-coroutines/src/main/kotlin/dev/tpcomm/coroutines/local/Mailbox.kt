@@ -49,7 +49,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         val recorderSeq: Long,
     )
 
-    /** `ANY_TAG` matches user tags (>= 0) only, never the library's negative ones ([LocalCommunicator.CONTROL_TAG]). */
+    /** `ANY_TAG` matches user tags (>= 0) only, never the library's negative ones ([LocalBackend.CONTROL_TAG]). */
     private fun matches(src: Int, tag: Int, msgSource: Int, msgTag: Int): Boolean =
         (src == Communicator.ANY_SOURCE || src == msgSource) && (if (tag == Communicator.ANY_TAG) msgTag >= 0 else tag == msgTag)
 
@@ -75,7 +75,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
     fun park(source: Int, tag: Int, data: MemorySegment, cont: CancellableContinuation<Unit>, operation: String, recorderSeq: Long) {
         val cause = group.abortCause
         if (cause != null) {
-            cont.resumeWith(Result.failure(OperationFailedSignal(group.communicators[source].abortedBy(cause))))
+            cont.resumeWith(Result.failure(OperationFailedSignal(group.backends[source].abortedBy(cause))))
             return
         }
         offer(source, tag, data, cont, operation, recorderSeq)
@@ -193,7 +193,7 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
         synchronized(lock) {
             val cause = group.abortCause
             if (cause != null) {
-                immediate = Result.failure(OperationFailedSignal(group.communicators[owner].abortedBy(cause)))
+                immediate = Result.failure(OperationFailedSignal(group.backends[owner].abortedBy(cause)))
             } else {
                 try {
                     val info = takeLocked(src, tag, target) { taken = it }
@@ -249,7 +249,6 @@ internal class Mailbox(private val group: LocalGroup, val owner: Int) {
             buffered.forEach { it.buffer!!.close() }
             waiting
         }
-        val comm = group.communicators[owner]
         for (p in failed) {
             val f = if (specific != null && p === timedOut) specific else generic
             p.cont.resumeWithException(OperationFailedSignal(f))

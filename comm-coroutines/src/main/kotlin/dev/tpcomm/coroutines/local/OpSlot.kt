@@ -51,7 +51,7 @@ internal class OpSlot(private val size: Int, initialSeq: Long, private val ringS
     @JvmField val results = arrayOfNulls<Any>(size)
 
     /** Per rank: its cancellation handler for waits in this slot, made at its first wait and kept across generations. */
-    @JvmField val cancelHandlers = arrayOfNulls<LocalCommunicator.CancelledWait>(size)
+    @JvmField val cancelHandlers = arrayOfNulls<LocalBackend.CancelledWait>(size)
 
     /** Per rank: null (not waiting yet), a suspended continuation, or [WOKEN]. */
     @JvmField val waiters = AtomicReferenceArray<Any?>(size)

@@ -9,6 +9,7 @@ import dev.tpcomm.Device
 import dev.tpcomm.MessageInfo
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
+import dev.tpcomm.engine.CommunicatorBackend
 import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
@@ -25,7 +26,7 @@ import kotlin.coroutines.resume
 import kotlin.time.Duration
 
 /**
- * One rank of a [LocalGroup]: the in-process backend behind its [CommunicatorFront].
+ * One rank of a [LocalGroup]: the in-process backend composed into that rank's [CommunicatorFront].
  *
  * The front validates, takes the sequence number, records and retains; [issue] then writes this
  * rank's arguments and signature into the group's slot for that number and arrives. The last
@@ -35,37 +36,41 @@ import kotlin.time.Duration
  * Every failure aborts this communicator's [LocalGroup] only: the communicator it was split from,
  * its siblings and those split from it stay usable, as on MPI and NCCL.
  */
-internal class LocalCommunicator(val group: LocalGroup, rank: Int) : CommunicatorFront(
-    rank, group.size, Device.Host, BACKEND,
-    FlightRecorder(
-        group.world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size,
-        communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = group.world.config.flightRecorderDir,
-    ),
-    // The core's argument checks, the same as MPI's: heap-backed tensors are refused (with MPI's
-    // message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
-    // passes on the native backends.
-    CollectiveValidator(group.size, Device.Host, nativeMemory = !group.world.allowHeapMemory),
-    group.world.config.timeout,
-    // The signatures meet in the slot with the data: compared always, at no cost.
-    dev.tpcomm.engine.SignatureCheck.Always, group.world.config.checkConsistency,
-    // split and group: the creation's deadline, not an operation's.
-    group.world.config.effectiveCreationTimeout,
-) {
+internal class LocalBackend(val group: LocalGroup, val rank: Int) : CommunicatorBackend() {
     val world = group.world
+
+    /** This rank's communicator: the front this backend is composed into. */
+    fun compose(): CommunicatorFront = CommunicatorFront(
+        rank, group.size, Device.Host, BACKEND,
+        FlightRecorder(
+            group.world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size,
+            communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = group.world.config.flightRecorderDir,
+        ),
+        // The core's argument checks, the same as MPI's: heap-backed tensors are refused (with MPI's
+        // message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
+        // passes on the native backends.
+        CollectiveValidator(group.size, Device.Host, nativeMemory = !group.world.allowHeapMemory),
+        group.world.config.timeout,
+        // The signatures meet in the slot with the data: compared always, at no cost.
+        dev.tpcomm.engine.SignatureCheck.Always, group.world.config.checkConsistency,
+        // split and group: the creation's deadline, not an operation's.
+        group.world.config.effectiveCreationTimeout,
+        this,
+    )
 
     // ---------------------------------------------------------------- lifecycle
 
     /** Communicators this rank obtained from split/group on this one, closed by [closeTree]. */
-    private val children = java.util.concurrent.CopyOnWriteArrayList<LocalCommunicator>()
+    private val children = java.util.concurrent.CopyOnWriteArrayList<LocalBackend>()
 
     override fun adopted(child: Communicator) {
-        children.add(child as LocalCommunicator)
+        children.add((child as CommunicatorFront).backend as LocalBackend)
     }
 
     /** Closes this communicator and, first, every communicator split from it (recursively). */
     fun closeTree() {
         for (c in children) c.closeTree()
-        close()
+        front.close()
     }
 
     /**
@@ -76,16 +81,16 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
         if (!group.closingAll) group.rankClosed(rank)
     }
 
-    override fun toString(): String = "LocalCommunicator(rank $rank of ${group.size}, ${group.description})"
+    override fun toString(): String = "LocalBackend(rank $rank of ${group.size}, ${group.description})"
 
     // ---------------------------------------------------------------- failures
 
     /** The failure of a call ended because the group was aborted by [cause] (the front's wording). */
-    fun abortedBy(cause: Throwable): OperationFailure = abortedFailure(cause)
+    fun abortedBy(cause: Throwable): OperationFailure = front.abortedFailure(cause)
 
     /** The abort of the group when this rank's close leaves others unable to finish ([message] says why). */
     fun closeFailure(message: String): CommunicationException =
-        exceptionOf(OperationFailure(OperationFailure.ABORTED, message), CommunicationErrors.CLOSE, CommunicationErrors.NO_SEQUENCE)
+        front.exceptionOf(OperationFailure(OperationFailure.ABORTED, message), CommunicationErrors.CLOSE, CommunicationErrors.NO_SEQUENCE)
 
     /**
      * The front's failure is this rank's; the group's abort reaches every rank's front. Until it has
@@ -141,25 +146,25 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * as the cause every later failure carries.
      */
     private val control = object : MonitoredBarrierChannel {
-        override val errors: CommunicationErrors get() = this@LocalCommunicator.errors
+        override val errors: CommunicationErrors get() = front.errors
         override val concurrentReceives: Boolean get() = true
         override val callTimeout: kotlin.time.Duration get() = group.world.config.timeout
 
         override suspend fun send(value: Long, dst: Int) {
             val t = Tensor.of(longArrayOf(value))
-            val entry = beginPointToPoint(MonitoredBarrier.OPERATION, t, dst, CONTROL_TAG)
-            recorded(entry) { group.mailboxes[dst].deliver(rank, CONTROL_TAG, t.segment) }
+            val entry = front.beginPointToPoint(MonitoredBarrier.OPERATION, t, dst, CONTROL_TAG)
+            front.recorded(entry) { group.mailboxes[dst].deliver(rank, CONTROL_TAG, t.segment) }
         }
 
         override suspend fun recv(src: Int): Long {
             val t = Tensor.zeros(DType.Int64, 1)
-            val entry = beginPointToPoint(MonitoredBarrier.OPERATION, t, src, CONTROL_TAG)
-            recorded(entry) { receive(MonitoredBarrier.OPERATION, src, CONTROL_TAG, t, entry) }
+            val entry = front.beginPointToPoint(MonitoredBarrier.OPERATION, t, src, CONTROL_TAG)
+            front.recorded(entry) { receive(MonitoredBarrier.OPERATION, src, CONTROL_TAG, t, entry) }
             return t.getLong(0)
         }
 
         override fun ensureUsable() {
-            refusal(MonitoredBarrier.OPERATION, collective = false)?.let { throw exceptionOf(it, MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
+            refusal(MonitoredBarrier.OPERATION, collective = false)?.let { throw front.exceptionOf(it, MonitoredBarrier.OPERATION, CommunicationErrors.NO_SEQUENCE) }
         }
 
         override fun abort(cause: CommunicationException) {
@@ -175,10 +180,10 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
     override fun issue(call: OperationCall): Any? {
         val slot = group.slotFor(call.sequence)
         // What await needs: the slot, or none when the ring slot was still busy (state stays null).
-        if (slot == null) return PENDING
+        if (slot == null) return CommunicatorFront.PENDING
         call.state = slot
-        if (!arrive(slot, call)) return PENDING
-        if (slot.state.get() != OpSlot.DONE) return PENDING // failed: thrown by await
+        if (!arrive(slot, call)) return CommunicatorFront.PENDING
+        if (slot.state.get() != OpSlot.DONE) return CommunicatorFront.PENDING // failed: thrown by await
         val result = slot.results[rank]
         slot.depart()
         return result
@@ -249,15 +254,15 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
                 if (slot.kinds[j] != OpKind.ALL_TO_ALL_V) continue
                 if (peer.sizes[r] != mine.outSizes!![j]) { word = (j + 1).toLong(); break }
             }
-            setSplitsWord(slot.signatures, r * CollectiveSignature.SIZE, word)
+            CommunicatorFront.setSplitsWord(slot.signatures, r * CollectiveSignature.SIZE, word)
         }
     }
 
     private fun runAsLast(slot: OpSlot, seq: Long) {
         if (slot.kinds[rank] == OpKind.ALL_TO_ALL_V) checkSplits(slot, group.size)
-        val mismatch = compareSignatures(slot.signatures, seq, group.description)
+        val mismatch = front.compareSignatures(slot.signatures, seq, group.description)
         if (mismatch != null) {
-            if (slot.fail(mismatch)) group.abort(exceptionOf(mismatch, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
+            if (slot.fail(mismatch)) group.abort(front.exceptionOf(mismatch, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
             return
         }
         if (!slot.state.compareAndSet(OpSlot.PENDING, OpSlot.RUNNING)) return // failed by an abort meanwhile
@@ -268,7 +273,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
             val msg = "the data movement of ${OpKind.name(slot.kinds[rank])} failed: $t"
             val f = OperationFailure(OperationFailure.ABORTED, msg, t)
             slot.failRunning(f)
-            group.abort(exceptionOf(f, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
+            group.abort(front.exceptionOf(f, OpKind.name(slot.kinds[rank]), slot.recorderSeqs[rank]))
             return
         }
         slot.complete(rank)
@@ -288,7 +293,7 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
         } catch (c: CancellationException) {
             // The sequence number is taken: without this rank the others could never complete it
             // (the front's rule; a caller's deadline becomes its named timeout in the front).
-            abortNotIssued(call.entry.operation, call.entry.sequence, c)
+            front.abortNotIssued(call.entry.operation, call.entry.sequence, c)
             throw c
         }
     }
@@ -299,14 +304,14 @@ internal class LocalCommunicator(val group: LocalGroup, rank: Int) : Communicato
      * data movement never starts and the peers get a named exception); one whose data movement already
      * runs is waited for, so that no tensor of the cancelled rank is written after `cancel()` returns.
      */
-    class CancelledWait(private val comm: LocalCommunicator, private val slot: OpSlot) : (Throwable?) -> Unit {
+    class CancelledWait(private val comm: LocalBackend, private val slot: OpSlot) : (Throwable?) -> Unit {
         /** The abort this cancellation caused, if it was the first (reset before each wait). */
         @Volatile @JvmField var reason: CommunicationException? = null
 
         override fun invoke(cause: Throwable?) {
             if (slot.state.get() == OpSlot.PENDING) {
                 val r = comm.rank
-                val reason = comm.cancellationReason(OpKind.name(slot.kinds[r]), slot.recorderSeqs[r], cause, "while waiting")
+                val reason = comm.front.cancellationReason(OpKind.name(slot.kinds[r]), slot.recorderSeqs[r], cause, "while waiting")
                 if (comm.group.abort(reason)) this.reason = reason
             }
             while (!slot.isFinal) Thread.onSpinWait()
