@@ -7,7 +7,6 @@ import dev.tpcomm.engine.CommunicatorFront
 import dev.tpcomm.engine.frontOrNull
 import dev.tpcomm.engine.ReproducibleReductions
 import dev.tpcomm.spi.CollectiveValidator
-import kotlinx.coroutines.withContext
 import kotlin.coroutines.AbstractCoroutineContextElement
 import kotlin.coroutines.CoroutineContext
 
@@ -53,8 +52,9 @@ public fun Communicator.reproducible(enabled: Boolean = true): Communicator {
 }
 
 /**
- * [reproducible]'s view. Over a [CommunicatorFront] (every communicator tpcomm makes) it runs the
- * calls under [mode] and the front composes them; over another [Communicator] it composes the
+ * [reproducible]'s view. Over a [CommunicatorFront] (every communicator tpcomm makes, or a
+ * backend's handle on one) it passes [mode] to the front's reductions with each call (no coroutine
+ * context switch) and the front composes them; over another [Communicator] it composes the
  * reproducible reductions itself from that communicator's own collectives (checking the arguments
  * as the interface's defaults do), so a third party's backend gets them too.
  */
@@ -66,19 +66,19 @@ private class ReproducibleCommunicator(val base: Communicator, val mode: Reprodu
     private fun own(dtype: dev.tpcomm.DType, op: ReduceOp) = front == null && mode.enabled && ReproducibleReductions.applies(dtype, op)
 
     override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor = when {
-        front != null -> withContext(mode) { base.allReduce(tensor, op) }
+        front != null -> front.allReduce(tensor, op, mode.enabled)
         own(tensor.dtype, op) -> { checks.allReduce(tensor, op); ReproducibleReductions.allReduce(base, tensor, op) }
         else -> base.allReduce(tensor, op)
     }
 
     override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor = when {
-        front != null -> withContext(mode) { base.reduce(tensor, root, op) }
+        front != null -> front.reduce(tensor, root, op, mode.enabled)
         own(tensor.dtype, op) -> { checks.reduce(tensor, root, op); ReproducibleReductions.reduce(base, tensor, root, op) }
         else -> base.reduce(tensor, root, op)
     }
 
     override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor = when {
-        front != null -> withContext(mode) { base.reduceScatter(input, op, dim) }
+        front != null -> front.reduceScatter(input, op, dim, mode.enabled)
         own(input.dtype, op) -> {
             val shape = checks.reduceScatterShape(input, op, dim)
             ReproducibleReductions.reduceScatter(base, Tensor.zeros(input.dtype, shape), input, op, CollectiveValidator.normalise(input, dim))
@@ -87,13 +87,13 @@ private class ReproducibleCommunicator(val base: Communicator, val mode: Reprodu
     }
 
     override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor = when {
-        front != null -> withContext(mode) { base.reduceScatterInto(output, input, op, dim) }
+        front != null -> front.reduceScatterInto(output, input, op, dim, mode.enabled)
         own(input.dtype, op) -> ReproducibleReductions.reduceScatter(base, output, input, op, checks.reduceScatterInto(output, input, op, dim))
         else -> base.reduceScatterInto(output, input, op, dim)
     }
 
     override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor = when {
-        front != null -> withContext(mode) { base.reduceScatterV(input, sizes, op) }
+        front != null -> front.reduceScatterV(input, sizes, op, mode.enabled)
         own(input.dtype, op) -> {
             val shape = checks.reduceScatterVShape(input, sizes, op, base.rank)
             ReproducibleReductions.reduceScatterV(base, Tensor.zeros(input.dtype, shape), input, sizes, op)
@@ -102,7 +102,7 @@ private class ReproducibleCommunicator(val base: Communicator, val mode: Reprodu
     }
 
     override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor = when {
-        front != null -> withContext(mode) { base.reduceScatterVInto(output, input, sizes, op) }
+        front != null -> front.reduceScatterVInto(output, input, sizes, op, mode.enabled)
         own(input.dtype, op) -> { checks.reduceScatterVInto(output, input, sizes, op, base.rank); ReproducibleReductions.reduceScatterV(base, output, input, sizes, op) }
         else -> base.reduceScatterVInto(output, input, sizes, op)
     }

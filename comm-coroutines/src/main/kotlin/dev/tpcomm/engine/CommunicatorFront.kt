@@ -232,9 +232,16 @@ public class CommunicatorFront(
 
     // ------------------------------------------------------------------ collectives
 
-    final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+    final override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor = allReduce(tensor, op, mode = null)
+
+    /**
+     * [allReduce] with the reproducible mode given ([dev.tpcomm.coroutines.reproducible]'s view: no coroutine
+     * context switch per call), or, when [mode] is null, read from the caller's context and the
+     * communicator's setting.
+     */
+    internal suspend fun allReduce(tensor: Tensor, op: ReduceOp, mode: Boolean?): Tensor {
         validator.allReduce(tensor, op)
-        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.allReduce(this, tensor, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op, mode)) return ReproducibleReductions.allReduce(this, tensor, op)
         return issuePath.collective(CollectiveOp.AllReduce, tensor, tensor, tensor, op, -1, 0, null, null, null, tensor)
     }
 
@@ -243,9 +250,12 @@ public class CommunicatorFront(
         return issuePath.collective(CollectiveOp.Broadcast, tensor, tensor, tensor, null, root, 0, null, null, null, tensor)
     }
 
-    final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor {
+    final override suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp): Tensor = reduce(tensor, root, op, mode = null)
+
+    /** [reduce] with the reproducible mode given, or read (null): see [allReduce]'s. */
+    internal suspend fun reduce(tensor: Tensor, root: Int, op: ReduceOp, mode: Boolean?): Tensor {
         validator.reduce(tensor, root, op)
-        if (ReproducibleReductions.selected(this, tensor.dtype, op)) return ReproducibleReductions.reduce(this, tensor, root, op)
+        if (ReproducibleReductions.selected(this, tensor.dtype, op, mode)) return ReproducibleReductions.reduce(this, tensor, root, op)
         return issuePath.collective(CollectiveOp.Reduce, tensor, tensor, tensor, op, root, 0, null, null, null, tensor)
     }
 
@@ -257,9 +267,12 @@ public class CommunicatorFront(
         return issuePath.allocating(CollectiveOp.AllGather, input, shape, null, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
-    final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor {
+    final override suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int): Tensor = reduceScatter(input, op, dim, mode = null)
+
+    /** [reduceScatter] with the reproducible mode given, or read (null): see [allReduce]'s. */
+    internal suspend fun reduceScatter(input: Tensor, op: ReduceOp, dim: Int, mode: Boolean?): Tensor {
         val shape = validator.reduceScatterShape(input, op, dim)
-        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, Tensor.zeros(input.dtype, shape), input, op, CollectiveValidator.normalise(input, dim))
+        if (ReproducibleReductions.selected(this, input.dtype, op, mode)) return ReproducibleReductions.reduceScatter(this, Tensor.zeros(input.dtype, shape), input, op, CollectiveValidator.normalise(input, dim))
         return issuePath.allocating(CollectiveOp.ReduceScatter, input, shape, op, -1, CollectiveValidator.normalise(input, dim), null, null)
     }
 
@@ -268,9 +281,12 @@ public class CommunicatorFront(
         return issuePath.allocating(CollectiveOp.AllGatherV, input, shape, null, -1, 0, sizes.toList(), null)
     }
 
-    final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+    final override suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor = reduceScatterV(input, sizes, op, mode = null)
+
+    /** [reduceScatterV] with the reproducible mode given, or read (null): see [allReduce]'s. */
+    internal suspend fun reduceScatterV(input: Tensor, sizes: List<Int>, op: ReduceOp, mode: Boolean?): Tensor {
         val shape = validator.reduceScatterVShape(input, sizes, op, rank)
-        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, Tensor.zeros(input.dtype, shape), input, sizes, op)
+        if (ReproducibleReductions.selected(this, input.dtype, op, mode)) return ReproducibleReductions.reduceScatterV(this, Tensor.zeros(input.dtype, shape), input, sizes, op)
         return issuePath.allocating(CollectiveOp.ReduceScatterV, input, shape, op, -1, 0, sizes.toList(), null)
     }
 
@@ -279,9 +295,12 @@ public class CommunicatorFront(
         return issuePath.collective(CollectiveOp.AllGather, input, output, input, null, -1, d, null, null, null, output)
     }
 
-    final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor {
+    final override suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int): Tensor = reduceScatterInto(output, input, op, dim, mode = null)
+
+    /** [reduceScatterInto] with the reproducible mode given, or read (null): see [allReduce]'s. */
+    internal suspend fun reduceScatterInto(output: Tensor, input: Tensor, op: ReduceOp, dim: Int, mode: Boolean?): Tensor {
         val d = validator.reduceScatterInto(output, input, op, dim)
-        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatter(this, output, input, op, d)
+        if (ReproducibleReductions.selected(this, input.dtype, op, mode)) return ReproducibleReductions.reduceScatter(this, output, input, op, d)
         return issuePath.collective(CollectiveOp.ReduceScatter, input, output, input, op, -1, d, null, null, null, output)
     }
 
@@ -307,9 +326,12 @@ public class CommunicatorFront(
         return issuePath.collective(CollectiveOp.AllGatherV, input, output, input, null, -1, 0, sizes.toList(), null, null, output)
     }
 
-    final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor {
+    final override suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp): Tensor = reduceScatterVInto(output, input, sizes, op, mode = null)
+
+    /** [reduceScatterVInto] with the reproducible mode given, or read (null): see [allReduce]'s. */
+    internal suspend fun reduceScatterVInto(output: Tensor, input: Tensor, sizes: List<Int>, op: ReduceOp, mode: Boolean?): Tensor {
         validator.reduceScatterVInto(output, input, sizes, op, rank)
-        if (ReproducibleReductions.selected(this, input.dtype, op)) return ReproducibleReductions.reduceScatterV(this, output, input, sizes, op)
+        if (ReproducibleReductions.selected(this, input.dtype, op, mode)) return ReproducibleReductions.reduceScatterV(this, output, input, sizes, op)
         return issuePath.collective(CollectiveOp.ReduceScatterV, input, output, input, op, -1, 0, sizes.toList(), null, null, output)
     }
 

@@ -344,9 +344,14 @@ internal object ReproducibleReductions {
     }
 }
 
-/** Whether the front reduces [op] on [dtype] the reproducible way: the call's [Reproducible] context, else the communicator's setting. */
-internal suspend inline fun ReproducibleReductions.selected(front: CommunicatorFront, dtype: dev.tpcomm.DType, op: ReduceOp): Boolean {
+/**
+ * Whether the front reduces [op] on [dtype] the reproducible way: [mode] when the call says
+ * ([dev.tpcomm.coroutines.reproducible]'s view), else the caller's [Reproducible] context, else the
+ * communicator's setting.
+ */
+internal suspend inline fun ReproducibleReductions.selected(front: CommunicatorFront, dtype: dev.tpcomm.DType, op: ReduceOp, mode: Boolean?): Boolean {
     if (!applies(dtype, op)) return false
-    val mode = kotlinx.coroutines.currentCoroutineContext()[Reproducible]
-    return mode?.enabled ?: front.backend.reproducibleReductions
+    if (mode != null) return mode
+    val context = kotlinx.coroutines.currentCoroutineContext()[Reproducible]
+    return context?.enabled ?: front.backend.reproducibleReductions
 }
