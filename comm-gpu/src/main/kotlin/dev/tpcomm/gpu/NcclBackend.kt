@@ -41,8 +41,8 @@ import kotlin.coroutines.EmptyCoroutineContext
 internal class NcclBackend(
     /** The library as every communicator uses it; this one's calls go through [api]. */
     private val library: NcclApi,
-    val runtime: DeviceRuntime,
-    val thread: DeviceThread,
+    private val runtime: DeviceRuntime,
+    private val thread: DeviceThread,
     private val comm: Long,
     private val stream: Long,
     val rank: Int,
