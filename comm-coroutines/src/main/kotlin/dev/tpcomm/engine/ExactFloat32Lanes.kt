@@ -27,12 +27,12 @@ internal object ExactFloat32Lanes {
     private val D: VectorSpecies<Double> = DoubleVector.SPECIES_PREFERRED
     /** Ints of the doubles' shape: one load is two halves of [D.length] floats each. */
     private val I: VectorSpecies<Int> = VectorSpecies.of(Integer.TYPE, VectorShape.forBitSize(D.vectorBitSize()))
-    /** Floats of half the doubles' shape: one half of a group rounded back. */
-    private val F: VectorSpecies<Float> = VectorSpecies.of(java.lang.Float.TYPE, VectorShape.forBitSize(D.vectorBitSize() / 2))
+    /** Floats of the doubles' shape: each half of a group rounds back into its own half of one vector (contraction parts 0 and -1). */
+    private val F: VectorSpecies<Float> = VectorSpecies.of(java.lang.Float.TYPE, VectorShape.forBitSize(D.vectorBitSize()))
     private val ORDER: ByteOrder = ByteOrder.nativeOrder()
 
-    /** Whether the platform's preferred shapes give whole groups (at least two doubles, a float species of half their shape). */
-    val usable: Boolean get() = D.length() >= 2 && F.length() == D.length() && I.length() == 2 * D.length() && BLOCK % lanes == 0
+    /** Whether the platform's preferred shapes give whole groups (at least two doubles; as many ints and floats as twice the doubles). */
+    val usable: Boolean get() = D.length() >= 2 && F.length() == I.length() && I.length() == 2 * D.length() && BLOCK % lanes == 0
 
     /** Elements per group: what is certified, written or handed back together (one int vector). */
     val lanes: Int get() = I.length()
@@ -63,7 +63,6 @@ internal object ExactFloat32Lanes {
         average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long,
         k: Long, len: Int, failed: LongArray,
     ): Int {
-        val half = D.length() * 4L
         val window = (29 - (32 - Integer.numberOfLeadingZeros(n - 1))) shl 23
         val scale = 1.0 / n
         val base = (inFrom + k) * 4
@@ -102,12 +101,11 @@ internal object ExactFloat32Lanes {
                     a0 = a0.mul(scale)
                     a1 = a1.mul(scale)
                 }
-                val r0 = a0.convertShape(VectorOperators.D2F, F, 0).reinterpretAsFloats()
-                val r1 = a1.convertShape(VectorOperators.D2F, F, 0).reinterpretAsFloats()
+                // Each half rounded once into its half of the group (the other half zeros): or-ing the bits joins them.
+                val r = a0.convertShape(VectorOperators.D2F, F, 0).reinterpretAsInts().or(a1.convertShape(VectorOperators.D2F, F, -1).reinterpretAsInts())
                 val o = out + g * 4L
                 for (i in 0 until nOuts) {
-                    r0.intoMemorySegment(targets[i], o, ORDER)
-                    r1.intoMemorySegment(targets[i], o + half, ORDER)
+                    r.intoMemorySegment(targets[i], o, ORDER)
                 }
             }
             g += lanes
