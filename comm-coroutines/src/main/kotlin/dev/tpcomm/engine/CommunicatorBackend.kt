@@ -142,11 +142,16 @@ public abstract class CommunicatorBackend {
     public open val reproducibleReductions: Boolean get() = false
 
     /**
-     * Whether this backend reduces an all-reduce or reduce issued with [ExactReduction] itself, as
-     * [ExactSum] does (the in-process backend: its ranks share memory); [ReproducibleReductions] then
-     * issues one collective in place of its composite.
+     * Whether this backend reduces the reproducible all-reduce or reduce of the host [tensor]
+     * (`Sum` or `Avg`) itself, issued with [ExactReduction], giving [ExactSum]'s bits;
+     * [ReproducibleReductions] then issues one collective in place of its composite. [gathers]: the
+     * composite would gather every rank's whole input (a small tensor), so a backend that gathers
+     * moves no more than it. The in-process backend always does (its ranks share memory: each
+     * input is read once); MPI does when [gathers] (one `MPI_Allgather` or `MPI_Gather`, then
+     * [ExactSum] on the host). The answer must depend only on what every rank's call shares (the
+     * tensor's dtype and size), so every rank takes the same path.
      */
-    public open val reducesExactly: Boolean get() = false
+    public open fun reducesExactly(tensor: Tensor, gathers: Boolean): Boolean = false
 
     /**
      * Copies [tensor]'s bytes to [host] ([toHost]) or back, after the work issued on [tensor]: a step

@@ -55,6 +55,15 @@ public object ExactSum {
     }
 
     /**
+     * Reduces [count] elements of each segment of [ins] (one row each, from offset 0) into [out]
+     * (from offset 0): as [reduceRows], the rows in separate segments. [out] may be one of [ins].
+     */
+    @JvmStatic
+    public fun reduceSegments(dtype: DType, average: Boolean, ins: Array<MemorySegment?>, out: MemorySegment, count: Long) {
+        reduceSegments(dtype, average, ins.size, ins, 0, arrayOf(out), 1, 0, count)
+    }
+
+    /**
      * Reduces [count] elements of the [n] segments [ins]: element `k` is the sum (or, [average], the
      * average) of `ins[j][inFrom + k]` for `j` in `0 until n`, written to `outs[i][outFrom + k]` for
      * each `i` in `0 until nOuts` (offsets in elements). An output may be one of the inputs: every

@@ -23,9 +23,9 @@ import java.lang.foreign.MemorySegment
  *   sums of its chunk, `allGather` of the chunks: `2 (n-1)/n` of the tensor sent and received per
  *   rank, what a ring all-reduce moves.
  * - reduce: as all-reduce with `gather` to the root in place of the last (or only) step.
- * - on a backend that [CommunicatorBackend.reducesExactly] (in-process), all-reduce and reduce of
- *   `Sum` and `Avg` are one collective the backend reduces with [ExactSum] ([ExactReduction]),
- *   reading every rank's input once: no staging, the same bits.
+ * - on a backend that [CommunicatorBackend.reducesExactly] (in-process, at every size; MPI, when the
+ *   composite would gather), all-reduce and reduce of `Sum` and `Avg` are one collective the
+ *   backend reduces with [ExactSum] ([ExactReduction]): the same bits, one record, one check.
  * - reduce-scatter (dim 0 or any dim), reduce-scatter-v: one `allToAll`/`allToAllV`, then the
  *   exact sums of this rank's rows.
  *
@@ -51,11 +51,15 @@ internal object ReproducibleReductions {
 
     /**
      * Whether [front] reduces [tensor] with [op] in one collective of its own ([ExactReduction]):
-     * a backend that [CommunicatorBackend.reducesExactly], a host tensor, `Sum` or `Avg`, more than one rank.
+     * a host tensor, `Sum` or `Avg`, more than one rank, on a backend that
+     * [CommunicatorBackend.reducesExactly] it.
      */
     private fun direct(front: Communicator, tensor: Tensor, op: ReduceOp): Boolean =
-        front is CommunicatorFront && front.backend.reducesExactly && front.worldSize > 1 && !tensor.device.isGpu &&
-            (op == ReduceOp.Sum || op == ReduceOp.Avg)
+        front is CommunicatorFront && front.worldSize > 1 && !tensor.device.isGpu && (op == ReduceOp.Sum || op == ReduceOp.Avg) &&
+            front.backend.reducesExactly(tensor, gathers(tensor.numel, tensor.dtype.byteSize.toLong(), front.worldSize))
+
+    /** Whether the composite gathers every rank's whole input: a small tensor, or fewer elements than ranks. */
+    private fun gathers(count: Long, elementBytes: Long, n: Int): Boolean = count * elementBytes <= SMALL_BYTES || count < n
 
     suspend fun allReduce(front: Communicator, tensor: Tensor, op: ReduceOp): Tensor {
         if (direct(front, tensor, op)) return (front as CommunicatorFront).exactReduction(CollectiveOp.AllReduce, tensor, op, -1)
@@ -95,7 +99,7 @@ internal object ReproducibleReductions {
                 ExactSum.reduceRows(dtype, avg, 1, input.segment, count, 0, count, tensor.segment, 0)
                 return
             }
-            if (count * es <= SMALL_BYTES || count < n) {
+            if (gathers(count, es, n)) {
                 val flat = input.view(countInt)
                 val all = if (root < 0) front.allGather(flat) else front.gather(flat, root)
                 if (all != null) {

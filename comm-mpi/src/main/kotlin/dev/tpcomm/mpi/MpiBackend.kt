@@ -12,6 +12,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.CommunicatorBackend
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.ExactReduction
 import dev.tpcomm.engine.NativeDispatcher
 import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailure
@@ -179,6 +180,9 @@ internal class MpiBackend(
         return when (call.op) {
             CollectiveOp.AllReduce -> {
                 val op = call.reduceOp!!
+                if (call.extra === ExactReduction) {
+                    return if (threading.runsHere(call, tensor) { collectives.exactReductionBlocking(call, tensor, op, -1) }) tensor else CommunicatorFront.PENDING
+                }
                 if (staging.needed(tensor) || workarounds.hostReduced(tensor.dtype, op)) return CommunicatorFront.PENDING
                 if (threading.runsHere(call, tensor) { collectives.allReduceBlocking(call, tensor, op) }) tensor else CommunicatorFront.PENDING
             }
@@ -210,6 +214,7 @@ internal class MpiBackend(
         val input = call.input
         val output = call.output
         val staged = staging.needed(input) || staging.needed(output)
+        if (call.extra === ExactReduction) return collectives.runExactReduction(call, input!!, call.reduceOp!!, if (call.op == CollectiveOp.Reduce) call.root else -1)
         return when (call.op) {
             CollectiveOp.AllReduce ->
                 if (staged) staging.allReduce(call, input!!, call.reduceOp!!) else collectives.runAllReduce(call, input!!, call.reduceOp!!)
@@ -281,6 +286,15 @@ internal class MpiBackend(
 
     /** `CommConfig.reproducibleReductions`: the front's default for floating-point sums (docs/reproducible.md). */
     override val reproducibleReductions: Boolean get() = config.reproducibleReductions
+
+    /**
+     * The small reproducible all-reduces and reduces ([gathers]): one `MPI_Allgather` (or
+     * `MPI_Gather` to the root) of the inputs, then [dev.tpcomm.engine.ExactSum] on the host
+     * ([MpiCollectives.runExactReduction]): the composite's data movement and bits as one operation
+     * (one record, one consistency check). Larger ones stay the composite (`allToAll`, then
+     * `allGather`: a ring's bytes). Device tensors never come here.
+     */
+    override fun reducesExactly(tensor: Tensor, gathers: Boolean): Boolean = gathers && !staging.needed(tensor)
 
     /**
      * The monitored barrier's messages: one `Int64` with tag [CONTROL_TAG] on [controlHandle], the

@@ -5,6 +5,8 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.ExactReduction
+import dev.tpcomm.engine.ExactSum
 import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.spi.CollectiveOp
 import kotlinx.coroutines.Job
@@ -128,6 +130,60 @@ internal class MpiCollectives(
     /** A broadcast small enough to ride in the consistency check's exchange ([MpiSlotPayload.Broadcast]), or null. */
     private fun broadcastPayload(tensor: Tensor, root: Int): MpiSlotPayload? =
         if (check.slotsCarry && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Broadcast(tensor, root, rank) else null
+
+    /**
+     * The reproducible all-reduce ([root] -1) or reduce of a small host [tensor] ([ExactReduction],
+     * [MpiBackend.reducesExactly]): every rank's input gathered (`MPI_Allgather`, or `MPI_Gather`
+     * to the root), then each element summed (or averaged) exactly on the host by [ExactSum], on
+     * every rank (on the root only for reduce; the others' tensors stay as they were). The front's
+     * composite gathers and sums the same way: the same bits, in one operation.
+     */
+    suspend fun runExactReduction(call: OperationCall, tensor: Tensor, op: ReduceOp, root: Int): Tensor {
+        if (threading.fastPath()) {
+            exactReductionBlocking(call, tensor, op, root)
+            return tensor
+        }
+        exactReduction(tensor, op, root) { src, n, t, dst, keepAlive, payload ->
+            threading.collective(call, check.sig(call), keepAlive,
+                { if (root < 0) binding.allgather(src, n, t, dst, n, t, handle) else binding.gather(src, n, t, dst, n, t, root, handle) },
+                { r -> if (root < 0) binding.iallgather(src, n, t, dst, n, t, handle, r) else binding.igather(src, n, t, dst, n, t, root, handle, r) },
+                payload = payload)
+        }
+        return tensor
+    }
+
+    /** [runExactReduction] as one blocking MPI call on whichever thread owns MPI now (see [MpiBackend.issue]). */
+    fun exactReductionBlocking(call: OperationCall, tensor: Tensor, op: ReduceOp, root: Int) {
+        exactReduction(tensor, op, root) { src, n, t, dst, keepAlive, payload ->
+            threading.inlineBlocking(call.entry, call.name, keepAlive, check.sig(call), payload = payload) {
+                if (root < 0) binding.allgather(src, n, t, dst, n, t, handle) else binding.gather(src, n, t, dst, n, t, root, handle)
+            }
+        }
+    }
+
+    /**
+     * [runExactReduction]'s steps around its gather: the staging rows (where they are received:
+     * every rank for all-reduce, the root for reduce), [gather] (given the send and receive
+     * addresses, the count, MPI's datatype, what the call keeps alive, and, for a tensor that fits,
+     * the consistency check's slots to carry the inputs in: [MpiSlotPayload.Exact], which then sums
+     * them itself and the gather does not run), the exact sums of the gathered rows, and the
+     * staging's release (freed once no MPI call still holds it).
+     */
+    private inline fun exactReduction(
+        tensor: Tensor, op: ReduceOp, root: Int, gather: (src: Long, n: Int, type: Long, dst: Long, keepAlive: Any, payload: MpiSlotPayload.Exact?) -> Unit,
+    ) {
+        val n = mpiCount(tensor)
+        val average = op == ReduceOp.Avg
+        val payload = if (check.slotsCarry && MpiSlotPayload.fits(tensor.byteSize)) MpiSlotPayload.Exact(tensor, average, root, rank) else null
+        val receives = root < 0 || rank == root
+        val rows = if (receives) Tensor.zeros(tensor.dtype, listOf(blocksCount(n, "reproducible ${if (root < 0) "allReduce" else "reduce"}", "the gathered inputs"))) else null
+        try {
+            gather(addr(tensor), n, abi.datatype(tensor.dtype), rows?.let { addr(it) } ?: 0L, if (rows == null) tensor else arrayOf(tensor, rows), payload)
+            if (rows != null && payload?.finished != true) ExactSum.reduceRows(tensor.dtype, average, worldSize, rows.segment, n.toLong(), 0, n.toLong(), tensor.segment, 0)
+        } finally {
+            rows?.close()
+        }
+    }
 
     /** [reduce] of a validated [tensor] MPI takes as it is. */
     suspend fun runReduce(call: OperationCall, tensor: Tensor, root: Int, op: ReduceOp): Tensor {

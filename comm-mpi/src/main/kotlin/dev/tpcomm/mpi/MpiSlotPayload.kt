@@ -2,6 +2,7 @@ package dev.tpcomm.mpi
 
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
+import dev.tpcomm.engine.ExactSum
 import dev.tpcomm.engine.RankOrderReduction
 import java.lang.foreign.MemorySegment
 
@@ -38,6 +39,30 @@ internal sealed interface MpiSlotPayload {
 
         override fun finish(payloads: Array<MemorySegment?>) {
             RankOrderReduction.reduce(tensor.dtype, op, payloads, tensor.segment, tensor.numel)
+        }
+    }
+
+    /**
+     * A reproducible all-reduce ([root] -1) or reduce to [root] of a small host tensor
+     * ([MpiCollectives.runExactReduction]): every rank's slot carries its input, and every rank
+     * that receives the result (all of them, or the root) sums the slots exactly ([ExactSum], the
+     * average when [average]): the bits of the gather-then-sum path. [finished] tells the caller
+     * the slots did it (the gather did not run).
+     */
+    class Exact(private val tensor: Tensor, private val average: Boolean, private val root: Int, private val rank: Int) : MpiSlotPayload {
+        /** Whether [finish] ran: the operation's result is in the tensor. */
+        var finished: Boolean = false
+            private set
+
+        override fun canCarry(): Boolean = !tensor.device.isGpu
+
+        override fun write(payload: MemorySegment) {
+            MemorySegment.copy(tensor.segment, 0, payload, 0, tensor.byteSize)
+        }
+
+        override fun finish(payloads: Array<MemorySegment?>) {
+            if (root < 0 || rank == root) ExactSum.reduceSegments(tensor.dtype, average, payloads, tensor.segment, tensor.numel)
+            finished = true
         }
     }
 

@@ -137,7 +137,7 @@ internal class LocalBackend(val group: LocalGroup, val rank: Int) : Communicator
     override val reproducibleReductions: Boolean get() = group.world.config.reproducibleReductions
 
     /** Reproducible `Sum` and `Avg` all-reduces and reduces are one slot operation summed exactly from every rank's input ([CollectiveExecution]). */
-    override val reducesExactly: Boolean get() = true
+    override fun reducesExactly(tensor: Tensor, gathers: Boolean): Boolean = true
 
     /**
      * The monitored barrier's messages: buffered sends into the peer's mailbox on [CONTROL_TAG],
