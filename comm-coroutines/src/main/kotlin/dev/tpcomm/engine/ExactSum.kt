@@ -107,7 +107,7 @@ public object ExactSum {
             val sc = scratch.get().ensure(n)
             while (k + g <= count) {
                 val len = minOf(ExactFloat32Lanes.BLOCK.toLong(), (count - k) / g * g).toInt()
-                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.failed)
+                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.hi, sc.lo, sc.failed)
                 for (f in 0 until fails) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, sc.failed[f], sc.failed[f] + g)
                 k += len
             }
@@ -220,6 +220,9 @@ public object ExactSum {
         var values = DoubleArray(8)
         var partials = DoubleArray(16)
         var extra = DoubleArray(20)
+        val acc = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val hi = IntArray(ExactFloat32Lanes.BLOCK)
+        val lo = IntArray(ExactFloat32Lanes.BLOCK)
         val failed = LongArray(ExactFloat32Lanes.BLOCK)
         fun ensure(n: Int): Scratch {
             if (values.size < n) values = DoubleArray(n)

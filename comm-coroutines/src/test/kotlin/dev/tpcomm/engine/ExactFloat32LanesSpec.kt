@@ -70,7 +70,7 @@ class ExactFloat32LanesSpec : FunSpec({
                 val out = arena.allocate(len * 4L)
                 out.fill(0x55)
                 val failed = LongArray(ExactFloat32Lanes.BLOCK)
-                val fails = ExactFloat32Lanes.block(average, n, rows, 0, arrayOf(out), 1, 0, 0, len, failed)
+                val fails = ExactFloat32Lanes.block(average, n, rows, 0, arrayOf(out), 1, 0, 0, len, DoubleArray(len), IntArray(len), IntArray(len), failed)
                 val back = failed.take(fails).toSet()
                 for (g in 0 until groups) {
                     val first = g.toLong() * lanes
