@@ -34,25 +34,16 @@ object MpiDefaultMismatchMain {
     @JvmStatic
     fun main(args: Array<String>) {
         val out = Path.of(args[0])
-        val outcomes = ArrayList<CaseOutcome>()
+        var outcomes: List<CaseOutcome> = emptyList()
         var rank = -1
         runBlocking {
             // The defaults, as a user writes them. The world stays open for the whole program (closing
             // the last communicator finalizes MPI); each case runs on a duplicate, since a mismatch aborts it.
             val world = Comm.create("mpi", CommConfig(timeout = 30.seconds)) as MpiCommunicator
             rank = world.rank
-            suspend fun case(name: String, body: suspend (MpiCommunicator) -> Unit) {
-                val comm = world.duplicate() as MpiCommunicator
-                val outcome = try {
-                    body(comm)
-                    CaseOutcome(name, "Passed", "")
-                } catch (e: Throwable) {
-                    CaseOutcome(name, "Failed", "${e.javaClass.name}: ${e.message}")
-                } finally {
-                    comm.close()
-                }
-                outcomes += outcome
-            }
+            val cases = DuplicateCases(world)
+            outcomes = cases.outcomes
+            suspend fun case(name: String, body: suspend (MpiCommunicator) -> Unit) = cases.case(name, body)
             suspend fun expectMismatch(what: String, block: suspend () -> Unit) {
                 try {
                     block()

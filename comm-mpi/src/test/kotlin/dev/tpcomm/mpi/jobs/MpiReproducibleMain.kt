@@ -35,22 +35,13 @@ object MpiReproducibleMain {
     @JvmStatic
     fun main(args: Array<String>) {
         val out = Path.of(args[0])
-        val outcomes = ArrayList<CaseOutcome>()
+        var outcomes: List<CaseOutcome> = emptyList()
         var rank = -1
         runBlocking {
             val world = Comm.create("mpi", CommConfig(timeout = 30.seconds, options = mapOf(MpiConfig.PROFILING to "true"))) as MpiCommunicator
             rank = world.rank
-            suspend fun case(name: String, body: suspend (MpiCommunicator) -> Unit) {
-                val comm = world.duplicate() as MpiCommunicator
-                outcomes += try {
-                    body(comm)
-                    CaseOutcome(name, "Passed", "")
-                } catch (e: Throwable) {
-                    CaseOutcome(name, "Failed", "${e.javaClass.name}: ${e.message}")
-                } finally {
-                    comm.close()
-                }
-            }
+            val cases = DuplicateCases(world)
+            outcomes = cases.outcomes
             // Element k of rank r: (k + 1) * 2^-r, so every sum is exact in float32 and known.
             fun input(comm: MpiCommunicator, n: Int) = Tensor.of(FloatArray(n) { k -> Math.scalb((k + 1).toFloat(), -comm.rank) }, n)
             fun expected(comm: MpiCommunicator, n: Int) = List(n) { k -> (0 until comm.worldSize).sumOf { r -> Math.scalb((k + 1).toDouble(), -r) }.toFloat() }
@@ -82,9 +73,9 @@ object MpiReproducibleMain {
                 val want = listOf("allReduce(signature)", "allReduce", "reduce(signature)", "reduce").associateWith { CALLS.toLong() }
                 check(counts == want) { "4 KiB allReduce and reduce x$CALLS: expected the check and one MPI gather each, $want; MPI calls $counts" }
             }
-            case(CASES[0]) { comm -> small(comm) }
-            case(CASES[1]) { comm -> medium(comm) }
-            case(CASES[2]) { comm ->
+            cases.case(CASES[0]) { comm -> small(comm) }
+            cases.case(CASES[1]) { comm -> medium(comm) }
+            cases.case(CASES[2]) { comm ->
                 withContext(comm.nativeDispatcher) {
                     small(comm)
                 }
