@@ -47,6 +47,9 @@ public class OperationQueue {
         var error: Throwable? = null
         val completion = ArrayList<CompletionListener>()
         val failure = ArrayList<FailureListener>()
+
+        /** Completed once [finish] has called this operation's listeners: what the waiting methods wait for. */
+        val settled = CompletableFuture<Unit>()
     }
 
     /**
@@ -74,26 +77,21 @@ public class OperationQueue {
     public fun operationId(index: Int): Long = entryAt(index).id
 
     /**
-     * Waits until every operation now in the queue has finished. If any failed, throws the failure of
-     * the first one (in add order) after all have finished, unwrapped. Like
-     * `CompletableFuture.join()`, the wait is not interruptible (use [awaitAll] with a timeout for
-     * a bounded wait); every collective has the communicator's deadline, so it does end.
+     * Waits until every operation now in the queue has finished and its listeners have been called.
+     * If any failed, throws the failure of the first one (in add order) after all have finished,
+     * unwrapped. Like `CompletableFuture.join()`, the wait is not interruptible (use [awaitAll] with
+     * a timeout for a bounded wait); every collective has the communicator's deadline, so it does end.
      */
     public fun awaitAll() {
         val all = snapshot()
-        for (e in all) {
-            try {
-                e.future.join()
-            } catch (_: Throwable) {
-                // reported below, in add order, once every operation has finished
-            }
-        }
+        // The queue's own completion of each entry, after its listeners ran; never exceptional.
+        for (e in all) e.settled.join()
         throwFirstFailure(all)
     }
 
     /**
-     * Waits at most [timeout] for every operation now in the queue to finish. Returns true if all
-     * finished successfully, false if some were still running at the deadline (they keep running;
+     * Waits at most [timeout] for every operation now in the queue to finish and its listeners to
+     * have been called. Returns true if all finished successfully, false if some were still running at the deadline (they keep running;
      * see [cancelAll]) or the thread was interrupted (flag set again). If all finished and any failed,
      * throws the failure of the first one (in add order), unwrapped.
      */
@@ -102,14 +100,12 @@ public class OperationQueue {
         val all = snapshot()
         for (e in all) {
             try {
-                e.future.get(maxOf(0L, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)
+                e.settled.get(maxOf(0L, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)
             } catch (_: TimeoutException) {
                 return false
             } catch (_: InterruptedException) {
                 Thread.currentThread().interrupt()
                 return false
-            } catch (_: ExecutionException) {
-            } catch (_: CancellationException) {
             }
         }
         throwFirstFailure(all)
@@ -217,6 +213,7 @@ public class OperationQueue {
             for (l in failure) safely { l.onFailure(entry.id, error) }
             for (l in failureListeners) safely { l.onFailure(entry.id, error) }
         }
+        entry.settled.complete(Unit)
     }
 
     private inline fun safely(call: () -> Unit) {

@@ -154,6 +154,39 @@ class OperationQueueTest {
     }
 
     @Test
+    void awaitAllReturnsOnlyAfterTheListenersOfWhatItWaitedForRan() throws Exception {
+        // Futures completed by another thread (as collectives are, by the ranks' threads), whose
+        // listeners take a while: awaitAll, timed or not, must not return before they ran (it did:
+        // it joined the futures themselves, which wake the waiter before the completing thread
+        // has run the queue's listeners).
+        for (boolean timed : new boolean[] {false, true}) {
+            OperationQueue queue = new OperationQueue();
+            List<Long> seen = Collections.synchronizedList(new ArrayList<>());
+            CompletableFuture<Integer> ok = new CompletableFuture<>();
+            CompletableFuture<Integer> bad = new CompletableFuture<>();
+            queue.addCompletionListener((id, result) -> { sleep(300); seen.add(id); });
+            queue.addFailureListener((id, error) -> { sleep(300); seen.add(id); });
+            long okId = queue.add(ok);
+            long badId = queue.add(bad);
+            Thread completer = new Thread(() -> { ok.complete(1); bad.completeExceptionally(new IllegalStateException("failed")); });
+            completer.start();
+            IllegalStateException e = assertThrows(IllegalStateException.class,
+                () -> { if (timed) queue.awaitAll(Duration.ofSeconds(10)); else queue.awaitAll(); });
+            assertEquals("failed", e.getMessage());
+            assertEquals(List.of(okId, badId), new ArrayList<>(seen), "timed " + timed);
+            completer.join();
+        }
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Test
     void communicationFailuresReachAwaitAllAndListenersAsThemselves() {
         List<JavaCommunicator> world = JavaComm.localWorld(2,
             dev.tpcomm.CommConfig.builder().timeout(Duration.ofMillis(200)).build());
