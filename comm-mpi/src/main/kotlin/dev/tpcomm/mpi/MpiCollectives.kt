@@ -145,7 +145,7 @@ internal class MpiCollectives(
         }
         exactReduction(tensor, op, root) { src, n, t, dst, keepAlive, payload ->
             threading.collective(call, check.sig(call), keepAlive,
-                { if (root < 0) binding.allgather(src, n, t, dst, n, t, handle) else binding.gather(src, n, t, dst, n, t, root, handle) },
+                { gatherBlocking(root, src, n, t, dst) },
                 { r -> if (root < 0) binding.iallgather(src, n, t, dst, n, t, handle, r) else binding.igather(src, n, t, dst, n, t, root, handle, r) },
                 payload = payload)
         }
@@ -155,11 +155,13 @@ internal class MpiCollectives(
     /** [runExactReduction] as one blocking MPI call on whichever thread owns MPI now (see [MpiBackend.issue]). */
     fun exactReductionBlocking(call: OperationCall, tensor: Tensor, op: ReduceOp, root: Int) {
         exactReduction(tensor, op, root) { src, n, t, dst, keepAlive, payload ->
-            threading.inlineBlocking(call.entry, call.name, keepAlive, check.sig(call), payload = payload) {
-                if (root < 0) binding.allgather(src, n, t, dst, n, t, handle) else binding.gather(src, n, t, dst, n, t, root, handle)
-            }
+            threading.inlineBlocking(call.entry, call.name, keepAlive, check.sig(call), payload = payload) { gatherBlocking(root, src, n, t, dst) }
         }
     }
+
+    /** The blocking gather of [runExactReduction]: `MPI_Allgather` ([root] -1) or `MPI_Gather` to [root]. */
+    private fun gatherBlocking(root: Int, src: Long, n: Int, t: Long, dst: Long): Int =
+        if (root < 0) binding.allgather(src, n, t, dst, n, t, handle) else binding.gather(src, n, t, dst, n, t, root, handle)
 
     /**
      * [runExactReduction]'s steps around its gather: the staging rows (where they are received:
