@@ -93,22 +93,23 @@ public object ExactSum {
     }
 
     /**
-     * Float32 sums (and averages over a power-of-two [n]): groups of lanes through [ExactFloat32Lanes]
-     * where the Vector API is present (each group certified correctly rounded, or handed back), the
-     * rest (a group handed back, the tail) element by element: a double running sum checked with
-     * TwoSum; exact, it rounds once with `toFloat`, IEEE's rounding to float32, subnormals and
-     * overflow included; an element whose sum rounded, or holds a NaN or an infinity, goes the
-     * general way.
+     * Float32 sums (and averages over a power-of-two [n]): blocks of lanes through [ExactFloat32Lanes]
+     * where the Vector API is present (sums certified exact by their exponent range), the rest (a group
+     * with an element not certified, the tail)
+     * element by element: a double running sum checked with TwoSum; exact, it rounds once with
+     * `toFloat`, IEEE's rounding to float32, subnormals and overflow included; an element whose sum
+     * rounded, or holds a NaN or an infinity, goes the general way.
      */
     private fun float32Segments(average: Boolean, n: Int, ins: Array<MemorySegment?>, inFrom: Long, outs: Array<MemorySegment?>, nOuts: Int, outFrom: Long, count: Long) {
         var k = 0L
         if (lanes) {
             val g = ExactFloat32Lanes.lanes
-            while (true) {
-                k = ExactFloat32Lanes.run(average, n, ins, inFrom, outs, nOuts, outFrom, k, count)
-                if (k + g > count) break
-                float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, k, k + g)
-                k += g
+            val sc = scratch.get().ensure(n)
+            while (k + g <= count) {
+                val len = minOf(ExactFloat32Lanes.BLOCK.toLong(), (count - k) / g * g).toInt()
+                val fails = ExactFloat32Lanes.block(average, n, ins, inFrom, outs, nOuts, outFrom, k, len, sc.acc, sc.hi, sc.lo, sc.failed)
+                for (f in 0 until fails) float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, sc.failed[f], sc.failed[f] + g)
+                k += len
             }
         }
         float32Elements(average, n, ins, inFrom, outs, nOuts, outFrom, k, count)
@@ -219,6 +220,10 @@ public object ExactSum {
         var values = DoubleArray(8)
         var partials = DoubleArray(16)
         var extra = DoubleArray(20)
+        val acc = DoubleArray(ExactFloat32Lanes.BLOCK)
+        val hi = IntArray(ExactFloat32Lanes.BLOCK)
+        val lo = IntArray(ExactFloat32Lanes.BLOCK)
+        val failed = LongArray(ExactFloat32Lanes.BLOCK)
         fun ensure(n: Int): Scratch {
             if (values.size < n) values = DoubleArray(n)
             if (partials.size < n + 2) partials = DoubleArray(n + 2)
