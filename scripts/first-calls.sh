@@ -13,7 +13,8 @@
 #   scripts/first-calls.sh                   3 rounds, local + openmpi + mpich, plain and aot
 # Knobs (environment): ROUNDS (3), CONFIGS ("local openmpi mpich"), MODES ("plain aot"; also
 #   nojmx: -Dtpcomm.jmx=false, to see what the MBeans' background registration costs; c1:
-#   -XX:TieredStopAtLevel=1, the client compiler only),
+#   -XX:TieredStopAtLevel=1, the client compiler only; warm1s, warm2s: CommConfig.warmUp of 1 or 2
+#   seconds, through TPCOMM_WARM_UP_SECONDS, its time counted in the creation),
 #   OUT (raw results folder).
 # Prints one Markdown table (median and range over the rounds of each figure) and keeps the raw
 # lines in $OUT/runs.csv (config,mode,round,figure,value).
@@ -78,9 +79,11 @@ for r in $(seq "$ROUNDS"); do
         aot) flags=(-XX:AOTCache="$OUT/$c.aot") ;;
         nojmx) flags=(-Dtpcomm.jmx=false) ;; # what the MBeans' background registration costs
         c1) flags=(-XX:TieredStopAtLevel=1) ;; # C1 only: quicker to compile, slower code
-        *) echo "unknown mode $m (plain, aot, nojmx, c1)" >&2; exit 2 ;;
+        warm1s|warm2s) ;; # CommConfig.warmUp, through TPCOMM_WARM_UP_SECONDS (below)
+        *) echo "unknown mode $m (plain, aot, nojmx, c1, warm1s, warm2s)" >&2; exit 2 ;;
       esac
-      run "$c" "${flags[@]}" 2>>"$OUT/stderr.log" | grep '^first_calls,' | cut -d, -f4,5 | sed "s/^/$c,$m,$r,/" >> "$runs"
+      warm=0; case "$m" in warm*) warm="${m#warm}"; warm="${warm%s}" ;; esac
+      TPCOMM_WARM_UP_SECONDS="$warm" run "$c" "${flags[@]}" 2>>"$OUT/stderr.log" | grep '^first_calls,' | cut -d, -f4,5 | sed "s/^/$c,$m,$r,/" >> "$runs"
     done
   done
 done

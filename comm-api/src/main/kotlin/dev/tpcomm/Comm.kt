@@ -24,7 +24,8 @@ public object Comm {
      * never the in-process backend when the environment describes several processes, since it
      * spans one JVM).
      * Backend names are case-insensitive (`"MPI"` is `"mpi"`). Collective across the ranks described
-     * by [config].
+     * by [config]. With a positive [CommConfig.warmUp] the new communicator first warms the JIT's
+     * call path for that long (closed, and the failure rethrown, if the warm-up fails).
      *
      * @throws BackendUnavailableException when the named backend is not on the classpath or cannot
      * run here, saying which backends exist, which module provides a known one, and why each is
@@ -41,11 +42,28 @@ public object Comm {
                     "no backend is available; tried: " + all.joinToString { "${it.name} (${it.unavailableReason() ?: "unavailable"})" } +
                         if (all.any { it.name == "local" }) "" else ". Add comm-coroutines to the classpath for the in-process backend.",
                 )
-            return chosen.create(config)
+            return warmed(chosen.create(config), config)
         }
         val factory = all.firstOrNull { it.name.equals(backend, ignoreCase = true) }
             ?: throw CommunicationErrors.unavailable(backend, missingBackendMessage(backend, all))
-        return factory.create(config)
+        return warmed(factory.create(config), config)
+    }
+
+    /** [comm] after [CommConfig.warmUp]'s warm-up ([WarmUp]); closed, and the failure rethrown, when the warm-up fails. */
+    @OptIn(InternalTpcommApi::class)
+    private suspend fun warmed(comm: Communicator, config: CommConfig): Communicator {
+        if (!config.warmUp.isPositive()) return comm
+        try {
+            WarmUp.run(comm, config.warmUp)
+        } catch (t: Throwable) {
+            try {
+                comm.close()
+            } catch (c: Throwable) {
+                t.addSuppressed(c)
+            }
+            throw t
+        }
+        return comm
     }
 
     private fun missingBackendMessage(backend: String, found: List<CommBackendFactory>): String {

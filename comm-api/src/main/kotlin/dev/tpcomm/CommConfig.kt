@@ -2,6 +2,8 @@ package dev.tpcomm
 
 import kotlin.time.Duration
 import kotlin.time.Duration.Companion.minutes
+import kotlin.time.DurationUnit
+import kotlin.time.toDuration
 import kotlin.time.toJavaDuration
 import kotlin.time.toKotlinDuration
 
@@ -57,6 +59,20 @@ import kotlin.time.toKotlinDuration
  * `torch.distributed.constants.default_pg_nccl_timeout`): a short [timeout] that detects a stalled collective
  * quickly then does not fail a world whose ranks merely start a few seconds apart. Thread-safety and
  * cancellation are the creating call's: a cancelled creation leaves at once, whatever this says.
+ * @property warmUp how long a new communicator warms the JVM's call path before `Comm.create` (or
+ * `runLocalWorld`, before each rank's block) returns it: the ranks all-reduce an 8-byte float32
+ * host tensor (`Sum`) again and again for about this long, so the JIT has compiled the small-call
+ * path before the first call of yours. A fresh JVM's first 20,000 small calls otherwise cost 15-55
+ * times the steady state while C2 compiles on the ranks' cores (docs/BENCHMARKS.md, issue 37);
+ * about 2 seconds brings them to the steady state on a 2-core machine. Every rank makes the same
+ * number of calls: each call's sum says whether every rank is still within its time, so ranks
+ * whose clocks or starts differ stop together. `Duration.ZERO` (the default): no warm-up; the
+ * operations warmed count in the communicator's statistics and flight recorder like any other.
+ * Backends whose collectives take no host tensor (NCCL, RCCL) fail the creation with an
+ * [IllegalArgumentException] saying to leave it at zero. `TPCOMM_WARM_UP_SECONDS` sets it in
+ * [fromEnvironment]. Every rank must use the same setting (a rank without it joins no warm-up, and
+ * its first operation would meet the others' warm-up calls: a [CollectiveMismatchException] where
+ * signatures are checked).
  * `TPCOMM_CREATION_TIMEOUT_SECONDS` sets it in [fromEnvironment].
  */
 public data class CommConfig @JvmOverloads constructor(
@@ -71,6 +87,7 @@ public data class CommConfig @JvmOverloads constructor(
     public val flightRecorderDir: String? = null,
     public val reproducibleReductions: Boolean = false,
     public val creationTimeout: Duration? = null,
+    public val warmUp: Duration = Duration.ZERO,
 ) {
     init {
         require(worldSize >= 1) { "worldSize must be >= 1, got $worldSize" }
@@ -80,10 +97,14 @@ public data class CommConfig @JvmOverloads constructor(
         require(creationTimeout == null || creationTimeout.isPositive()) { "creationTimeout must be positive or null, got $creationTimeout" }
         require(flightRecorderSize >= 0) { "flightRecorderSize must be >= 0, got $flightRecorderSize" }
         require(flightRecorderDir == null || flightRecorderDir.isNotBlank()) { "flightRecorderDir must be a directory path or null, got a blank string" }
+        require(!warmUp.isNegative() && warmUp.isFinite()) { "warmUp must be zero (no warm-up) or a positive finite duration, got $warmUp" }
     }
 
     /** [timeout] as a `java.time.Duration`. */
     public val javaTimeout: java.time.Duration get() = timeout.toJavaDuration()
+
+    /** [warmUp] as a `java.time.Duration` (for Java callers). */
+    public val javaWarmUp: java.time.Duration get() = warmUp.toJavaDuration()
 
     /** A copy with [timeout] taken from a `java.time.Duration`. */
     public fun withTimeout(timeout: java.time.Duration): CommConfig = copy(timeout = timeout.toKotlinDuration())
@@ -133,6 +154,9 @@ public data class CommConfig @JvmOverloads constructor(
         /** Sets [CommConfig.reproducibleReductions]. */
         public fun reproducibleReductions(value: Boolean): Builder = apply { config = config.copy(reproducibleReductions = value) }
 
+        /** Sets [CommConfig.warmUp] (`Duration.ZERO`: none). */
+        public fun warmUp(value: java.time.Duration): Builder = apply { config = config.copy(warmUp = value.toKotlinDuration()) }
+
         /** Adds one backend-specific option. */
         public fun option(key: String, value: String): Builder = apply { config = config.copy(options = config.options + (key to value)) }
 
@@ -169,7 +193,8 @@ public data class CommConfig @JvmOverloads constructor(
          * (Open MPI), `PMI_RANK`/`PMI_SIZE` (MPICH's hydra, Intel MPI), `PMIX_RANK` with
          * `OMPI_COMM_WORLD_SIZE`, `SLURM_PROCID`/`SLURM_NTASKS`/`SLURM_LOCALID` (srun). Also
          * `TPCOMM_TIMEOUT_SECONDS`, `TPCOMM_CREATION_TIMEOUT_SECONDS` ([creationTimeout]),
-         * `TPCOMM_CHECK_CONSISTENCY` and `TPCOMM_FLIGHT_RECORDER_DIR` ([flightRecorderDir]). Without any,
+         * `TPCOMM_CHECK_CONSISTENCY`, `TPCOMM_FLIGHT_RECORDER_DIR` ([flightRecorderDir]) and
+         * `TPCOMM_WARM_UP_SECONDS` ([warmUp]; decimals allowed, `0` for none). Without any,
          * a world of one.
          *
          * `TPCOMM_CHECK_CONSISTENCY` takes `true`/`false`, `1`/`0`, `yes`/`no` or `on`/`off`, in any case.
@@ -213,6 +238,13 @@ public data class CommConfig @JvmOverloads constructor(
             env["TPCOMM_REPRODUCIBLE"]?.let { config = config.copy(reproducibleReductions = boolean("TPCOMM_REPRODUCIBLE", it)) }
             env["TPCOMM_RENDEZVOUS"]?.let { config = config.copy(rendezvous = it) }
             env["TPCOMM_FLIGHT_RECORDER_DIR"]?.takeIf { it.isNotBlank() }?.let { config = config.copy(flightRecorderDir = it) }
+            env["TPCOMM_WARM_UP_SECONDS"]?.let {
+                val seconds = it.trim().toDoubleOrNull()
+                require(seconds != null && seconds >= 0 && seconds.isFinite()) {
+                    "environment variable TPCOMM_WARM_UP_SECONDS=\"$it\" is not a number of seconds >= 0 (decimals allowed, 0 for no warm-up)"
+                }
+                config = config.copy(warmUp = seconds.toDuration(DurationUnit.SECONDS))
+            }
             return config
         }
     }

@@ -1,6 +1,7 @@
 package dev.tpcomm.bench
 
 import dev.tpcomm.Comm
+import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
 import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
@@ -26,7 +27,9 @@ import kotlin.system.exitProcess
  *
  * Run under `mpirun -np 2 java ... dev.tpcomm.bench.FirstCallsBench mpi` or in one JVM as
  * `FirstCallsBench local 4` (an in-process world of 4 ranks). JVM flags are the caller's: the
- * point is to compare them (an AOT cache, compiler settings) in fresh JVMs.
+ * point is to compare them (an AOT cache, compiler settings) in fresh JVMs. The configuration is
+ * the environment's (`CommConfig.fromEnvironment`, in-process too), so `TPCOMM_WARM_UP_SECONDS`
+ * measures `CommConfig.warmUp`, whose time counts in `create_ms`.
  */
 public object FirstCallsBench {
     private const val WINDOW = 1_000
@@ -44,7 +47,7 @@ public object FirstCallsBench {
                 val world = args.getOrNull(1)?.toInt() ?: 4
                 val t0 = System.nanoTime()
                 runBlocking {
-                    runLocalWorld(world) { comm -> measure(comm, "local", t0) }
+                    runLocalWorld(world, CommConfig.fromEnvironment().copy(worldSize = world, rank = 0)) { comm -> measure(comm, "local", t0) }
                 }
                 0
             }

@@ -2,6 +2,8 @@ package dev.tpcomm.coroutines
 
 import dev.tpcomm.CommConfig
 import dev.tpcomm.Communicator
+import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.WarmUp
 import dev.tpcomm.coroutines.local.LocalBackend
 import dev.tpcomm.engine.CommunicatorFront
 import kotlinx.coroutines.CancellationException
@@ -36,8 +38,11 @@ import kotlin.time.Duration.Companion.seconds
  * The communicators are closed when the ranks end: each rank's communicator (and those it split
  * from it) is closed as soon as its block returns, so a rank still waiting for it in a collective or
  * a receive fails at once with `CommunicatorAbortedException` instead of waiting for the timeout.
- * See [LocalWorld] for the semantics of the communicators.
+ * See [LocalWorld] for the semantics of the communicators. With a positive [CommConfig.warmUp] each
+ * rank's communicator warms the JIT's call path for that long before the rank's [block] starts (a
+ * failure of the warm-up is that rank's failure).
  */
+@OptIn(InternalTpcommApi::class)
 public suspend fun <R> runLocalWorld(
     worldSize: Int,
     config: CommConfig = CommConfig(),
@@ -54,6 +59,7 @@ public suspend fun <R> runLocalWorld(
                 async(start = CoroutineStart.LAZY) {
                     val comm = world.communicator(r)
                     try {
+                        WarmUp.run(comm, config.warmUp)
                         block(comm).also {
                             // A rank that is done can no longer take part: peers that wait for it fail at once.
                             ((comm as? CommunicatorFront)?.backend as? LocalBackend)?.closeTree()
