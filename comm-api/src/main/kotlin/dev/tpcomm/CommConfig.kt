@@ -59,21 +59,20 @@ import kotlin.time.toKotlinDuration
  * `torch.distributed.constants.default_pg_nccl_timeout`): a short [timeout] that detects a stalled collective
  * quickly then does not fail a world whose ranks merely start a few seconds apart. Thread-safety and
  * cancellation are the creating call's: a cancelled creation leaves at once, whatever this says.
+ * `TPCOMM_CREATION_TIMEOUT_SECONDS` sets it in [fromEnvironment].
  * @property warmUp how long a new communicator warms the JVM's call path before `Comm.create` (or
  * `runLocalWorld`, before each rank's block) returns it: the ranks all-reduce an 8-byte float32
  * host tensor (`Sum`) again and again for about this long, so the JIT has compiled the small-call
  * path before the first call of yours. A fresh JVM's first 20,000 small calls otherwise cost 15-55
  * times the steady state while C2 compiles on the ranks' cores (docs/BENCHMARKS.md, issue 37);
- * about 2 seconds brings them to the steady state on a 2-core machine. Every rank makes the same
- * number of calls: each call's sum says whether every rank is still within its time, so ranks
- * whose clocks or starts differ stop together. `Duration.ZERO` (the default): no warm-up; the
+ * 2 seconds cut that to about 2 (in-process) to 5 (MPI) times on a 2-core machine. Every rank makes
+ * the same number of calls: each call's sum says whether every rank is still within its time, so
+ * ranks whose clocks or starts differ stop together. `Duration.ZERO` (the default): no warm-up; the
  * operations warmed count in the communicator's statistics and flight recorder like any other.
  * Backends whose collectives take no host tensor (NCCL, RCCL) fail the creation with an
  * [IllegalArgumentException] saying to leave it at zero. `TPCOMM_WARM_UP_SECONDS` sets it in
- * [fromEnvironment]. Every rank must use the same setting (a rank without it joins no warm-up, and
- * its first operation would meet the others' warm-up calls: a [CollectiveMismatchException] where
- * signatures are checked).
- * `TPCOMM_CREATION_TIMEOUT_SECONDS` sets it in [fromEnvironment].
+ * [fromEnvironment]. Every rank must use the same setting, as for any collective: a rank without
+ * it issues its first operations against the others' warm-up calls (a mismatch, or a timeout).
  */
 public data class CommConfig @JvmOverloads constructor(
     public val worldSize: Int = 1,
