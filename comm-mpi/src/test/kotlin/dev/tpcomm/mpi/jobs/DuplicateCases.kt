@@ -1,6 +1,9 @@
 package dev.tpcomm.mpi.jobs
 
 import dev.tpcomm.mpi.MpiCommunicator
+import kotlinx.coroutines.runBlocking
+import java.nio.file.Path
+import kotlin.system.exitProcess
 
 /**
  * The cases of a job main that each run on a duplicate of [world], so a case that breaks its
@@ -21,6 +24,29 @@ class DuplicateCases(private val world: MpiCommunicator) {
             CaseOutcome(name, "Failed", "${e.javaClass.name}: ${e.message}")
         } finally {
             comm.close()
+        }
+    }
+
+    companion object {
+        /**
+         * A job main's whole run, one rank: [create]s the world (left open: the library finalizes MPI
+         * at exit), runs [cases] with it (each [case] on a duplicate), writes this rank's outcomes to
+         * the file `args[0]` ([CaseReports]) and exits 0. A throw outside a case (the creation's) ends
+         * the JVM with it, and no report.
+         */
+        fun runJob(args: Array<String>, create: suspend () -> MpiCommunicator, cases: suspend DuplicateCases.(world: MpiCommunicator) -> Unit): Nothing {
+            val out = Path.of(args[0])
+            var outcomes: List<CaseOutcome> = emptyList()
+            var rank = -1
+            runBlocking {
+                val world = create()
+                rank = world.rank
+                val runner = DuplicateCases(world)
+                outcomes = runner.outcomes
+                runner.cases(world)
+            }
+            CaseReports.write(out, rank, outcomes)
+            exitProcess(0)
         }
     }
 }

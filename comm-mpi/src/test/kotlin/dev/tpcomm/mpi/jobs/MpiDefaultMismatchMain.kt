@@ -7,10 +7,7 @@ import dev.tpcomm.DType
 import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.mpi.MpiCommunicator
-import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
-import java.nio.file.Path
-import kotlin.system.exitProcess
 import kotlin.time.Duration.Companion.seconds
 
 /**
@@ -33,17 +30,9 @@ object MpiDefaultMismatchMain {
 
     @JvmStatic
     fun main(args: Array<String>) {
-        val out = Path.of(args[0])
-        var outcomes: List<CaseOutcome> = emptyList()
-        var rank = -1
-        runBlocking {
-            // The defaults, as a user writes them. The world stays open for the whole program (closing
-            // the last communicator finalizes MPI); each case runs on a duplicate, since a mismatch aborts it.
-            val world = Comm.create("mpi", CommConfig(timeout = 30.seconds)) as MpiCommunicator
-            rank = world.rank
-            val cases = DuplicateCases(world)
-            outcomes = cases.outcomes
-            suspend fun case(name: String, body: suspend (MpiCommunicator) -> Unit) = cases.case(name, body)
+        // The defaults, as a user writes them. The world stays open for the whole program (closing
+        // the last communicator finalizes MPI); each case runs on a duplicate, since a mismatch aborts it.
+        DuplicateCases.runJob(args, { Comm.create("mpi", CommConfig(timeout = 30.seconds)) as MpiCommunicator }) { world ->
             suspend fun expectMismatch(what: String, block: suspend () -> Unit) {
                 try {
                     block()
@@ -131,7 +120,5 @@ object MpiDefaultMismatchMain {
                 comm.barrier() // still usable
             }
         }
-        CaseReports.write(out, rank, outcomes)
-        exitProcess(0) // the world is not closed: the library finalizes MPI at exit
     }
 }

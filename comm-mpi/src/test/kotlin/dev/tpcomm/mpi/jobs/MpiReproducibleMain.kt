@@ -8,10 +8,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.reproducible
 import dev.tpcomm.mpi.MpiCommunicator
 import dev.tpcomm.mpi.MpiConfig
-import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
-import java.nio.file.Path
-import kotlin.system.exitProcess
 import kotlin.time.Duration.Companion.seconds
 
 /**
@@ -34,14 +31,7 @@ object MpiReproducibleMain {
 
     @JvmStatic
     fun main(args: Array<String>) {
-        val out = Path.of(args[0])
-        var outcomes: List<CaseOutcome> = emptyList()
-        var rank = -1
-        runBlocking {
-            val world = Comm.create("mpi", CommConfig(timeout = 30.seconds, options = mapOf(MpiConfig.PROFILING to "true"))) as MpiCommunicator
-            rank = world.rank
-            val cases = DuplicateCases(world)
-            outcomes = cases.outcomes
+        DuplicateCases.runJob(args, { Comm.create("mpi", CommConfig(timeout = 30.seconds, options = mapOf(MpiConfig.PROFILING to "true"))) as MpiCommunicator }) {
             // Element k of rank r: (k + 1) * 2^-r, so every sum is exact in float32 and known.
             fun input(comm: MpiCommunicator, n: Int) = Tensor.of(FloatArray(n) { k -> Math.scalb((k + 1).toFloat(), -comm.rank) }, n)
             fun expected(comm: MpiCommunicator, n: Int) = List(n) { k -> (0 until comm.worldSize).sumOf { r -> Math.scalb((k + 1).toDouble(), -r) }.toFloat() }
@@ -73,16 +63,14 @@ object MpiReproducibleMain {
                 val want = listOf("allReduce(signature)", "allReduce", "reduce(signature)", "reduce").associateWith { CALLS.toLong() }
                 check(counts == want) { "4 KiB allReduce and reduce x$CALLS: expected the check and one MPI gather each, $want; MPI calls $counts" }
             }
-            cases.case(CASES[0]) { comm -> small(comm) }
-            cases.case(CASES[1]) { comm -> medium(comm) }
-            cases.case(CASES[2]) { comm ->
+            case(CASES[0]) { comm -> small(comm) }
+            case(CASES[1]) { comm -> medium(comm) }
+            case(CASES[2]) { comm ->
                 withContext(comm.nativeDispatcher) {
                     small(comm)
                 }
                 comm.duplicate().use { other -> withContext((other as MpiCommunicator).nativeDispatcher) { medium(other) } }
             }
         }
-        CaseReports.write(out, rank, outcomes)
-        exitProcess(0) // the world is not closed: the library finalizes MPI at exit
     }
 }

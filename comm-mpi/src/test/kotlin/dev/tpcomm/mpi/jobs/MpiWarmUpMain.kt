@@ -7,9 +7,6 @@ import dev.tpcomm.ReduceOp
 import dev.tpcomm.Tensor
 import dev.tpcomm.mpi.MpiCommunicator
 import dev.tpcomm.mpi.MpiConfig
-import kotlinx.coroutines.runBlocking
-import java.nio.file.Path
-import kotlin.system.exitProcess
 
 /**
  * One rank of the job for [dev.tpcomm.mpi.MpiWarmUpJobsTest] (issue 37): `Comm.create` with the
@@ -25,19 +22,15 @@ object MpiWarmUpMain {
 
     @JvmStatic
     fun main(args: Array<String>) {
-        val out = Path.of(args[0])
-        var outcomes: List<CaseOutcome> = emptyList()
-        var rank = -1
-        runBlocking {
-            val config = CommConfig.fromEnvironment()
+        val config = CommConfig.fromEnvironment()
+        var createdNanos = 0L
+        val create = suspend {
             val start = System.nanoTime()
-            val world = Comm.create("mpi", config.copy(options = mapOf(MpiConfig.PROFILING to "true"))) as MpiCommunicator
-            val createdNanos = System.nanoTime() - start
-            rank = world.rank
+            (Comm.create("mpi", config.copy(options = mapOf(MpiConfig.PROFILING to "true"))) as MpiCommunicator).also { createdNanos = System.nanoTime() - start }
+        }
+        DuplicateCases.runJob(args, create) { world ->
             val warmCalls = world.profile()["allReduce(signature)"]?.count ?: 0L
-            val cases = DuplicateCases(world)
-            outcomes = cases.outcomes
-            cases.case(CASES[0]) { comm ->
+            case(CASES[0]) { comm ->
                 check(config.warmUp.inWholeMilliseconds == 400L) { "TPCOMM_WARM_UP_SECONDS did not reach the rank: warmUp ${config.warmUp}" }
                 check(createdNanos >= config.warmUp.inWholeNanoseconds) { "Comm.create returned after ${createdNanos / 1e6} ms, before the ${config.warmUp} warm-up" }
                 check(warmCalls > 100) { "the warm-up made $warmCalls 8-byte all-reduces" }
@@ -53,7 +46,5 @@ object MpiWarmUpMain {
                 check(t.getFloat(0) == want && t.getFloat(1) == 0f) { "the first call after the warm-up gave ${t.getFloat(0)}, ${t.getFloat(1)}; expected $want, 0" }
             }
         }
-        CaseReports.write(out, rank, outcomes)
-        exitProcess(0) // the world is not closed: the library finalizes MPI at exit
     }
 }
