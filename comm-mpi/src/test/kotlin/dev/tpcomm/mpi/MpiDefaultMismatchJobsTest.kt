@@ -1,10 +1,7 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.mpi.jobs.Launcher
 import dev.tpcomm.mpi.jobs.MpiDefaultMismatchMain
-import dev.tpcomm.mpi.jobs.MpiJobs
-import dev.tpcomm.mpi.jobs.caseJobTests
-import dev.tpcomm.mpi.jobs.launcherInstalled
+import dev.tpcomm.mpi.jobs.caseJobTestsUnderEveryLauncher
 import io.kotest.core.spec.style.FunSpec
 import kotlin.time.Duration.Companion.minutes
 
@@ -15,12 +12,5 @@ import kotlin.time.Duration.Companion.minutes
  * elsewhere). Each job runs once (on its first test); one test per case, judged over all ranks.
  */
 class MpiDefaultMismatchJobsTest : FunSpec({
-    val np = 3
-    for (launcher in Launcher.entries) {
-        val suite = "mismatch.default.${launcher.id}.np$np"
-        if (!launcherInstalled(suite, launcher)) continue
-        caseJobTests(suite, np, MpiDefaultMismatchMain.CASES, 5.minutes) { out ->
-            MpiJobs.runMpi(launcher, np, MpiDefaultMismatchMain::class.java.name, listOf(out), limitSeconds = 180)
-        }
-    }
+    caseJobTestsUnderEveryLauncher("mismatch.default", 3, MpiDefaultMismatchMain::class.java.name, MpiDefaultMismatchMain.CASES, 5.minutes, limitSeconds = 180)
 })

@@ -1,10 +1,7 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.mpi.jobs.Launcher
-import dev.tpcomm.mpi.jobs.MpiJobs
 import dev.tpcomm.mpi.jobs.MpiMisuseMain
-import dev.tpcomm.mpi.jobs.caseJobTests
-import dev.tpcomm.mpi.jobs.launcherInstalled
+import dev.tpcomm.mpi.jobs.caseJobTestsUnderEveryLauncher
 import io.kotest.core.spec.style.FunSpec
 import kotlin.time.Duration.Companion.minutes
 
@@ -15,12 +12,5 @@ import kotlin.time.Duration.Companion.minutes
  * all-gather alias. Each job runs once (on its first test); one test per case, judged over all ranks.
  */
 class MpiMisuseJobsTest : FunSpec({
-    val np = 3
-    for (launcher in Launcher.entries) {
-        val suite = "misuse.${launcher.id}.np$np"
-        if (!launcherInstalled(suite, launcher)) continue
-        caseJobTests(suite, np, MpiMisuseMain.CASES, 5.minutes) { out ->
-            MpiJobs.runMpi(launcher, np, MpiMisuseMain::class.java.name, listOf(out), limitSeconds = 240)
-        }
-    }
+    caseJobTestsUnderEveryLauncher("misuse", 3, MpiMisuseMain::class.java.name, MpiMisuseMain.CASES, 5.minutes, limitSeconds = 240)
 })

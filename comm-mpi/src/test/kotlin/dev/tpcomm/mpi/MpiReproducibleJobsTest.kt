@@ -1,10 +1,7 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.mpi.jobs.Launcher
-import dev.tpcomm.mpi.jobs.MpiJobs
 import dev.tpcomm.mpi.jobs.MpiReproducibleMain
-import dev.tpcomm.mpi.jobs.caseJobTests
-import dev.tpcomm.mpi.jobs.launcherInstalled
+import dev.tpcomm.mpi.jobs.caseJobTestsUnderEveryLauncher
 import io.kotest.core.spec.style.FunSpec
 import kotlin.time.Duration.Companion.minutes
 
@@ -16,12 +13,5 @@ import kotlin.time.Duration.Companion.minutes
  * and one gather. Each job runs once (on its first test); one test per case, judged over all ranks.
  */
 class MpiReproducibleJobsTest : FunSpec({
-    val np = 2
-    for (launcher in Launcher.entries) {
-        val suite = "reproducible.${launcher.id}.np$np"
-        if (!launcherInstalled(suite, launcher)) continue
-        caseJobTests(suite, np, MpiReproducibleMain.CASES, 3.minutes) { out ->
-            MpiJobs.runMpi(launcher, np, MpiReproducibleMain::class.java.name, listOf(out), limitSeconds = 120)
-        }
-    }
+    caseJobTestsUnderEveryLauncher("reproducible", 2, MpiReproducibleMain::class.java.name, MpiReproducibleMain.CASES, 3.minutes, limitSeconds = 120)
 })

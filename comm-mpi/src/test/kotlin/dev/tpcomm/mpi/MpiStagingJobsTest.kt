@@ -1,10 +1,9 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.mpi.jobs.Launcher
 import dev.tpcomm.mpi.jobs.MpiJobs
 import dev.tpcomm.mpi.jobs.MpiStagingMain
 import dev.tpcomm.mpi.jobs.caseJobTests
-import dev.tpcomm.mpi.jobs.launcherInstalled
+import dev.tpcomm.mpi.jobs.caseJobTestsUnderEveryLauncher
 import io.kotest.core.spec.style.FunSpec
 import kotlin.time.Duration.Companion.minutes
 
@@ -17,11 +16,5 @@ class MpiStagingJobsTest : FunSpec({
     caseJobTests("staging.singleton", 1, MpiStagingMain.CASES, 3.minutes) { out ->
         MpiJobs.runJava(MpiStagingMain::class.java.name, listOf(out), limitSeconds = 120)
     }
-    for (launcher in Launcher.entries) {
-        val suite = "staging.${launcher.id}.np2"
-        if (!launcherInstalled(suite, launcher)) continue
-        caseJobTests(suite, 2, MpiStagingMain.CASES, 3.minutes) { out ->
-            MpiJobs.runMpi(launcher, 2, MpiStagingMain::class.java.name, listOf(out), limitSeconds = 120)
-        }
-    }
+    caseJobTestsUnderEveryLauncher("staging", 2, MpiStagingMain::class.java.name, MpiStagingMain.CASES, 3.minutes, limitSeconds = 120)
 })

@@ -1,10 +1,7 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.mpi.jobs.Launcher
-import dev.tpcomm.mpi.jobs.MpiJobs
 import dev.tpcomm.mpi.jobs.MpiWarmUpMain
-import dev.tpcomm.mpi.jobs.caseJobTests
-import dev.tpcomm.mpi.jobs.launcherInstalled
+import dev.tpcomm.mpi.jobs.caseJobTestsUnderEveryLauncher
 import io.kotest.core.spec.style.FunSpec
 import kotlin.time.Duration.Companion.minutes
 
@@ -14,12 +11,5 @@ import kotlin.time.Duration.Companion.minutes
  * [MpiWarmUpMain]'s `Comm.create` returns after the warm-up, every rank having made the same calls.
  */
 class MpiWarmUpJobsTest : FunSpec({
-    val np = 2
-    for (launcher in Launcher.entries) {
-        val suite = "warmup.${launcher.id}.np$np"
-        if (!launcherInstalled(suite, launcher)) continue
-        caseJobTests(suite, np, MpiWarmUpMain.CASES, 3.minutes) { out ->
-            MpiJobs.runMpi(launcher, np, MpiWarmUpMain::class.java.name, listOf(out), limitSeconds = 120, env = mapOf("TPCOMM_WARM_UP_SECONDS" to "0.4"))
-        }
-    }
+    caseJobTestsUnderEveryLauncher("warmup", 2, MpiWarmUpMain::class.java.name, MpiWarmUpMain.CASES, 3.minutes, limitSeconds = 120, env = mapOf("TPCOMM_WARM_UP_SECONDS" to "0.4"))
 })

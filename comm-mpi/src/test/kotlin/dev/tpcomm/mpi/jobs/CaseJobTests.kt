@@ -45,6 +45,21 @@ fun FunSpec.caseJobTests(suite: String, np: Int, cases: List<String>, timeout: D
 }
 
 /**
+ * [caseJobTests] for a job of [np] ranks running [mainClass] under each [Launcher], the suites named
+ * `<name>.<launcher id>.np<np>`; a launcher that is not installed gets [launcherInstalled]'s failing
+ * test instead. [limitSeconds] bounds each job; [env] is given to the launcher.
+ */
+fun FunSpec.caseJobTestsUnderEveryLauncher(
+    name: String, np: Int, mainClass: String, cases: List<String>, timeout: Duration, limitSeconds: Long, env: Map<String, String> = emptyMap(),
+) {
+    for (launcher in Launcher.entries) {
+        val suite = "$name.${launcher.id}.np$np"
+        if (!launcherInstalled(suite, launcher)) continue
+        caseJobTests(suite, np, cases, timeout) { out -> MpiJobs.runMpi(launcher, np, mainClass, listOf(out), limitSeconds, env) }
+    }
+}
+
+/**
  * For a launcher that is not installed: a test named `<suite>: <command> installed` that fails
  * saying what to install (disabled with `TPCOMM_ALLOW_MISSING_MPI=1`). Returns false then, true
  * when [launcher] is installed.
