@@ -73,16 +73,15 @@ for r in $(seq "$ROUNDS"); do
   for c in "${configs[@]}"; do
     for m in $MODES; do
       echo "round $r of $ROUNDS: $c $m (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-      flags=()
+      flags=(); warm=0
       case "$m" in
         plain) ;;
         aot) flags=(-XX:AOTCache="$OUT/$c.aot") ;;
         nojmx) flags=(-Dtpcomm.jmx=false) ;; # what the MBeans' background registration costs
         c1) flags=(-XX:TieredStopAtLevel=1) ;; # C1 only: quicker to compile, slower code
-        warm1s|warm2s) ;; # CommConfig.warmUp, through TPCOMM_WARM_UP_SECONDS (below)
+        warm1s|warm2s) warm="${m#warm}"; warm="${warm%s}" ;; # CommConfig.warmUp, through TPCOMM_WARM_UP_SECONDS
         *) echo "unknown mode $m (plain, aot, nojmx, c1, warm1s, warm2s)" >&2; exit 2 ;;
       esac
-      warm=0; case "$m" in warm*) warm="${m#warm}"; warm="${warm%s}" ;; esac
       TPCOMM_WARM_UP_SECONDS="$warm" run "$c" "${flags[@]}" 2>>"$OUT/stderr.log" | grep '^first_calls,' | cut -d, -f4,5 | sed "s/^/$c,$m,$r,/" >> "$runs"
     done
   done
