@@ -9,9 +9,10 @@ import kotlinx.serialization.Serializable
  *
  * Times are microseconds since the epoch, derived when the dump is taken from the recorder's
  * `System.nanoTime` stamps, so records of ranks on one host (and of hosts with synchronised clocks)
- * can be compared. [durationMicros] runs until the dump while the operation is in flight; for a
- * finished operation it (and [completedEpochMicros]) is null when the recorder does not record
- * completion times ([FlightRecorder.timing]).
+ * can be compared, to within the recorder's [FlightRecorderDump.clockResolutionMicros]. [durationMicros]
+ * runs until the dump while the operation is in flight; for an operation that completed it (and
+ * [completedEpochMicros]) is null when the recorder does not record completion times
+ * ([FlightRecorder.timing]); a failed operation always has both.
  */
 @Serializable
 public data class FlightRecord(
@@ -48,9 +49,9 @@ public data class FlightRecord(
     public val queuedEpochMicros: Long,
     /** When the operation started (equal to [queuedEpochMicros] on backends that start at once). */
     public val startedEpochMicros: Long,
-    /** When it completed or failed; null while in flight or without completion timing. */
+    /** When it completed or failed; null while in flight, or when it completed without completion timing. */
     public val completedEpochMicros: Long?,
-    /** From start to completion, or to the dump while in flight; null when finished without timing. */
+    /** From start to completion or failure, or to the dump while in flight; null when it completed without timing. */
     public val durationMicros: Long?,
     /** The failure, as `Throwable.toString()`, when [state] is Failed. */
     public val error: String?,
@@ -91,6 +92,14 @@ public data class FlightRecorderDump(
     public val abortCause: String?,
     /** The kept records, oldest first. */
     public val entries: List<FlightRecord>,
+    /**
+     * How far this rank's start times may lie before the moment the call reached the recorder, in
+     * microseconds: 0 when each start read `System.nanoTime` itself, the watchdog's period (50 ms)
+     * when the recorder took a coarse clock ([FlightRecorder.clockResolutionMicros]). Arrival gaps
+     * between ranks shorter than this say nothing; the analyzer discounts them. 0 in dumps written
+     * before the field existed.
+     */
+    public val clockResolutionMicros: Long = 0L,
 ) {
     public companion object {
         /** The value of [schema]. */

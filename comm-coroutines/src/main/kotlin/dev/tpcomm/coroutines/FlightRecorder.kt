@@ -37,7 +37,8 @@ import java.util.concurrent.atomic.AtomicReferenceArray
  *
  * **Cost.** Recording is on every operation's path, so it takes no lock: one atomic increment,
  * one read of [clock], one small allocation and one compare-and-set into the ring per [start], and
- * one clock read per [Entry.complete] when [timing] is on (none when it is off). With no JFR
+ * one clock read per [Entry.complete] when [timing] is on (none when it is off; [Entry.fail] always
+ * reads one). With no JFR
  * recording running, the events cost one check per operation; `-Dtpcomm.jfr=false` removes even
  * that (the JIT folds the constant).
  *
@@ -56,15 +57,18 @@ public class FlightRecorder(
     /** Backend name written into the dump. */
     public val backend: String = "",
     /**
-     * Whether completion times are recorded. When false, [Entry.complete] and [Entry.fail] read no
-     * clock and a finished entry's [FlightRecord.durationMicros] is null; an operation still in
-     * progress always reports how long it has been running (the figure a hang diagnosis needs).
+     * Whether completion times of successful operations are recorded. When false, [Entry.complete]
+     * reads no clock and a completed entry's [FlightRecord.durationMicros] is null; a failed
+     * operation always records when it failed ([Entry.fail] reads the clock: failures are rare and
+     * their time is what a diagnosis needs), and an operation still in progress always reports how
+     * long it has been running.
      */
     public val timing: Boolean = true,
     /**
      * Where [start] reads an operation's start time: [System.nanoTime] by default. A backend may
      * pass a cheaper, coarser clock in the same time base (`System.nanoTime` values that another
-     * thread advances); start times and running durations are then accurate to its resolution.
+     * thread advances); start times and running durations are then accurate to its resolution,
+     * which it states in [clockResolutionMicros].
      */
     public val clock: NanoClock = NanoClock.SYSTEM,
     /** The communicator's number of ranks, written into the dump. */
@@ -78,6 +82,12 @@ public class FlightRecorder(
      * `CommConfig.fromEnvironment()`); null and no variable (or a blank one): nowhere.
      */
     dumpDirectory: String? = null,
+    /**
+     * How far [clock]'s readings may lag `System.nanoTime`, in microseconds (0 for [NanoClock.SYSTEM]);
+     * written into the dump as [FlightRecorderDump.clockResolutionMicros] so that readers of several
+     * ranks' dumps know which arrival gaps are real.
+     */
+    public val clockResolutionMicros: Long = 0L,
 ) : AutoCloseable {
     /** Where dumps are written: the constructor's directory, else `TPCOMM_FLIGHT_RECORDER_DIR`, else null (nowhere). */
     public val dumpDirectory: String? = dumpDirectory ?: ENVIRONMENT_DUMP_DIRECTORY
@@ -96,6 +106,7 @@ public class FlightRecorder(
     init {
         require(capacity >= 0) { "flight recorder capacity must be >= 0, got $capacity" }
         require(worldSize >= 1) { "flight recorder worldSize must be >= 1, got $worldSize" }
+        require(clockResolutionMicros >= 0) { "flight recorder clockResolutionMicros must be >= 0, got $clockResolutionMicros" }
     }
 
     private val ring = AtomicReferenceArray<Entry>(capacity)
@@ -207,7 +218,7 @@ public class FlightRecorder(
 
         private fun finish(code: Int): Boolean {
             if (STATE.getAcquire(this) as Int > QUEUED) return false
-            if (timing) endNanos = System.nanoTime()
+            if (timing || code != COMPLETED) endNanos = System.nanoTime()
             STATE.setRelease(this, code)
             event?.let { FlightEvents.commit(it, this@FlightRecorder, this, OUTCOMES[code - COMPLETED], error) }
             onFinish?.let { hook -> onFinish = null; hook.run() }
@@ -273,10 +284,11 @@ public class FlightRecorder(
             val started = startNanos
             val finished = code > QUEUED
             fun epoch(nanos: Long) = nowMicros - Math.floorDiv(now - nanos, 1_000L)
+            val timed = timing || (finished && code != COMPLETED)
             val duration = when {
                 code == QUEUED -> null
                 !finished -> (now - started) / 1000
-                timing -> (endNanos - started) / 1000
+                timed -> (endNanos - started) / 1000
                 else -> null
             }
             return FlightRecord(
@@ -296,7 +308,7 @@ public class FlightRecorder(
                 // Wall-clock times, derived at dump time so that recording reads no wall clock.
                 queuedEpochMicros = epoch(queuedNanos),
                 startedEpochMicros = epoch(if (code == QUEUED) queuedNanos else started),
-                completedEpochMicros = if (finished && timing) epoch(endNanos) else null,
+                completedEpochMicros = if (finished && timed) epoch(endNanos) else null,
                 durationMicros = duration,
                 error = if (s == State.Failed) error else null,
             )
@@ -393,6 +405,7 @@ public class FlightRecorder(
             aborted = sawFailure,
             abortCause = failureCause,
             entries = records,
+            clockResolutionMicros = clockResolutionMicros,
         )
     }
 

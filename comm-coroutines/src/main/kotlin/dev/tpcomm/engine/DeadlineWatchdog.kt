@@ -1,6 +1,7 @@
 package dev.tpcomm.engine
 
 import dev.tpcomm.InternalTpcommApi
+import dev.tpcomm.coroutines.FlightRecorder
 import java.lang.ref.WeakReference
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.locks.LockSupport
@@ -54,8 +55,8 @@ public object DeadlineWatchdog {
     @Volatile private var coarse: Long = System.nanoTime()
 
     /**
-     * `System.nanoTime()` as of the watchdog's latest scan: at most about one period old (50 ms
-     * with no registration) while the machine lets the watchdog's thread run. Reading it starts
+     * `System.nanoTime()` as of the watchdog's latest scan: at most about one period old (at most
+     * [MAX_PERIOD_MILLIS]) while the machine lets the watchdog's thread run. Reading it starts
      * that thread when nothing registered yet, so the clock always advances.
      */
     public val coarseNanos: Long
@@ -63,6 +64,19 @@ public object DeadlineWatchdog {
             if (thread == null) ensureThread()
             return coarse
         }
+
+    /** The longest the watchdog sleeps between scans, in milliseconds: how stale [coarseNanos] may be while its thread runs on time. */
+    public const val MAX_PERIOD_MILLIS: Long = 50L
+
+    /**
+     * A flight-recorder clock that reads no clock: [coarseNanos], at most [MAX_PERIOD_MILLIS] behind
+     * [System.nanoTime] (more when the machine starves the watchdog's thread). Pass
+     * [COARSE_CLOCK_RESOLUTION_MICROS] with it ([FlightRecorder.clockResolutionMicros]).
+     */
+    public val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { coarseNanos }
+
+    /** [coarseClock]'s resolution in microseconds, as dumps state it. */
+    public const val COARSE_CLOCK_RESOLUTION_MICROS: Long = MAX_PERIOD_MILLIS * 1_000L
 
     /**
      * Calls [watched] every [periodMillis] ms (at least 1) from now on. With [weak], the watchdog
@@ -80,7 +94,7 @@ public object DeadlineWatchdog {
     }
 
     /** The period for a communicator whose calls time out after [timeoutMillis]: a tenth of it, between 2 and 50 ms. */
-    public fun periodFor(timeoutMillis: Long): Long = (timeoutMillis / 10).coerceIn(2, 50)
+    public fun periodFor(timeoutMillis: Long): Long = (timeoutMillis / 10).coerceIn(2, MAX_PERIOD_MILLIS)
 
     private fun ensureThread() {
         if (thread != null) return
@@ -93,7 +107,7 @@ public object DeadlineWatchdog {
         while (true) {
             val now = System.nanoTime()
             coarse = now
-            var nextWake = now + 50_000_000L
+            var nextWake = now + MAX_PERIOD_MILLIS * 1_000_000L
             for (r in registrations) {
                 val w = r.target()
                 if (w == null) { registrations.remove(r); continue }

@@ -58,19 +58,35 @@ class FlightRecorderSpec : FunSpec({
         running.complete()
     }
 
-    test("without timing, finished entries carry no duration and running ones still do") {
+    test("without timing, completed entries carry no duration; failed and running ones do") {
         val rec = FlightRecorder(8, timing = false)
         val done = rec.start("allReduce")
         val failed = rec.start("send")
         rec.start("recv")
         done.complete()
+        Thread.sleep(3)
         failed.fail(RuntimeException("x"))
         Thread.sleep(2)
         val (d, f, r) = rec.snapshot()
         d.durationMicros.shouldBeNull()
-        f.durationMicros.shouldBeNull()
+        d.completedEpochMicros.shouldBeNull()
+        // A failure's time is what a diagnosis needs: read once, on the failure path.
+        f.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 3_000L
+        f.completedEpochMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual f.startedEpochMicros + 3_000L
         f.error shouldBe "java.lang.RuntimeException: x"
-        r.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 2_000L
+        r.durationMicros.shouldNotBeNull() shouldBeGreaterThanOrEqual 5_000L
+    }
+
+    test("a dump states the resolution of its start times") {
+        val exact = FlightRecorder(4)
+        val coarse = FlightRecorder(4, timing = false, clock = { System.nanoTime() }, clockResolutionMicros = 50_000L)
+        FlightRecorder.parseDump(exact.dumpJson()).clockResolutionMicros shouldBe 0L
+        FlightRecorder.parseDump(coarse.dumpJson()).clockResolutionMicros shouldBe 50_000L
+        // A dump written before the field existed reads as exact.
+        val old = exact.dumpJson().replace(",\"clockResolutionMicros\":0", "")
+        (old.contains("clockResolutionMicros")) shouldBe false
+        FlightRecorder.parseDump(old).clockResolutionMicros shouldBe 0L
+        shouldThrow<IllegalArgumentException> { FlightRecorder(4, clockResolutionMicros = -1L) }
     }
 
     test("start times come from the given clock, in System.nanoTime's time base") {

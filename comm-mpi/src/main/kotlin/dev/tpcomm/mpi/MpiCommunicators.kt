@@ -1,6 +1,5 @@
 package dev.tpcomm.mpi
 
-import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.DeadlineWatchdog
 import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.locks.LockSupport
@@ -38,12 +37,6 @@ internal class MpiCommunicators(private val periodMillis: Long = 50) : AutoClose
     }
 
     private val members = ConcurrentHashMap.newKeySet<Member>()
-
-    /**
-     * A flight-recorder clock that reads no clock: the time of the core watchdog's latest scan, at
-     * most about one period behind [System.nanoTime] (more when the machine starves that thread).
-     */
-    val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { DeadlineWatchdog.coarseNanos }
 
     @Volatile private var closed = false
     private var noticeThread: Thread? = null

@@ -26,7 +26,11 @@ import kotlin.io.path.readText
  * 6. [Kind.Straggler]: nothing failed; the rank whose late arrival made the others wait longest
  *    over the recent collectives (the first collective, whose arrival times measure process
  *    start-up, left out), with the collective where it cost most. Start times are as precise as
- *    the backend's recorder clock (MPI without profiling: the watchdog's 50 ms scan).
+ *    the backend's recorder clock, which each dump states (`clockResolutionMicros`: 50 ms on MPI
+ *    without profiling and in-process without `local.timing`, where the start is the watchdog's
+ *    latest scan): a rank is counted as waiting only for the part of a gap its own start time's
+ *    resolution cannot explain, so ranks of a healthy job whose clocks tick at different moments
+ *    are not called stragglers; a straggler is named once it made the others wait longer than that.
  * 7. [Kind.Healthy]: nothing failed and no rank made others wait more than [stragglerMinMicros].
  *
  * Dumps of several communicators (a world and its splits) are analysed per communicator; the
@@ -195,9 +199,10 @@ public class FlightAnalyzer(
         for (c in common) {
             val starts = views.mapValues { it.value.byCollective.getValue(c).startedEpochMicros }
             val (last, lastStart) = starts.maxBy { it.value }
-            val wait = starts.values.sumOf { lastStart - it }
+            // What rank r surely waited: its start may lie up to its clock's resolution before its arrival.
+            val wait = starts.entries.sumOf { (r, start) -> maxOf(0L, lastStart - start - views.getValue(r).dump.clockResolutionMicros) }
             caused[last] += wait
-            lastCount[last]++
+            if (wait > 0) lastCount[last]++
             if (wait > worst) { worst = wait; worstSeq = c; worstRank = last }
         }
         val r = caused.indices.maxByOrNull { caused[it] } ?: 0
@@ -208,7 +213,7 @@ public class FlightAnalyzer(
             return Result(
                 Kind.Healthy, id, emptyList(), null,
                 "verdict: healthy: all ${views.size} ranks of $id completed every recorded collective (${common.firstOrNull() ?: 0}..${common.lastOrNull() ?: 0}); " +
-                    "no rank made the others wait more than ${total / 1000} ms in total",
+                    "no rank made the others wait more than ${total / 1000} ms in total" + resolutionNote(views),
                 table,
             ) to total
         }
@@ -216,9 +221,15 @@ public class FlightAnalyzer(
         return Result(
             Kind.Straggler, id, listOf(r), seq,
             "verdict: no failure; straggler: rank $r of $id arrived last at ${lastCount[r]} of the last $n collectives, making the others wait " +
-                "${total / 1000} ms in total; worst at collective $seq (${describe(views.getValue(r).byCollective.getValue(seq), withSequence = false)})",
+                "${total / 1000} ms in total${resolutionNote(views)}; worst at collective $seq (${describe(views.getValue(r).byCollective.getValue(seq), withSequence = false)})",
             table,
         ) to total
+    }
+
+    /** Where start times are coarse, how coarse (the waits above discount it). */
+    private fun resolutionNote(views: Map<Int, RankView>): String {
+        val coarsest = views.values.maxOf { it.dump.clockResolutionMicros }
+        return if (coarsest > 0) " (start times accurate to ${coarsest / 1000} ms, discounted)" else ""
     }
 
     private fun table(views: Map<Int, RankView>, missing: List<Int>, n: Long?, atN: Map<Int, FlightRecord>): String {

@@ -21,10 +21,32 @@ class FlightAnalyzerTest : FunSpec({
             queuedEpochMicros = start, startedEpochMicros = start, completedEpochMicros = null, durationMicros = null, error = error,
         )
 
-    fun dump(rank: Int, entries: List<FlightRecord>, communicator: String = "world", world: Int = 3) = FlightRecorderDump(
+    fun dump(rank: Int, entries: List<FlightRecord>, communicator: String = "world", world: Int = 3, resolution: Long = 0) = FlightRecorderDump(
         backend = "mpi", communicator = communicator, rank = rank, worldSize = world, reason = "shutdown", pid = 1, dumpedAtEpochMicros = 99_000_000,
         lastSequenceIssued = entries.size.toLong(), lastSequenceCompleted = 0, aborted = false, abortCause = null, entries = entries,
+        clockResolutionMicros = resolution,
     )
+
+    test("coarse start times: gaps their resolution explains name no straggler; a longer stall is named, discounted") {
+        // Three processes whose watchdogs tick 50 ms apart at different moments: every call of rank 2
+        // stamped 45 ms after the same call of rank 0, in a job where nobody waited.
+        val skew = mapOf(0 to 0L, 1 to 20_000L, 2 to 45_000L)
+        fun ranks(resolution: Long, stallAt: Long? = null) = (0..2).map { r ->
+            dump(r, (1L..8).map { c -> rec(c, start = c * 1_000_000 + skew.getValue(r) + if (r == 1 && c == stallAt) 300_000L else 0L) }, resolution = resolution)
+        }
+        val healthy = FlightAnalyzer().analyze(ranks(50_000))
+        healthy.kind shouldBe FlightAnalyzer.Kind.Healthy
+        healthy.verdict shouldContain "start times accurate to 50 ms"
+        // The same stamps read as exact times: rank 2 is the straggler (the reading without the resolution).
+        FlightAnalyzer().analyze(ranks(0)).kind shouldBe FlightAnalyzer.Kind.Straggler
+        // Rank 1 stalls 300 ms before collective 5: named, at that collective, with the discounted wait.
+        val stall = FlightAnalyzer().analyze(ranks(50_000, stallAt = 5))
+        stall.kind shouldBe FlightAnalyzer.Kind.Straggler
+        stall.culprits shouldBe listOf(1)
+        stall.sequence shouldBe 5L
+        // Rank 0 started 320 ms earlier, rank 2 275 ms: less 50 ms each, 495 ms.
+        stall.verdict shouldContain "making the others wait 495 ms in total"
+    }
 
     test("a rank stuck inside a collective the others completed is named, with the collective") {
         val done = (1L..5).map { rec(it) }

@@ -27,7 +27,7 @@ object MpiScenarioMain {
         val culprit = culpritText.toInt()
         val at = atText.toInt()
         val config = CommConfig.fromEnvironment().copy(
-            timeout = if (fault == "straggler") 60.seconds else 3.seconds,
+            timeout = if (fault == "straggler" || fault == "none") 60.seconds else 3.seconds,
             checkConsistency = fault == "root",
             flightRecorderDir = dir,
         )
@@ -54,7 +54,7 @@ object MpiScenarioMain {
                     else -> comm.allGather(t, dim = 0)
                 }
             }
-            if (fault == "straggler") comm.dumpFlightRecorder()
+            if (fault == "straggler" || fault == "none") comm.dumpFlightRecorder()
             comm.close()
             world.close()
         }

@@ -11,6 +11,7 @@ import dev.tpcomm.Tensor
 import dev.tpcomm.coroutines.FlightRecorder
 import dev.tpcomm.engine.CommunicatorBackend
 import dev.tpcomm.engine.CommunicatorFront
+import dev.tpcomm.engine.DeadlineWatchdog
 import dev.tpcomm.engine.OperationCall
 import dev.tpcomm.engine.OperationFailedSignal
 import dev.tpcomm.engine.OperationFailure
@@ -45,6 +46,10 @@ internal class LocalBackend(val group: LocalGroup, val rank: Int) : Communicator
         FlightRecorder(
             group.world.config.flightRecorderSize, rank, BACKEND, worldSize = group.size,
             communicator = FlightRecorder.safeId(group.description.replace("local world of ", "world")), dumpDirectory = group.world.config.flightRecorderDir,
+            // No clock read per call unless local.timing asks for one (LocalBackendFactory.TIMING_OPTION), as on MPI.
+            timing = world.timing,
+            clock = if (world.timing) FlightRecorder.NanoClock.SYSTEM else DeadlineWatchdog.coarseClock,
+            clockResolutionMicros = if (world.timing) 0L else DeadlineWatchdog.COARSE_CLOCK_RESOLUTION_MICROS,
         ),
         // The core's argument checks, the same as MPI's: heap-backed tensors are refused (with MPI's
         // message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
