@@ -57,7 +57,10 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * cancellation is the deadline of an enclosing `withTimeout`, so that
  * `withTimeout(d) { comm.allReduce(t) }` raises `CommunicationTimeoutException` at `d`.
  *
- * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`).
+ * Every exception carries the rank's flight recorder as JSON (`flightRecorderDump`). The recorder
+ * reads no clock per call (start times to the watchdog's 50 ms, no duration for a call that
+ * completed) unless the option `local.timing=true`
+ * ([dev.tpcomm.coroutines.local.LocalBackendFactory.TIMING_OPTION]) asks for exact times.
  *
  * Memory: the world refuses what every backend refuses, so a test that passes here does not fail
  * under `mpirun` or on a GPU. A host tensor over a Java heap array (`MemorySegment.ofArray`, a heap
@@ -82,8 +85,9 @@ import dev.tpcomm.coroutines.local.LocalWorldState
  * [config]'s `worldSize` and `rank` are ignored ([worldSize] is used); its timeout,
  * flight-recorder size and options apply. [close] closes every rank's communicator.
  *
- * @throws IllegalArgumentException from the constructor when [worldSize] < 1 or the option
- * `local.allowHeapMemory` is neither `true` nor `false`.
+ * @throws IllegalArgumentException from the constructor when [worldSize] < 1, the option
+ * `local.allowHeapMemory` or `local.timing` is neither `true` nor `false`, or `local.eagerLimit` is
+ * not a whole number of bytes.
  */
 public class LocalWorld(
     /** Number of ranks (>= 1). */

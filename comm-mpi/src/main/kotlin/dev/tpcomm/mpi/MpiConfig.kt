@@ -17,8 +17,9 @@ import dev.tpcomm.CommConfig
  * [MpiCommunicator.profile] (count, total and maximum per operation), and the flight recorder
  * records completion times (finished entries then carry `durationMicros`). When false (default)
  * the recorder reads no clock per operation: start times come from the watchdog's scans (every
- * 50 ms, so they are accurate to about that), and only operations still in progress report a
- * duration. That keeps small-message calls cheap (a clock read costs about 20 ns here).
+ * 50 ms, so they are accurate to about that; the dumps state it in `clockResolutionMicros`), and
+ * only operations that failed or are still in progress report a duration. That keeps
+ * small-message calls cheap (a clock read costs about 20 ns here).
  * @property abortOnTimeout when a call passes its deadline, call `MPI_Abort` so that every rank of
  * the job ends instead of hanging. Default true.
  * @property progress how operations are driven (see [MpiProgress]).
