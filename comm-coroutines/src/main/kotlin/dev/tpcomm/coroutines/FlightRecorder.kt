@@ -37,10 +37,9 @@ import java.util.concurrent.atomic.AtomicReferenceArray
  *
  * **Cost.** Recording is on every operation's path, so it takes no lock: one atomic increment,
  * one read of [clock], one small allocation and one compare-and-set into the ring per [start], and
- * one clock read per [Entry.complete] when [timing] is on (none when it is off; [Entry.fail] always
- * reads one). With no JFR
- * recording running, the events cost one check per operation; `-Dtpcomm.jfr=false` removes even
- * that (the JIT folds the constant).
+ * one clock read per [Entry.complete] when [timing] is on (none when it is off; [Entry.fail]
+ * always reads one). With no JFR recording running, the events cost one check per operation;
+ * `-Dtpcomm.jfr=false` removes even that (the JIT folds the constant).
  *
  * **Thread-safety.** Any thread may start, complete, fail and dump concurrently. Sequence numbers
  * are unique and increase in call order of [start]; collective sequence numbers are assigned in

@@ -34,6 +34,7 @@ internal class LocalWorldState(val config: CommConfig) {
 
     /** [LocalBackendFactory.TIMING_OPTION]: read (and refused when malformed) once, at creation. */
     val timing: Boolean = LocalBackendFactory.timing(config)
+
     val groups = CopyOnWriteArrayList<LocalGroup>()
 
     /** The world's own group (set once by LocalWorld); when all its ranks closed, the world closes. */
