@@ -95,7 +95,7 @@ public data class FlightRecorderDump(
     /**
      * How far this rank's start times may lie before the moment the call reached the recorder, in
      * microseconds: 0 when each start read `System.nanoTime` itself, the watchdog's period (50 ms)
-     * when the recorder took a coarse clock ([FlightRecorder.clockResolutionMicros]). Arrival gaps
+     * when the recorder took a coarse clock ([FlightRecorder.NanoClock.resolutionMicros]). Arrival gaps
      * between ranks shorter than this say nothing; the analyzer discounts them. 0 in dumps written
      * before the field existed.
      */

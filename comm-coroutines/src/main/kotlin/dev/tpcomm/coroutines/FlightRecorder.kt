@@ -66,8 +66,8 @@ public class FlightRecorder(
     /**
      * Where [start] reads an operation's start time: [System.nanoTime] by default. A backend may
      * pass a cheaper, coarser clock in the same time base (`System.nanoTime` values that another
-     * thread advances); start times and running durations are then accurate to its resolution,
-     * which it states in [clockResolutionMicros].
+     * thread advances); start times and running durations are then accurate to its
+     * [NanoClock.resolutionMicros], which dumps state.
      */
     public val clock: NanoClock = NanoClock.SYSTEM,
     /** The communicator's number of ranks, written into the dump. */
@@ -81,12 +81,6 @@ public class FlightRecorder(
      * `CommConfig.fromEnvironment()`); null and no variable (or a blank one): nowhere.
      */
     dumpDirectory: String? = null,
-    /**
-     * How far [clock]'s readings may lag `System.nanoTime`, in microseconds (0 for [NanoClock.SYSTEM]);
-     * written into the dump as [FlightRecorderDump.clockResolutionMicros] so that readers of several
-     * ranks' dumps know which arrival gaps are real.
-     */
-    public val clockResolutionMicros: Long = 0L,
 ) : AutoCloseable {
     /** Where dumps are written: the constructor's directory, else `TPCOMM_FLIGHT_RECORDER_DIR`, else null (nowhere). */
     public val dumpDirectory: String? = dumpDirectory ?: ENVIRONMENT_DUMP_DIRECTORY
@@ -95,6 +89,13 @@ public class FlightRecorder(
     public fun interface NanoClock {
         /** The current time, in the time base of [System.nanoTime]. */
         public fun nanoTime(): Long
+
+        /**
+         * How far [nanoTime] may lag `System.nanoTime`, in microseconds (0, the default, for an exact
+         * clock); dumps state it ([FlightRecorderDump.clockResolutionMicros]) so that readers of several
+         * ranks' dumps know which arrival gaps are real. Must not be negative.
+         */
+        public val resolutionMicros: Long get() = 0L
 
         public companion object {
             /** [System.nanoTime] itself. */
@@ -105,7 +106,7 @@ public class FlightRecorder(
     init {
         require(capacity >= 0) { "flight recorder capacity must be >= 0, got $capacity" }
         require(worldSize >= 1) { "flight recorder worldSize must be >= 1, got $worldSize" }
-        require(clockResolutionMicros >= 0) { "flight recorder clockResolutionMicros must be >= 0, got $clockResolutionMicros" }
+        require(clock.resolutionMicros >= 0) { "flight recorder clock's resolutionMicros must be >= 0, got ${clock.resolutionMicros}" }
     }
 
     private val ring = AtomicReferenceArray<Entry>(capacity)
@@ -404,7 +405,7 @@ public class FlightRecorder(
             aborted = sawFailure,
             abortCause = failureCause,
             entries = records,
-            clockResolutionMicros = clockResolutionMicros,
+            clockResolutionMicros = clock.resolutionMicros,
         )
     }
 

@@ -70,13 +70,13 @@ public object DeadlineWatchdog {
 
     /**
      * A flight-recorder clock that reads no clock: [coarseNanos], at most [MAX_PERIOD_MILLIS] behind
-     * [System.nanoTime] (more when the machine starves the watchdog's thread). Pass
-     * [COARSE_CLOCK_RESOLUTION_MICROS] with it ([FlightRecorder.clockResolutionMicros]).
+     * [System.nanoTime] (more when the machine starves the watchdog's thread), which its
+     * `resolutionMicros` says.
      */
-    public val coarseClock: FlightRecorder.NanoClock = FlightRecorder.NanoClock { coarseNanos }
-
-    /** [coarseClock]'s resolution in microseconds, as dumps state it. */
-    public const val COARSE_CLOCK_RESOLUTION_MICROS: Long = MAX_PERIOD_MILLIS * 1_000L
+    public val coarseClock: FlightRecorder.NanoClock = object : FlightRecorder.NanoClock {
+        override fun nanoTime(): Long = coarseNanos
+        override val resolutionMicros: Long get() = MAX_PERIOD_MILLIS * 1_000L
+    }
 
     /**
      * Calls [watched] every [periodMillis] ms (at least 1) from now on. With [weak], the watchdog

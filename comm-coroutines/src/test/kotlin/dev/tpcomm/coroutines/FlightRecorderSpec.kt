@@ -79,14 +79,18 @@ class FlightRecorderSpec : FunSpec({
 
     test("a dump states the resolution of its start times") {
         val exact = FlightRecorder(4)
-        val coarse = FlightRecorder(4, timing = false, clock = { System.nanoTime() }, clockResolutionMicros = 50_000L)
+        fun clock(resolution: Long) = object : FlightRecorder.NanoClock {
+            override fun nanoTime(): Long = System.nanoTime()
+            override val resolutionMicros: Long get() = resolution
+        }
+        val coarse = FlightRecorder(4, timing = false, clock = clock(50_000L))
         FlightRecorder.parseDump(exact.dumpJson()).clockResolutionMicros shouldBe 0L
         FlightRecorder.parseDump(coarse.dumpJson()).clockResolutionMicros shouldBe 50_000L
         // A dump written before the field existed reads as exact.
         val old = exact.dumpJson().replace(",\"clockResolutionMicros\":0", "")
         (old.contains("clockResolutionMicros")) shouldBe false
         FlightRecorder.parseDump(old).clockResolutionMicros shouldBe 0L
-        shouldThrow<IllegalArgumentException> { FlightRecorder(4, clockResolutionMicros = -1L) }
+        shouldThrow<IllegalArgumentException> { FlightRecorder(4, clock = clock(-1L)) }
     }
 
     test("start times come from the given clock, in System.nanoTime's time base") {

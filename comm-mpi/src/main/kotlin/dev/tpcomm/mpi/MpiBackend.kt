@@ -68,7 +68,6 @@ internal class MpiBackend(
                 config.flightRecorderSize, rank, "mpi", timing = mpiConfig.profiling, worldSize = worldSize, communicator = FlightRecorder.safeId(name), dumpDirectory = config.flightRecorderDir,
                 // Without profiling, start times come from the watchdog's scans: no clock read per operation.
                 clock = if (mpiConfig.profiling) FlightRecorder.NanoClock.SYSTEM else DeadlineWatchdog.coarseClock,
-                clockResolutionMicros = if (mpiConfig.profiling) 0L else DeadlineWatchdog.COARSE_CLOCK_RESOLUTION_MICROS,
             ),
             // The core's argument checks, run by the front first on host and device tensors alike (device
             // tensors go to a CUDA-aware MPI as pointers or are staged: anyDevice), so every backend refuses

@@ -49,7 +49,6 @@ internal class LocalBackend(val group: LocalGroup, val rank: Int) : Communicator
             // No clock read per call unless local.timing asks for one (LocalBackendFactory.TIMING_OPTION), as on MPI.
             timing = world.timing,
             clock = if (world.timing) FlightRecorder.NanoClock.SYSTEM else DeadlineWatchdog.coarseClock,
-            clockResolutionMicros = if (world.timing) 0L else DeadlineWatchdog.COARSE_CLOCK_RESOLUTION_MICROS,
         ),
         // The core's argument checks, the same as MPI's: heap-backed tensors are refused (with MPI's
         // message) unless the world was created with `local.allowHeapMemory=true`, so what passes here
