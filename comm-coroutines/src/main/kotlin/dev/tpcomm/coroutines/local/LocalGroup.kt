@@ -49,17 +49,14 @@ internal class LocalGroup(val world: LocalWorldState, val size: Int, val descrip
      * was already aborted.
      */
     fun abort(reason: Throwable, failure: OperationFailure? = null, timedOut: Any? = null): Boolean {
-        if (!aborted.compareAndSet(null, reason)) {
-            // Another caller's abort won and may still be on its way to the fronts: do its first step
-            // here too, so that this caller's next call is refused however the two interleave
-            // (idempotent: each front keeps the first cause it gets, and both give it the winner's).
-            val first = aborted.get()!!
-            for (c in communicators) c.abortWith(first, LocalBackend.FROM_GROUP)
-            return false
-        }
-        // Each rank's front records the failure first (its own abort, if it came first, already
-        // holds it: the first cause wins there too), so a rank woken below finds its front aborted.
-        for (c in communicators) c.abortWith(reason, LocalBackend.FROM_GROUP)
+        val won = aborted.compareAndSet(null, reason)
+        // Each rank's front records the group's first cause first (its own abort, if it came first,
+        // already holds it: the first cause wins there too), so a rank woken below finds its front
+        // aborted. A caller whose abort lost does this too before it returns: the winner may still be
+        // on its way to the fronts, and this caller's next call must be refused however they interleave.
+        val first = if (won) reason else aborted.get()!!
+        for (c in communicators) c.abortWith(first, LocalBackend.FROM_GROUP)
+        if (!won) return false
         failPending(failure, backends[0].abortedBy(reason), timedOut)
         return true
     }
