@@ -36,14 +36,11 @@ class DuplicateCases(private val world: MpiCommunicator) {
          */
         fun runJob(args: Array<String>, create: suspend () -> MpiCommunicator, cases: suspend DuplicateCases.(world: MpiCommunicator) -> Unit): Nothing {
             val out = Path.of(args[0])
-            var outcomes: List<CaseOutcome> = emptyList()
-            var rank = -1
-            runBlocking {
+            val (rank, outcomes) = runBlocking {
                 val world = create()
-                rank = world.rank
                 val runner = DuplicateCases(world)
-                outcomes = runner.outcomes
                 runner.cases(world)
+                world.rank to runner.outcomes
             }
             CaseReports.write(out, rank, outcomes)
             exitProcess(0)
