@@ -22,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 source scripts/run-module.sh
+source scripts/c-peers.sh
 REPS="${REPS:-7}"
 WORLD="${WORLD:-2}"
 MPIS="${MPIS:-openmpi mpich}"
@@ -34,23 +35,9 @@ mkdir -p "$OUT"
 [ -f "$PEERS_DIR/c_mpi.c" ] || { echo "$PEERS_DIR/c_mpi.c not found: set PEERS_DIR" >&2; exit 2; }
 tpcomm_build comm-bench # its jar holds MpiAllReduceBench, its classpath comm-mpi
 
-# The C program calling MPI_Allreduce in place, as tpcomm's allReduce(tensor) does (its result
-# check assumes out of place, so it is skipped for all-reduce), and that one at MPI_THREAD_MULTIPLE.
-sed -e 's/MPI_Allreduce(sbuf, rbuf, (int)count/MPI_Allreduce(MPI_IN_PLACE, rbuf, (int)count/' \
-    -e 's/^static void check(int coll, size_t count) {/& if (coll == ALLREDUCE) return;/' \
-    "$PEERS_DIR/c_mpi.c" > "$OUT/c_mpi_inplace.c"
-sed -e 's/MPI_Init(&argc, &argv);/{ int provided; MPI_Init_thread(\&argc, \&argv, MPI_THREAD_MULTIPLE, \&provided); }/' \
-    "$OUT/c_mpi_inplace.c" > "$OUT/c_mpi_multiple.c"
-grep -q 'MPI_IN_PLACE, rbuf' "$OUT/c_mpi_inplace.c" && grep -q 'if (coll == ALLREDUCE) return;' "$OUT/c_mpi_inplace.c" \
-  && grep -q 'MPI_THREAD_MULTIPLE' "$OUT/c_mpi_multiple.c" \
-  || { echo "c_mpi.c changed: could not derive its in-place and MPI_THREAD_MULTIPLE variants" >&2; exit 2; }
-
 for mpi in $MPIS; do
   command -v "mpirun.$mpi" >/dev/null || { echo "mpirun.$mpi not found: skipping $mpi" >&2; continue; }
-  for prog in c_mpi c_mpi_inplace c_mpi_multiple; do
-    src="$OUT/$prog.c"; [ "$prog" = c_mpi ] && src="$PEERS_DIR/c_mpi.c"
-    "mpicc.$mpi" -O2 -o "$OUT/$prog-$mpi" "$src"
-  done
+  c_mpi_peers "$OUT" "$PEERS_DIR" "$mpi" # C with MPI_Init, in place, and in place at MPI_THREAD_MULTIPLE
   if [ "$mpi" = openmpi ]; then
     # shellcheck disable=SC2206 # MPI_FLAGS is a list of flags
     MPIRUN=(mpirun.openmpi --allow-run-as-root --oversubscribe ${MPI_FLAGS:-} -x BENCH_TARGET_S -x BENCH_COLL ${BENCH_BYTES:+-x BENCH_BYTES} -x BENCH_PATH -x TPCOMM_MPI_CALLER_RUNS_LIMIT -x TPCOMM_MPI_HANDOFF_SPIN_US)
