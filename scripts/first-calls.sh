@@ -7,7 +7,8 @@
 # configuration, an 8-byte float32 all-reduce from runBlocking, timed from the very first call
 # (call1, the mean of the first 20,000, of the first 200,000, and 400,000 steady calls after
 # 1,000,000). Configurations: the in-process backend at 4 ranks, and 2 ranks under each installed
-# MPI. The cache of each configuration is trained once, by one run of the same program
+# MPI; "none" is the floor, the same loop calling a communicator that only adds 1 to the tensor (the
+# JIT's price for the caller's own loop). The cache of each configuration is trained once, by one run of the same program
 # (-XX:AOTCacheOutput; under mpirun rank 0 trains, the others run plain), before the rounds.
 #
 #   scripts/first-calls.sh                   3 rounds, local + openmpi + mpich, plain and aot
@@ -37,9 +38,10 @@ run() {
   local config="$1"; shift
   case "$config" in
     local) "${JAVA[@]}" "$@" "$MAIN" local 4 ;;
+    none) "${JAVA[@]}" "$@" "$MAIN" none ;; # the floor: the same loop, no library call
     openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 "${JAVA[@]}" "$@" "$MAIN" mpi ;;
     mpich) mpirun.mpich -np 2 "${JAVA[@]}" "$@" "$MAIN" mpi ;;
-    *) echo "unknown configuration $config (local, openmpi, mpich)" >&2; return 2 ;;
+    *) echo "unknown configuration $config (local, none, openmpi, mpich)" >&2; return 2 ;;
   esac
 }
 
@@ -47,7 +49,7 @@ run() {
 train() {
   local config="$1" cache="$OUT/$1.aot"
   case "$config" in
-    local) "${JAVA[@]}" -XX:AOTCacheOutput="$cache" "$MAIN" local 4 >/dev/null 2>"$OUT/train-$config.log" ;;
+    local|none) "${JAVA[@]}" -XX:AOTCacheOutput="$cache" "$MAIN" "$config" $([ "$config" = local ] && echo 4) >/dev/null 2>"$OUT/train-$config.log" ;;
     *)
       cat > "$OUT/train-$config.sh" <<EOF
 #!/usr/bin/env bash
@@ -63,7 +65,7 @@ EOF
 
 configs=()
 for c in $CONFIGS; do
-  if [ "$c" != local ] && ! command -v "mpirun.$c" >/dev/null; then echo "mpirun.$c not found: skipping $c" >&2; continue; fi
+  if [ "$c" != local ] && [ "$c" != none ] && ! command -v "mpirun.$c" >/dev/null; then echo "mpirun.$c not found: skipping $c" >&2; continue; fi
   configs+=("$c")
   case " $MODES " in *" aot "*) echo "training the AOT cache of $c ..." >&2; train "$c" ;; esac
 done

@@ -26,7 +26,9 @@ import kotlin.system.exitProcess
  * (mean of [STEADY] calls after 1,000,000), then `ratio_first20k` = first20k / steady.
  *
  * Run under `mpirun -np 2 java ... dev.tpcomm.bench.FirstCallsBench mpi` or in one JVM as
- * `FirstCallsBench local 4` (an in-process world of 4 ranks). JVM flags are the caller's: the
+ * `FirstCallsBench local 4` (an in-process world of 4 ranks); `FirstCallsBench none` is the floor:
+ * the same loop calling a communicator that only adds 1 to the tensor's first element, so what its
+ * first calls cost is the JIT's price for the caller's own loop, with no library call. JVM flags are the caller's: the
  * point is to compare them (an AOT cache, compiler settings) in fresh JVMs. The configuration is
  * the environment's (`CommConfig.fromEnvironment`, in-process too), so `TPCOMM_WARM_UP_SECONDS`
  * measures `CommConfig.warmUp`, whose time counts in `create_ms`.
@@ -38,7 +40,7 @@ public object FirstCallsBench {
     private const val UNTIL_STEADY = 800_000
     private const val STEADY = 400_000
 
-    /** `FirstCallsBench mpi|local [world]`; see the object's documentation. */
+    /** `FirstCallsBench mpi|local [world]|none`; see the object's documentation. */
     @JvmStatic
     public fun main(args: Array<String>) {
         val backend = args.getOrNull(0) ?: "mpi"
@@ -48,6 +50,24 @@ public object FirstCallsBench {
                 val t0 = System.nanoTime()
                 runBlocking {
                     runLocalWorld(world, CommConfig.fromEnvironment().copy(worldSize = world, rank = 0)) { comm -> measure(comm, "local", t0) }
+                }
+                0
+            }
+            // The floor: the same loop calling a communicator whose allReduce only adds 1 to the
+            // first element (no library call at all), so its first calls are what the JIT charges
+            // for the caller's own loop and call site.
+            "none" -> {
+                val t0 = System.nanoTime()
+                runBlocking {
+                    runLocalWorld(1) { real ->
+                        val bare = object : Communicator by real {
+                            override suspend fun allReduce(tensor: Tensor, op: ReduceOp): Tensor {
+                                tensor.setDouble(0, tensor.getDouble(0) + 1.0)
+                                return tensor
+                            }
+                        }
+                        measure(bare, "none", t0, figuresBy = real)
+                    }
                 }
                 0
             }
@@ -61,7 +81,7 @@ public object FirstCallsBench {
         exitProcess(code)
     }
 
-    private suspend fun measure(comm: Communicator, backend: String, t0: Long) {
+    private suspend fun measure(comm: Communicator, backend: String, t0: Long, figuresBy: Communicator = comm) {
         val createdMs = (System.nanoTime() - t0) / 1e6
         val t = Tensor.zeros(DType.Float32, 2)
         val figures = LinkedHashMap<String, Double>()
@@ -89,7 +109,7 @@ public object FirstCallsBench {
         figures["create_ms"] = createdMs
         // The max over ranks of every figure, in one call.
         val all = Tensor.of(figures.values.toDoubleArray())
-        comm.allReduce(all, ReduceOp.Max)
+        figuresBy.allReduce(all, ReduceOp.Max)
         val names = figures.keys.toList()
         if (comm.rank == 0) {
             for (i in names.indices) println("first_calls,$backend,${comm.worldSize},${names[i]},%.3f".format(all.getDouble(i.toLong())))
