@@ -15,7 +15,9 @@ import java.nio.file.Path
  * @property dtype element type.
  * @property redop reduction for the reducing collectives.
  * @property root root rank of broadcast and reduce.
- * @property warmup warm-up iterations per size; null warms up for 20,000 iterations or [warmupSeconds], whichever is first.
+ * @property warmup warm-up iterations per size; null warms up until the time per call has settled
+ * ([WarmUpSettling]: no chunk of calls 5% faster than the best for 0.5 s, and at least 300,000 calls
+ * or 2 s) or [warmupSeconds] passed.
  * @property warmupSeconds the warm-up's time limit when [warmup] is null.
  * @property iters timed iterations per repeat; null calibrates them to [timeBudgetSeconds].
  * @property timeBudgetSeconds target duration of one timed repeat when [iters] is null.
@@ -49,7 +51,7 @@ public data class BenchOptions(
     val redop: ReduceOp = ReduceOp.Sum,
     val root: Int = 0,
     val warmup: Int? = null,
-    val warmupSeconds: Double = 0.5,
+    val warmupSeconds: Double = 10.0,
     val iters: Int? = null,
     val timeBudgetSeconds: Double = 0.1,
     val repeats: Int = 3,
@@ -126,8 +128,10 @@ public data class BenchOptions(
             |                           |uint32|uint64|f8e4m3|f8e5m2|int16|bool
             |  --redop, -o OP           sum|prod|min|max|avg|band|bor|bxor (default sum)
             |  --root, -r R             root of broadcast and reduce (default 0)
-            |  --warmup, -w N           warm-up iterations per size (default: 20000 or --warmup-time, whichever first)
-            |  --warmup-time SECONDS    time limit of the default warm-up (default 0.5)
+            |  --warmup, -w N           warm-up iterations per size (default: until the time per call settles:
+            |                           no chunk of calls 5% faster than the best for 0.5 s, and at least
+            |                           300000 calls or 2 s)
+            |  --warmup-time SECONDS    time limit of the default warm-up (default 10)
             |  --iters, -n N            timed iterations per repeat (default: calibrated to --time)
             |  --time SECONDS           target time of one timed repeat when --iters is not given (default 0.1)
             |  --repeats N              timed repeats per size, median reported (default 3)

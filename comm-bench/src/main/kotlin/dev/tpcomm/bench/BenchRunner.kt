@@ -7,7 +7,8 @@ import dev.tpcomm.Tensor
 
 /**
  * nccl-tests' method on any [Communicator]: for each size, a correctness check with known inputs,
- * the first [BenchOptions.firstCalls] calls timed (the warm-up a user's loop meets), warm-up, an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
+ * the first [BenchOptions.firstCalls] calls timed (the warm-up a user's loop meets), warm-up until the time per call
+ * settled ([WarmUpSettling]), an iteration count calibrated so one repeat takes about [BenchOptions.timeBudgetSeconds]
  * (identical on every rank because it derives from a max-reduced time), one untimed repeat of that
  * length (JIT warm-up), then repeats of
  * barrier + K timed iterations, each rank's mean per iteration, max over ranks; the median repeat
@@ -71,25 +72,26 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
     }
 
     /**
-     * `--warmup N`: exactly N iterations. Otherwise until [WARMUP_ITERS] iterations or
-     * [BenchOptions.warmupSeconds] have passed, whichever comes first: the JIT compiles a hot loop
-     * (and the Vector API kernels, which are very slow before C2 compiles them) only after some
-     * ten thousand calls, later still when its compiler threads compete for the CPU. Every rank
-     * stops after the same iteration: the decision uses the max-reduced elapsed time.
+     * `--warmup N`: exactly N iterations. Otherwise until the time per call has settled or
+     * [BenchOptions.warmupSeconds] have passed ([WarmUpSettling]): the JIT compiles a hot loop (and
+     * the Vector API kernels, which are very slow before C2 compiles them) only after some ten
+     * thousand calls, later still when its compiler threads compete for the CPU, so a fixed count
+     * timed small sizes before their steady state. Chunks of calls double until one lasts
+     * [WarmUpSettling.CHUNK_SECONDS]. Every rank stops after the same chunk: the decision uses the
+     * max-reduced elapsed time.
      */
     private suspend fun warmUp(b: Buffers) {
         options.warmup?.let { n -> repeat(n) { b.runOnce() }; return }
+        val settling = WarmUpSettling(options.warmupSeconds)
         val t0 = System.nanoTime()
-        var done = 0L
         var chunk = 8L
         while (true) {
             var i = 0L
             while (i < chunk) { b.runOnce(); i++ }
-            done += chunk
             scratch.setDouble(0, (System.nanoTime() - t0) / 1e9)
             comm.allReduce(scratch, ReduceOp.Max)
-            if (done >= WARMUP_ITERS || scratch.getDouble(0) >= options.warmupSeconds) break
-            chunk = minOf(chunk * 2, 4096L)
+            if (settling.settled(chunk, scratch.getDouble(0))) break
+            if (settling.lastChunkSeconds < WarmUpSettling.CHUNK_SECONDS) chunk *= 2
         }
     }
 
@@ -237,8 +239,5 @@ public class BenchRunner(private val comm: Communicator, private val options: Be
 
         /** Upper bound on the iterations of one repeat. */
         public const val MAX_ITERS: Long = 200_000
-
-        /** Without `--warmup`, warm-up stops after this many iterations (or after the warm-up time). */
-        public const val WARMUP_ITERS: Long = 20_000
     }
 }
