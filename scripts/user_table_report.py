@@ -42,6 +42,8 @@ def verdict(values, goal):
     met = sum(1 for x in values if x <= goal)
     if met == len(values):
         return "met"
+    if statistics.median(values) <= goal:
+        return f"met by the median, in {met} of {len(values)} rounds"
     if met == 0:
         return "**missed**"
     return f"**missed** (met in {met} of {len(values)} rounds)"
@@ -89,7 +91,7 @@ if have("none_first20k", "none_steady"):
     rows.append(("the floor: a fresh JVM's first 20,000 calls of the same loop to a communicator that only adds 1 "
                  "to the tensor, no library call (`FirstCallsBench none`)", cell("none_first20k"),
                  f"its steady state: {cell('none_steady')}", ratio_cell("none_first20k", "none_steady"),
-                 "what the JIT charges the caller's own loop: no library's first 20,000 calls average less"))
+                 "what the JIT charges the caller's own loop: the least the same loop averages with any communicator"))
 
 n = max(len(v) for v in runs.values())
 print(f"{n} alternating rounds ({label}); median (range) over the rounds, ratios per round.\n")
