@@ -8,8 +8,9 @@
 # (call1, the mean of the first 20,000, of the first 200,000, and 400,000 steady calls after
 # 1,000,000). Configurations: the in-process backend at 4 ranks, and 2 ranks under each installed
 # MPI; "none" is the floor, the same loop calling a communicator that only adds 1 to the tensor (the
-# JIT's price for the caller's own loop). The cache of each configuration is trained once, by one run of the same program
-# (-XX:AOTCacheOutput; under mpirun rank 0 trains, the others run plain), before the rounds.
+# JIT's price for the caller's own loop). The cache of each configuration is trained once, by one
+# run of the same program (-XX:AOTCacheOutput; under mpirun rank 0 trains, the others run plain),
+# before the rounds.
 #
 #   scripts/first-calls.sh                   3 rounds, local + openmpi + mpich, plain and aot
 # Knobs (environment): ROUNDS (3), CONFIGS ("local openmpi mpich"), MODES ("plain aot"; also

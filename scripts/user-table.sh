@@ -17,7 +17,7 @@
 # Prints one Markdown table (median [min-max] over the rounds; ratios per round, then their median)
 # and keeps the raw lines in $OUT/runs.csv (round,row,value).
 #
-#   scripts/user-table.sh                    3 rounds, about 2 minutes each
+#   scripts/user-table.sh                    3 rounds, about 3 minutes each
 # Knobs (environment): ROUNDS (3), MPIS ("openmpi mpich": those installed), PEERS_DIR
 #   (../shared/bench/peers), OUT (raw results folder).
 set -euo pipefail

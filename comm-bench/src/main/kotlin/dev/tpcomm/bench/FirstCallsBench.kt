@@ -28,10 +28,10 @@ import kotlin.system.exitProcess
  * Run under `mpirun -np 2 java ... dev.tpcomm.bench.FirstCallsBench mpi` or in one JVM as
  * `FirstCallsBench local 4` (an in-process world of 4 ranks); `FirstCallsBench none` is the floor:
  * the same loop calling a communicator that only adds 1 to the tensor's first element, so what its
- * first calls cost is the JIT's price for the caller's own loop, with no library call. JVM flags are the caller's: the
- * point is to compare them (an AOT cache, compiler settings) in fresh JVMs. The configuration is
- * the environment's (`CommConfig.fromEnvironment`, in-process too), so `TPCOMM_WARM_UP_SECONDS`
- * measures `CommConfig.warmUp`, whose time counts in `create_ms`.
+ * first calls cost is the JIT's price for the caller's own loop, with no library call. JVM flags
+ * are the caller's: the point is to compare them (an AOT cache, compiler settings) in fresh JVMs.
+ * The configuration is the environment's (`CommConfig.fromEnvironment`, in-process too), so
+ * `TPCOMM_WARM_UP_SECONDS` measures `CommConfig.warmUp`, whose time counts in `create_ms`.
  */
 public object FirstCallsBench {
     private const val WINDOW = 1_000

@@ -33,7 +33,7 @@ internal class WarmUpSettling(
         }
     }
 
-    private var calls = 0L
+    private var totalCalls = 0L
     private var best = Double.MAX_VALUE
     /** The best time per call when the settling clock last restarted, and when that was. */
     private var anchor = Double.MAX_VALUE
@@ -55,7 +55,7 @@ internal class WarmUpSettling(
         require(calls > 0 && elapsed >= last) { "WarmUpSettling: chunk of $calls calls ending at $elapsed s (the last ended at $last s)" }
         lastChunkSeconds = elapsed - last
         last = elapsed
-        this.calls += calls
+        totalCalls += calls
         val perCall = lastChunkSeconds / calls
         if (perCall < best) best = perCall
         if (perCall < anchor * (1 - improvement)) {
@@ -63,7 +63,7 @@ internal class WarmUpSettling(
             anchorAt = elapsed
         }
         if (elapsed >= capSeconds) return true
-        return elapsed - anchorAt >= settleSeconds && (this.calls >= minCalls || elapsed >= minSeconds)
+        return elapsed - anchorAt >= settleSeconds && (totalCalls >= minCalls || elapsed >= minSeconds)
     }
 
     companion object {
