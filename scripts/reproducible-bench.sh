@@ -12,7 +12,7 @@ WORLD="${WORLD:-4}"
 export BENCH_OP="${BENCH_OP:-Avg}" BENCH_ROUNDS="${BENCH_ROUNDS:-5}" BENCH_TARGET_S="${BENCH_TARGET_S:-0.2}" BENCH_WORLD="$WORLD"
 [ -n "${BENCH_SIZES:-}" ] && export BENCH_SIZES
 tpcomm_build comm-bench
-JAVA=(java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -XX:+UseParallelGC -Xss4m -cp "$TPCOMM_CP" dev.tpcomm.bench.ReproducibleBench)
+JAVA=(java "${TPCOMM_JVM_FLAGS[@]}" -cp "$TPCOMM_CP" dev.tpcomm.bench.ReproducibleBench)
 if [ -z "${ONLY:-}" ] || [ "$ONLY" = local ]; then
   echo "## in-process, $WORLD ranks"
   "${JAVA[@]}" 2> >(grep -v 'incubator' >&2)

@@ -17,11 +17,15 @@ tpcomm_build() {
   TPCOMM_CP="$jar:$(cat "$mod/target/classpath.txt")"
 }
 
-# tpcomm_run MODULE MAIN_CLASS [args...]: tpcomm_build, then runs MAIN_CLASS with the JVM flags
-# tpcomm needs, hiding the Vector API's incubator warning.
+# The JVM flags tpcomm's programs run with (scripts/bench.sh's, through tpcomm_run): native access for
+# the MPI and GPU bindings, the Vector API's reduction kernels, the parallel collector, deep stacks.
+TPCOMM_JVM_FLAGS=(--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -XX:+UseParallelGC -Xss4m)
+
+# tpcomm_run MODULE MAIN_CLASS [args...]: tpcomm_build, then runs MAIN_CLASS with TPCOMM_JVM_FLAGS,
+# hiding the Vector API's incubator warning.
 tpcomm_run() {
   local mod="$1" main="$2"; shift 2
   tpcomm_build "$mod"
-  exec java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -XX:+UseParallelGC -Xss4m \
+  exec java "${TPCOMM_JVM_FLAGS[@]}" \
     -cp "$TPCOMM_CP" "$main" "$@" 2> >(grep --line-buffered -v 'WARNING: Using incubator modules' >&2)
 }

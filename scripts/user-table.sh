@@ -33,7 +33,7 @@ mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 tpcomm_build comm-bench
 # BenchMain with scripts/bench.sh's JVM flags; the fresh-JVM programs as mpi-vs-c.sh and first-calls.sh run them.
-BENCH_JAVA=(java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -XX:+UseParallelGC -Xss4m -cp "$TPCOMM_CP")
+BENCH_JAVA=(java "${TPCOMM_JVM_FLAGS[@]}" -cp "$TPCOMM_CP")
 JAVA=(java --enable-native-access=ALL-UNNAMED -cp "$TPCOMM_CP")
 c_roofline "$OUT" "$PEERS_DIR"
 mpis=()
