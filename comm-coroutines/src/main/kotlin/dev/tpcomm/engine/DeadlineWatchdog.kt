@@ -55,6 +55,14 @@ public object DeadlineWatchdog {
     @Volatile private var coarse: Long = System.nanoTime()
 
     /**
+     * The longest time [coarseNanos] went without advancing since the thread's first scan, in
+     * nanoseconds: [MAX_PERIOD_MILLIS] while the thread runs on time, more when the machine starved
+     * it (three loaded JVMs on two cores: a healthy MPI job's dumps showed 76 ms between ranks).
+     * Written by the watchdog's thread only.
+     */
+    @Volatile private var longestStepNanos: Long = 0L
+
+    /**
      * `System.nanoTime()` as of the watchdog's latest scan: at most about one period old (at most
      * [MAX_PERIOD_MILLIS]) while the machine lets the watchdog's thread run. Reading it starts
      * that thread when nothing registered yet, so the clock always advances.
@@ -70,12 +78,13 @@ public object DeadlineWatchdog {
 
     /**
      * A flight-recorder clock that reads no clock: [coarseNanos], at most [MAX_PERIOD_MILLIS] behind
-     * [System.nanoTime] (more when the machine starves the watchdog's thread), which its
-     * `resolutionMicros` says.
+     * [System.nanoTime] while the watchdog's thread runs on time. Its `resolutionMicros` is that
+     * period, or the longest the clock was observed not to advance when the machine starved the
+     * thread longer, so that a dump never claims its start times finer than they were.
      */
     public val coarseClock: FlightRecorder.NanoClock = object : FlightRecorder.NanoClock {
         override fun nanoTime(): Long = coarseNanos
-        override val resolutionMicros: Long get() = MAX_PERIOD_MILLIS * 1_000L
+        override val resolutionMicros: Long get() = maxOf(MAX_PERIOD_MILLIS * 1_000L, longestStepNanos / 1_000L)
     }
 
     /**
@@ -104,9 +113,12 @@ public object DeadlineWatchdog {
     }
 
     private fun loop() {
+        var previous = 0L
         while (true) {
             val now = System.nanoTime()
             coarse = now
+            if (previous != 0L && now - previous > longestStepNanos) longestStepNanos = now - previous
+            previous = now
             var nextWake = now + MAX_PERIOD_MILLIS * 1_000_000L
             for (r in registrations) {
                 val w = r.target()
